@@ -1,0 +1,41 @@
+// Architecture hyper-parameters of the decoder-only transformer. Field names
+// are the Hugging Face `config.json` keys of Llama/Qwen2 models, so a real
+// checkpoint's config can be read without renaming anything.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace sao::model {
+
+struct ModelConfig {
+  std::string model_type = "llama";  // "llama" or "qwen2" (qwen2 = attention_bias)
+  int64_t vocab_size = 264;
+  int64_t hidden_size = 128;
+  int64_t intermediate_size = 352;
+  int64_t num_hidden_layers = 4;
+  int64_t num_attention_heads = 4;
+  int64_t num_key_value_heads = 2;
+  int64_t max_position_embeddings = 128;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = true;
+  bool attention_bias = false;
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+
+  // Throws sao::Error naming `source` and the offending key.
+  void validate(const std::string& source) const;
+  // Parameter count of a policy with this config (LM head counted once if tied).
+  int64_t parameter_count() const;
+};
+
+// Reads HF-style keys; unknown keys are an error unless `allow_unknown_keys`
+// (real HF configs carry many keys this runtime does not use).
+ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source,
+                                   bool allow_unknown_keys);
+nlohmann::json model_config_to_json(const ModelConfig& config);
+
+}  // namespace sao::model

@@ -1,0 +1,305 @@
+// Llama/Qwen2-layout transformer; see transformer.hpp for the design.
+#include "model/transformer.hpp"
+
+#include "runtime/error.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+
+namespace sao::model {
+
+namespace F = torch::nn::functional;
+
+KVCache KVCache::empty(int64_t batch_size, int64_t num_layers) {
+  KVCache cache;
+  cache.keys.resize(static_cast<size_t>(num_layers));
+  cache.values.resize(static_cast<size_t>(num_layers));
+  cache.key_valid = torch::zeros({batch_size, 0}, torch::kBool);
+  cache.next_position = torch::zeros({batch_size}, torch::kInt64);
+  return cache;
+}
+
+void KVCache::select_rows(const torch::Tensor& row_indices) {
+  for (auto& k : keys) {
+    if (k.defined()) k = k.index_select(0, row_indices);
+  }
+  for (auto& v : values) {
+    if (v.defined()) v = v.index_select(0, row_indices);
+  }
+  key_valid = key_valid.index_select(0, row_indices);
+  next_position = next_position.index_select(0, row_indices);
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // [.., D]: scale by the reciprocal root-mean-square, then by the learned gain.
+  auto variance = x.pow(2).mean(-1, /*keepdim=*/true);
+  return x * torch::rsqrt(variance + eps_) * weight;
+}
+
+namespace {
+
+// HF's rotate_half convention: the two halves of the head dimension rotate
+// together (not interleaved pairs), which is what Llama/Qwen2 weights expect.
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, double theta) {
+  // x [B, H, T, hd]; positions [B, T]
+  const int64_t head_dim = x.size(-1);
+  auto inv_freq = torch::pow(theta, -torch::arange(0, head_dim, 2, torch::kFloat64) / static_cast<double>(head_dim))
+                      .to(torch::kFloat32);
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
+  auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);            // [B, 1, T, hd]
+  return x * angles.cos() + rotate_half(x) * angles.sin();
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const ModelConfig& config)
+    : num_heads_(config.num_attention_heads),
+      num_kv_heads_(config.num_key_value_heads),
+      head_dim_(config.head_dim()),
+      rope_theta_(config.rope_theta) {
+  const int64_t d = config.hidden_size;
+  const int64_t kv_dim = num_kv_heads_ * head_dim_;
+  const bool bias = config.attention_bias;
+  q_proj = register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(d, d).bias(bias)));
+  k_proj = register_module("k_proj", torch::nn::Linear(torch::nn::LinearOptions(d, kv_dim).bias(bias)));
+  v_proj = register_module("v_proj", torch::nn::Linear(torch::nn::LinearOptions(d, kv_dim).bias(bias)));
+  o_proj = register_module("o_proj", torch::nn::Linear(torch::nn::LinearOptions(d, d).bias(false)));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
+                                     const torch::Tensor& visible, torch::Tensor* cache_keys,
+                                     torch::Tensor* cache_values) {
+  const int64_t batch = x.size(0);
+  const int64_t steps = x.size(1);
+  auto q = q_proj(x).view({batch, steps, num_heads_, head_dim_}).transpose(1, 2);     // [B, H, T, hd]
+  auto k = k_proj(x).view({batch, steps, num_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
+  auto v = v_proj(x).view({batch, steps, num_kv_heads_, head_dim_}).transpose(1, 2);
+  q = apply_rotary(q, positions, rope_theta_);
+  k = apply_rotary(k, positions, rope_theta_);
+  if (cache_keys != nullptr) {
+    k = cache_keys->defined() ? torch::cat({*cache_keys, k}, 2) : k;
+    v = cache_values->defined() ? torch::cat({*cache_values, v}, 2) : v;
+    *cache_keys = k;
+    *cache_values = v;
+  }
+  const int64_t group = num_heads_ / num_kv_heads_;
+  if (group > 1) {
+    k = k.repeat_interleave(group, /*dim=*/1);  // [B, H, S, hd]
+    v = v.repeat_interleave(group, /*dim=*/1);
+  }
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim_));  // [B, H, T, S]
+  scores = scores.masked_fill(visible.logical_not(), -std::numeric_limits<float>::infinity());
+  auto context = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, T, hd]
+  return o_proj(context.transpose(1, 2).reshape({batch, steps, num_heads_ * head_dim_}));
+}
+
+MLPImpl::MLPImpl(const ModelConfig& config) {
+  const int64_t d = config.hidden_size;
+  const int64_t f = config.intermediate_size;
+  gate_proj = register_module("gate_proj", torch::nn::Linear(torch::nn::LinearOptions(d, f).bias(false)));
+  up_proj = register_module("up_proj", torch::nn::Linear(torch::nn::LinearOptions(d, f).bias(false)));
+  down_proj = register_module("down_proj", torch::nn::Linear(torch::nn::LinearOptions(f, d).bias(false)));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return down_proj(F::silu(gate_proj(x)) * up_proj(x));  // SwiGLU
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config) {
+  self_attn = register_module("self_attn", Attention(config));
+  mlp = register_module("mlp", MLP(config));
+  input_layernorm = register_module("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
+                                        const torch::Tensor& visible, torch::Tensor* cache_keys,
+                                        torch::Tensor* cache_values) {
+  auto hidden = x + self_attn(input_layernorm(x), positions, visible, cache_keys, cache_values);
+  return hidden + mlp(post_attention_layernorm(hidden));
+}
+
+BackboneImpl::BackboneImpl(const ModelConfig& config) : config_(config) {
+  config.validate("model config");
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers->push_back(DecoderLayer(config));
+  norm = register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps));
+}
+
+torch::Tensor BackboneImpl::run_layers(torch::Tensor hidden, const torch::Tensor& positions,
+                                       const torch::Tensor& visible, KVCache* cache) {
+  for (size_t i = 0; i < layers->size(); ++i) {
+    auto layer = layers->ptr<DecoderLayerImpl>(i);
+    hidden = layer->forward(hidden, positions, visible, cache ? &cache->keys[i] : nullptr,
+                            cache ? &cache->values[i] : nullptr);
+  }
+  return norm(hidden);
+}
+
+torch::Tensor BackboneImpl::forward(const torch::Tensor& input_ids) {
+  const int64_t steps = input_ids.size(1);
+  if (steps > config_.max_position_embeddings) {
+    throw Error("sequence of " + std::to_string(steps) + " tokens exceeds max_position_embeddings " +
+                std::to_string(config_.max_position_embeddings));
+  }
+  auto positions = torch::arange(steps, torch::kInt64).unsqueeze(0).expand({input_ids.size(0), steps});
+  auto visible = torch::ones({steps, steps}, torch::kBool).tril().view({1, 1, steps, steps});
+  return run_layers(embed_tokens(input_ids), positions, visible, nullptr);
+}
+
+torch::Tensor BackboneImpl::forward_cached(const torch::Tensor& input_ids, const torch::Tensor& input_valid,
+                                           KVCache& cache) {
+  const int64_t steps = input_ids.size(1);
+  const int64_t old_slots = cache.slots();
+  const int64_t total_slots = old_slots + steps;
+  auto valid = input_valid.to(torch::kBool);
+  // Rotary position of each real token = how many real tokens precede it in its row.
+  auto positions = cache.next_position.unsqueeze(1) + valid.to(torch::kInt64).cumsum(1) - 1;  // [B, T]
+  positions = positions.clamp_min(0);
+  if (positions.max().item<int64_t>() >= config_.max_position_embeddings) {
+    throw Error("sequence exceeds max_position_embeddings " + std::to_string(config_.max_position_embeddings));
+  }
+  cache.key_valid = torch::cat({cache.key_valid, valid}, 1);  // [B, S]
+  auto query_slot = torch::arange(old_slots, total_slots, torch::kInt64).view({1, steps, 1});
+  auto key_slot = torch::arange(total_slots, torch::kInt64).view({1, 1, total_slots});
+  // A query sees earlier real keys; it always sees its own slot so that a
+  // padded query never has an all-masked row (which would give NaN).
+  auto visible = ((key_slot <= query_slot) & cache.key_valid.unsqueeze(1)) | (key_slot == query_slot);
+  auto hidden = run_layers(embed_tokens(input_ids), positions, visible.unsqueeze(1), &cache);
+  cache.next_position = cache.next_position + valid.to(torch::kInt64).sum(1);
+  return hidden;
+}
+
+CausalLMImpl::CausalLMImpl(const ModelConfig& config) {
+  model = register_module("model", Backbone(config));
+  if (!config.tie_word_embeddings) {
+    lm_head = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(config.hidden_size, config.vocab_size).bias(false)));
+  }
+}
+
+torch::Tensor CausalLMImpl::logits_from_hidden(const torch::Tensor& hidden) {
+  return lm_head ? lm_head(hidden) : F::linear(hidden, model->embed_tokens->weight);
+}
+
+torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids) {
+  return logits_from_hidden(model->forward(input_ids));
+}
+
+torch::Tensor CausalLMImpl::forward_cached(const torch::Tensor& input_ids, const torch::Tensor& input_valid,
+                                           KVCache& cache) {
+  return logits_from_hidden(model->forward_cached(input_ids, input_valid, cache));
+}
+
+ValueModelImpl::ValueModelImpl(const ModelConfig& config) {
+  model = register_module("model", Backbone(config));
+  score = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(config.hidden_size, 1).bias(false)));
+  torch::NoGradGuard no_grad;
+  score->weight.zero_();
+}
+
+torch::Tensor ValueModelImpl::forward(const torch::Tensor& input_ids) {
+  return score(model->forward(input_ids)).squeeze(-1);
+}
+
+namespace {
+void copy_parameters(torch::nn::Module& destination, const torch::nn::Module& source, const std::string& prefix) {
+  torch::NoGradGuard no_grad;
+  auto destination_params = destination.named_parameters(/*recurse=*/true);
+  for (const auto& item : source.named_parameters(/*recurse=*/true)) {
+    if (item.key().rfind(prefix, 0) != 0) continue;
+    auto* target = destination_params.find(item.key());
+    if (target == nullptr) throw Error("parameter '" + item.key() + "' has no counterpart in the destination model");
+    target->copy_(item.value());
+  }
+}
+}  // namespace
+
+void init_value_from_policy(ValueModel& value_model, const CausalLM& policy) {
+  copy_parameters(*value_model, *policy, "model.");
+}
+
+CausalLM clone_policy(const CausalLM& policy) {
+  CausalLM copy(policy->config());
+  copy_parameters(*copy, *policy, "");
+  return copy;
+}
+
+ValueModel clone_value_model(const ValueModel& value_model) {
+  ValueModel copy(value_model->config());
+  copy_parameters(*copy, *value_model, "");
+  return copy;
+}
+
+const char* param_group_name(ParamGroup group) {
+  switch (group) {
+    case ParamGroup::kAttention: return "attention";
+    case ParamGroup::kMlp: return "mlp";
+    case ParamGroup::kNorm: return "norm";
+    case ParamGroup::kEmbedding: return "embedding";
+    case ParamGroup::kHead: return "head";
+  }
+  return "unknown";
+}
+
+ParamGroup param_group_from_name(const std::string& name) {
+  for (auto group : {ParamGroup::kAttention, ParamGroup::kMlp, ParamGroup::kNorm, ParamGroup::kEmbedding,
+                     ParamGroup::kHead}) {
+    if (name == param_group_name(group)) return group;
+  }
+  throw Error("unknown parameter group '" + name + "' (known: attention, mlp, norm, embedding, head)");
+}
+
+ParamGroup param_group_of(const std::string& parameter_name) {
+  if (parameter_name.find(".self_attn.") != std::string::npos) return ParamGroup::kAttention;
+  if (parameter_name.find(".mlp.") != std::string::npos) return ParamGroup::kMlp;
+  if (parameter_name.find("norm.") != std::string::npos) return ParamGroup::kNorm;
+  if (parameter_name.find("embed_tokens.") != std::string::npos) return ParamGroup::kEmbedding;
+  if (parameter_name.rfind("lm_head.", 0) == 0 || parameter_name.rfind("score.", 0) == 0) return ParamGroup::kHead;
+  throw Error("parameter '" + parameter_name + "' belongs to no known parameter group");
+}
+
+int64_t set_group_trainable(torch::nn::Module& module, ParamGroup group, bool trainable) {
+  int64_t changed = 0;
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (param_group_of(item.key()) != group) continue;
+    item.value().set_requires_grad(trainable);
+    ++changed;
+  }
+  if (changed == 0) {
+    throw Error(std::string("cannot ") + (trainable ? "unfreeze" : "freeze") + " parameter group '" +
+                param_group_name(group) + "': the model has no parameter in it");
+  }
+  return changed;
+}
+
+void init_weights(torch::nn::Module& module, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto generator = at::detail::createCPUGenerator(seed);
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    auto& tensor = item.value();
+    const auto& name = item.key();
+    if (param_group_of(name) == ParamGroup::kNorm) {
+      tensor.fill_(1.0);
+    } else if (name.rfind("score.", 0) == 0 || (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0)) {
+      tensor.zero_();  // zero value head: the critic starts predicting 0
+    } else {
+      tensor.normal_(0.0, 0.02, generator);
+    }
+  }
+}
+
+}  // namespace sao::model

@@ -1,0 +1,153 @@
+// Decoder-only transformer in the Llama/Qwen2 layout (RMSNorm, rotary
+// position embeddings, SwiGLU MLP, grouped-query attention). Module and
+// parameter names reproduce Hugging Face's, e.g.
+// "model.layers.0.self_attn.q_proj.weight", so safetensors checkpoints of
+// real models map onto these modules without renaming.
+//
+// The policy (CausalLM) and the value model (ValueModel) share this backbone
+// class but never share weights: SAO trains the critic separately so that
+// value-only updates cannot move the policy.
+#pragma once
+
+#include "model/model_config.hpp"
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace sao::model {
+
+// Keys and values of every layer for a batch of sequences, stored in "slots".
+// A slot may hold padding (key_valid false): rows of a batch can grow by
+// different amounts per call (left-padded prompts, ragged multi-turn
+// observations) while all rows share one slot axis.
+struct KVCache {
+  std::vector<torch::Tensor> keys;    // per layer [B, n_kv_heads, S, head_dim]
+  std::vector<torch::Tensor> values;  // per layer [B, n_kv_heads, S, head_dim]
+  torch::Tensor key_valid;            // [B, S] bool
+  torch::Tensor next_position;        // [B] int64: rotary position of the row's next real token
+
+  int64_t slots() const { return key_valid.defined() ? key_valid.size(1) : 0; }
+  int64_t batch_size() const { return next_position.size(0); }
+  static KVCache empty(int64_t batch_size, int64_t num_layers);
+  // Keeps only the given rows (e.g. drop finished sequences).
+  void select_rows(const torch::Tensor& row_indices);
+};
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& config);
+  // x [B, T, D]; positions [B, T]; visible [B, 1, T, S_total] bool; when
+  // cache_keys/values are given the new keys are appended to them.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions,
+                        const torch::Tensor& visible, torch::Tensor* cache_keys, torch::Tensor* cache_values);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t num_heads_, num_kv_heads_, head_dim_;
+  double rope_theta_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& visible,
+                        torch::Tensor* cache_keys, torch::Tensor* cache_values);
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// The shared trunk: embeddings, decoder layers, final norm. Returns hidden
+// states [B, T, D].
+class BackboneImpl : public torch::nn::Module {
+ public:
+  explicit BackboneImpl(const ModelConfig& config);
+  // Full causal pass over right-padded sequences (training). input_ids [B, T].
+  torch::Tensor forward(const torch::Tensor& input_ids);
+  // Incremental pass: appends T slots to `cache`. input_valid [B, T] marks
+  // real tokens; padded slots get no position and are never attended to.
+  torch::Tensor forward_cached(const torch::Tensor& input_ids, const torch::Tensor& input_valid, KVCache& cache);
+
+  const ModelConfig& config() const { return config_; }
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+
+ private:
+  torch::Tensor run_layers(torch::Tensor hidden, const torch::Tensor& positions, const torch::Tensor& visible,
+                           KVCache* cache);
+  ModelConfig config_;
+};
+TORCH_MODULE(Backbone);
+
+// Policy: backbone + LM head ("lm_head.weight", or tied to the embeddings).
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  explicit CausalLMImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& input_ids);  // logits [B, T, V]
+  torch::Tensor forward_cached(const torch::Tensor& input_ids, const torch::Tensor& input_valid, KVCache& cache);
+  torch::Tensor logits_from_hidden(const torch::Tensor& hidden);
+  const ModelConfig& config() const { return model->config(); }
+  Backbone model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tied
+};
+TORCH_MODULE(CausalLM);
+
+// Critic: a backbone of its own + scalar head "score.weight" (the HF name of
+// sequence-classification heads). forward gives V(s_t) for every position.
+class ValueModelImpl : public torch::nn::Module {
+ public:
+  explicit ValueModelImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& input_ids);  // values [B, T]
+  const ModelConfig& config() const { return model->config(); }
+  Backbone model{nullptr};
+  torch::nn::Linear score{nullptr};
+};
+TORCH_MODULE(ValueModel);
+
+// Copies the policy's backbone ("model.*") into the critic; the value head
+// keeps its zero initialisation so V starts at 0 everywhere.
+void init_value_from_policy(ValueModel& value_model, const CausalLM& policy);
+
+// Deep copy of a policy (same config, weights cloned): a rollout replica.
+CausalLM clone_policy(const CausalLM& policy);
+ValueModel clone_value_model(const ValueModel& value_model);
+
+// Parameter groups, so a group can be frozen (e.g. the critic's attention).
+enum class ParamGroup { kAttention, kMlp, kNorm, kEmbedding, kHead };
+const char* param_group_name(ParamGroup group);
+// Throws sao::Error for an unknown name ("attention", "mlp", "norm", "embedding", "head").
+ParamGroup param_group_from_name(const std::string& name);
+ParamGroup param_group_of(const std::string& parameter_name);
+// Sets requires_grad on every parameter of the group; returns how many
+// tensors were changed. Throws sao::Error if the module has no parameter in
+// that group (freezing nothing must never pass silently).
+int64_t set_group_trainable(torch::nn::Module& module, ParamGroup group, bool trainable);
+
+// Deterministic initialisation (normal(0, 0.02) for matrices, 1 for norms).
+void init_weights(torch::nn::Module& module, uint64_t seed);
+
+}  // namespace sao::model
