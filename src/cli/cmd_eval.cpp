@@ -1,0 +1,42 @@
+// `sao eval --checkpoint DIR`: held-out pass@1 of a saved policy. The task
+// and eval settings come from the config stored with the checkpoint, so a
+// model is scored on the split it was kept away from; --config/--set override.
+#include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "model/checkpoint.hpp"
+#include "runtime/error.hpp"
+#include "runtime/system_info.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
+
+#include <cstdio>
+
+namespace sao::cli {
+
+int run_eval(const Args& args) {
+  auto specs = config_flags();
+  specs.push_back({"--checkpoint", true, false, "checkpoint directory (config.json + model.safetensors)"});
+  const auto parsed = parse_args("eval", specs, args);
+  if (parsed.has("--help")) {
+    std::printf("usage: sao eval --checkpoint DIR [options]\n%s", flags_help(specs).c_str());
+    return 0;
+  }
+  if (!parsed.has("--checkpoint")) throw Error("--checkpoint DIR is required");
+  const std::string checkpoint = parsed.get("--checkpoint");
+  nlohmann::json info;
+  auto policy = model::load_policy_checkpoint(checkpoint, &info);
+  nlohmann::json document = parsed.has("--config") ? runtime::read_json_file(parsed.get("--config"))
+                            : info.contains("run_config") ? info["run_config"]
+                                                          : runtime::default_config_document();
+  for (const auto& assignment : parsed.all("--set")) runtime::apply_override(document, assignment);
+  const auto config = runtime::parse_run_config(document, parsed.has("--config") ? parsed.get("--config")
+                                                                                 : checkpoint + "/sao.json");
+  runtime::configure_threads(config.threads.torch_intra_op);
+  const tokenizer::ByteTokenizer tokenizer;
+  const env::ArithmeticTask task(config.task);
+  const auto result = train::evaluate_arithmetic(policy, tokenizer, task.test_set(), config.eval,
+                                                 static_cast<uint64_t>(config.run.seed));
+  print_eval_result(result, checkpoint);
+  return 0;
+}
+
+}  // namespace sao::cli

@@ -1,0 +1,16 @@
+// One function per `sao` subcommand. Each takes the arguments after the
+// command name and returns the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace sao::cli {
+
+using Args = std::vector<std::string>;
+
+int run_doctor(const Args& args);
+int run_sft(const Args& args);
+int run_eval(const Args& args);
+
+}  // namespace sao::cli

@@ -1,0 +1,89 @@
+// The first RL task: integer arithmetic ("12+34=" -> "46"). Why this task:
+// answers are exactly checkable, difficulty is a dial (digit counts, operators),
+// and a byte-level model can learn it in minutes, so it exercises the whole
+// async RL loop end to end. The train/test split is a fixed hash of the problem
+// itself rather than of a seed, so no seed, run or restart can ever leak a
+// held-out problem into training.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sao::env {
+
+struct ArithmeticConfig {
+  int min_digits = 1;
+  int max_digits = 2;
+  std::string operators = "+-";
+  double test_fraction = 0.1;
+  int test_size = 400;
+
+  // Throws sao::Error naming the offending key ("task.max_digits ...").
+  // Also checks that at least test_size held-out problems exist, which may
+  // enumerate part of the problem space (bounded; cheap for sane configs).
+  void validate() const;
+};
+
+struct ArithmeticProblem {
+  int64_t a = 0;
+  char op = '+';
+  int64_t b = 0;
+
+  std::string prompt() const;  // "12+34="
+  std::string answer() const;  // canonical decimal: "46", "-7"
+  int64_t result() const;      // throws sao::Error on an unknown op or overflow
+
+  bool operator==(const ArithmeticProblem& other) const {
+    return a == other.a && op == other.op && b == other.b;
+  }
+  bool operator!=(const ArithmeticProblem& other) const { return !(*this == other); }
+  bool operator<(const ArithmeticProblem& other) const;
+};
+
+// Prints the prompt form ("12+34="), so failing test assertions and logs show
+// the problem readably.
+std::ostream& operator<<(std::ostream& out, const ArithmeticProblem& problem);
+
+enum class Split { kTrain, kTest };
+
+// Deterministic across platforms and seeds: a fixed 64-bit mix of (a, op, b)
+// mapped to [0, 1) and compared with test_fraction.
+Split split_of(const ArithmeticProblem& problem, double test_fraction);
+
+class ArithmeticTask {
+ public:
+  explicit ArithmeticTask(ArithmeticConfig config);  // validates, builds test_set
+
+  // Operand digit counts uniform in [min_digits, max_digits] (each operand
+  // independently), operand uniform among numbers with that many digits (no
+  // leading zeros; 0 counts as 1-digit), operator uniform from operators.
+  // Rejection-samples until the problem is in the train split.
+  ArithmeticProblem sample_train(std::mt19937_64& rng) const;
+
+  // test_size distinct held-out problems, all Split::kTest, identical on every
+  // run and platform (fixed internal seed, portable sampling).
+  const std::vector<ArithmeticProblem>& test_set() const { return test_set_; }
+
+  // Exact match after trimming ASCII whitespace on both ends. model_output is
+  // the text generated after the prompt, already cut at EOS, specials removed.
+  static bool verify(const ArithmeticProblem& problem, std::string_view model_output);
+
+  // Full SFT text for the warm start: prompt() + answer(). The caller adds
+  // BOS/EOS tokens.
+  static std::string sft_text(const ArithmeticProblem& problem);
+
+  const ArithmeticConfig& config() const { return config_; }
+
+ private:
+  ArithmeticProblem sample_any(std::mt19937_64& rng) const;
+  std::vector<ArithmeticProblem> build_test_set() const;
+
+  ArithmeticConfig config_;
+  std::vector<ArithmeticProblem> test_set_;
+};
+
+}  // namespace sao::env

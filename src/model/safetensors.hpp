@@ -1,0 +1,55 @@
+// Checkpoints are stored as safetensors so they interoperate with the Hugging
+// Face ecosystem (a policy trained here loads in any HF tool and vice versa)
+// and can be read without executing code, unlike pickled torch checkpoints.
+// Every malformed input is reported as sao::Error naming the file, the tensor
+// and the problem, because a bad checkpoint is usually found hours into a run.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sao::model {
+
+// Ordered because the on-disk data layout follows the caller's order, which
+// keeps files byte-identical across saves of the same module.
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+struct SafetensorsFile {
+  std::map<std::string, torch::Tensor> tensors;  // CPU, contiguous
+  std::map<std::string, std::string> metadata;   // the "__metadata__" entry
+};
+
+// Reads the whole file into CPU tensors. Validates the complete header
+// (types, dtypes, sizes, offsets, overlaps) before reading any data.
+SafetensorsFile load_safetensors(const std::string& path);
+
+// Writes to `path + ".tmp"`, fsyncs, then renames over `path`, so a crash
+// leaves either the old file or the new one, never a torn one.
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+struct LoadReport {
+  std::vector<std::string> loaded;      // module tensors overwritten from the file
+  std::vector<std::string> unexpected;  // file tensors the module lacks (strict=false only)
+  std::vector<std::string> skipped;     // module tensors under skip_prefixes absent from the file
+};
+
+// Copies file tensors into the module's parameters and buffers, matched by
+// the names named_parameters(/*recurse=*/true) / named_buffers report.
+// Floating file tensors are converted to the parameter's floating dtype; any
+// other dtype difference is an error. Names under `skip_prefixes` are not
+// required: loaded if the file has them, otherwise left as they are (e.g. a
+// fresh value head on a policy checkpoint). Everything is validated before
+// anything is copied, so on error the module is unchanged.
+LoadReport load_into_module(torch::nn::Module& module, const std::string& path, bool strict = true,
+                            const std::vector<std::string>& skip_prefixes = {});
+
+// Parameters first, then buffers, each in registration order.
+NamedTensors named_tensors_of(const torch::nn::Module& module);
+
+}  // namespace sao::model

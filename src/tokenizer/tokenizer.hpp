@@ -1,0 +1,41 @@
+// The tokenizer interface the rest of the runtime codes against. Why it is
+// abstract: the first tasks use a byte-level vocabulary (no files to ship, every
+// string encodable), but a Hugging Face tokenizer.json BPE must be able to slot
+// in later without touching the rollout, trainer or environments. Special tokens
+// (BOS/EOS/PAD and the chat-role markers) are looked up by name so callers never
+// hard-code ids that differ between vocabularies.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sao::tokenizer {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Plain text to ids. Never emits special tokens: specials are added by the
+  // caller (BOS/EOS, role markers) so user text can never forge them.
+  virtual std::vector<int64_t> encode(std::string_view text) const = 0;
+
+  // Ids to text. Special tokens render as their names (e.g. "<|eos|>") so logs
+  // show structure; skip_special drops them, which is what verifiers want.
+  // Throws sao::Error for an id outside [0, vocab_size()).
+  virtual std::string decode(const std::vector<int64_t>& ids, bool skip_special = false) const = 0;
+
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t bos_id() const = 0;
+  virtual int64_t eos_id() const = 0;
+  virtual int64_t pad_id() const = 0;
+
+  // Id of a special token by its full name ("<|user|>"), or nullopt if this
+  // vocabulary has no such token.
+  virtual std::optional<int64_t> special_id(std::string_view name) const = 0;
+  virtual bool is_special(int64_t id) const = 0;
+};
+
+}  // namespace sao::tokenizer

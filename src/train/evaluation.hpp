@@ -1,0 +1,34 @@
+// Held-out evaluation: pass@1 of the policy on the task's test split, by
+// exact match after the model's answer is cut at EOS.
+#pragma once
+
+#include "env/arithmetic.hpp"
+#include "model/transformer.hpp"
+#include "runtime/run_config.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sao::train {
+
+struct EvalResult {
+  int64_t total = 0;
+  int64_t correct = 0;
+  double accuracy = 0.0;
+  double mean_new_tokens = 0.0;
+  double seconds = 0.0;
+  std::vector<std::string> sample_outputs;  // first few "prompt -> output" lines, for humans
+};
+
+// [BOS] + prompt bytes: what the policy sees before answering.
+std::vector<int64_t> encode_prompt(const tokenizer::Tokenizer& tokenizer, const env::ArithmeticProblem& problem);
+// The model's answer text: tokens before the first EOS, specials dropped.
+std::string answer_text(const tokenizer::Tokenizer& tokenizer, const std::vector<int64_t>& generated);
+
+EvalResult evaluate_arithmetic(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
+                               const std::vector<env::ArithmeticProblem>& problems,
+                               const runtime::EvalSection& options, uint64_t seed);
+
+}  // namespace sao::train

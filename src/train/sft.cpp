@@ -1,0 +1,107 @@
+// Supervised warm start; see sft.hpp.
+#include "train/sft.hpp"
+
+#include "train/evaluation.hpp"
+
+#include <cmath>
+#include <random>
+
+namespace sao::train {
+
+SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems) {
+  std::vector<std::vector<int64_t>> sequences;
+  std::vector<size_t> prompt_lengths;
+  size_t width = 0;
+  for (const auto& problem : problems) {
+    auto ids = encode_prompt(tokenizer, problem);
+    prompt_lengths.push_back(ids.size());
+    const auto answer = tokenizer.encode(problem.answer());
+    ids.insert(ids.end(), answer.begin(), answer.end());
+    ids.push_back(tokenizer.eos_id());
+    width = std::max(width, ids.size());
+    sequences.push_back(std::move(ids));
+  }
+  const auto batch = static_cast<int64_t>(sequences.size());
+  SftBatch result;
+  result.input_ids = torch::full({batch, static_cast<int64_t>(width)}, tokenizer.pad_id(), torch::kInt64);
+  result.target_mask = torch::zeros({batch, static_cast<int64_t>(width) - 1}, torch::kBool);
+  auto ids = result.input_ids.accessor<int64_t, 2>();
+  auto mask = result.target_mask.accessor<bool, 2>();
+  for (int64_t row = 0; row < batch; ++row) {
+    const auto& sequence = sequences[static_cast<size_t>(row)];
+    for (size_t t = 0; t < sequence.size(); ++t) ids[row][static_cast<int64_t>(t)] = sequence[t];
+    // Target t+1 is predicted at position t; answer targets start at the prompt's end.
+    for (size_t t = prompt_lengths[static_cast<size_t>(row)]; t < sequence.size(); ++t) {
+      mask[row][static_cast<int64_t>(t) - 1] = true;
+    }
+    result.tokens += static_cast<int64_t>(sequence.size());
+  }
+  return result;
+}
+
+torch::Tensor sft_loss(const torch::Tensor& logits, const SftBatch& batch) {
+  const int64_t steps = batch.input_ids.size(1) - 1;
+  auto log_probs = torch::log_softmax(logits.narrow(1, 0, steps), -1);                     // [B, T-1, V]
+  auto targets = batch.input_ids.narrow(1, 1, steps).unsqueeze(-1);                         // [B, T-1, 1]
+  auto token_nll = -log_probs.gather(-1, targets).squeeze(-1);                              // [B, T-1]
+  auto mask = batch.target_mask.to(token_nll.dtype());
+  return (token_nll * mask).sum() / mask.sum().clamp_min(1.0);
+}
+
+double sft_learning_rate(const runtime::SftSection& options, int64_t step) {
+  if (step < options.warmup_steps) {
+    return options.learning_rate * static_cast<double>(step + 1) / static_cast<double>(options.warmup_steps);
+  }
+  const double span = std::max<int64_t>(1, options.steps - options.warmup_steps);
+  const double progress = std::min(1.0, static_cast<double>(step - options.warmup_steps) / span);
+  return options.learning_rate * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
+                  const runtime::SftSection& options, uint64_t seed, runtime::JsonlWriter* metrics) {
+  std::mt19937_64 rng(seed);
+  torch::optim::AdamW optimizer(policy->parameters(),
+                                torch::optim::AdamWOptions(options.learning_rate).weight_decay(options.weight_decay));
+  policy->train();
+  runtime::ProgressLine progress("sft", options.steps);
+  SftResult result;
+  int64_t tokens_since_log = 0;
+  int64_t total_tokens = 0;
+  auto log_start = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < options.steps; ++step) {
+    std::vector<env::ArithmeticProblem> problems;
+    for (int64_t i = 0; i < options.batch_size; ++i) problems.push_back(task.sample_train(rng));
+    const auto batch = make_sft_batch(tokenizer, problems);
+    const double learning_rate = sft_learning_rate(options, step);
+    for (auto& group : optimizer.param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learning_rate);
+    }
+    optimizer.zero_grad();
+    auto loss = sft_loss(policy->forward(batch.input_ids), batch);
+    loss.backward();
+    const double grad_norm = torch::nn::utils::clip_grad_norm_(policy->parameters(), options.grad_clip);
+    optimizer.step();
+    result.final_loss = loss.item<double>();
+    tokens_since_log += batch.tokens;
+    total_tokens += batch.tokens;
+    if ((step + 1) % options.log_every == 0 || step + 1 == options.steps) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - log_start).count();
+      const double rate = static_cast<double>(tokens_since_log) / std::max(seconds, 1e-9);
+      progress.print(step + 1, {{"loss", result.final_loss}, {"lr", learning_rate}, {"grad_norm", grad_norm}}, rate,
+                     "tok");
+      if (metrics != nullptr) {
+        metrics->write({{"sft_step", step + 1}, {"loss", result.final_loss}, {"learning_rate", learning_rate},
+                        {"grad_norm", grad_norm}, {"tokens_per_s", rate},
+                        {"wall_time_s", progress.elapsed_seconds()}});
+      }
+      tokens_since_log = 0;
+      log_start = std::chrono::steady_clock::now();
+    }
+  }
+  result.steps = options.steps;
+  result.seconds = progress.elapsed_seconds();
+  result.tokens_per_second = static_cast<double>(total_tokens) / std::max(result.seconds, 1e-9);
+  return result;
+}
+
+}  // namespace sao::train

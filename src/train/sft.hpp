@@ -1,0 +1,41 @@
+// Supervised warm start. Reinforcement learning from a random model earns no
+// reward and so learns nothing; SFT on synthetic answers gives the policy a
+// starting point that is imperfect but not hopeless, which is where RL helps.
+#pragma once
+
+#include "env/arithmetic.hpp"
+#include "model/transformer.hpp"
+#include "runtime/progress.hpp"
+#include "runtime/run_config.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace sao::train {
+
+struct SftBatch {
+  torch::Tensor input_ids;    // [B, T] BOS prompt answer EOS, right-padded with PAD
+  torch::Tensor target_mask;  // [B, T-1] true where the next token is part of the answer (incl. EOS)
+  int64_t tokens = 0;         // real tokens in the batch
+};
+
+SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems);
+// Mean cross-entropy of the answer tokens; logits [B, T, V].
+torch::Tensor sft_loss(const torch::Tensor& logits, const SftBatch& batch);
+// Linear warm-up, then cosine decay to 10% of the peak.
+double sft_learning_rate(const runtime::SftSection& options, int64_t step);
+
+struct SftResult {
+  int64_t steps = 0;
+  double final_loss = 0.0;
+  double seconds = 0.0;
+  double tokens_per_second = 0.0;
+};
+
+// Trains `policy` in place. Writes one JSON line per logged step to `metrics`.
+SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
+                  const runtime::SftSection& options, uint64_t seed, runtime::JsonlWriter* metrics);
+
+}  // namespace sao::train
