@@ -1,0 +1,91 @@
+// Model throughput on this machine, for the default model size: training
+// tokens/s (forward + backward + AdamW), batched KV-cache decode tokens/s,
+// and both as a fraction of the fp32 matmul rate measured in the same run.
+// Small models are overhead-bound, so the fraction says how much of the
+// machine the model maths actually uses.
+#include "model/generation.hpp"
+#include "model/transformer.hpp"
+#include "runtime/run_config.hpp"
+#include "runtime/system_info.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Matmul FLOPs per token of a forward pass: 2 * (weights used in matmuls)
+// plus attention scores and mixing over `context` keys.
+double forward_flops_per_token(const sao::model::ModelConfig& config, double context) {
+  const double matmul_weights = static_cast<double>(config.parameter_count()) -
+                                static_cast<double>(config.num_hidden_layers * 2 * config.hidden_size +
+                                                    config.hidden_size) -  // norms are not matmuls
+                                (config.tie_word_embeddings ? 0.0  // a tied embedding is the LM head matmul
+                                                            : static_cast<double>(config.vocab_size * config.hidden_size));
+  const double attention = 4.0 * static_cast<double>(config.num_hidden_layers * config.hidden_size) * context;
+  return 2.0 * matmul_weights + attention;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t threads = argc > 1 ? std::atoll(argv[1]) : 2;
+  sao::runtime::configure_threads(threads);
+  const auto config = sao::runtime::load_run_config("", {});
+  const auto& model_config = config.model;
+  const auto blas = sao::runtime::detect_blas();
+  const double limit_gflops = sao::runtime::measure_matmul_gflops(1024, 5);
+  std::printf("machine: %s, %lld threads, fp32 matmul 1024^2 = %.1f GFLOP/s (the limit below)\n", blas.name.c_str(),
+              static_cast<long long>(threads), limit_gflops);
+  std::printf("model: %lld parameters (hidden %lld, layers %lld, heads %lld/%lld kv)\n",
+              static_cast<long long>(model_config.parameter_count()), static_cast<long long>(model_config.hidden_size),
+              static_cast<long long>(model_config.num_hidden_layers),
+              static_cast<long long>(model_config.num_attention_heads),
+              static_cast<long long>(model_config.num_key_value_heads));
+
+  sao::model::CausalLM policy(model_config);
+  sao::model::init_weights(*policy, 1);
+  torch::optim::AdamW optimizer(policy->parameters(), torch::optim::AdamWOptions(1e-3));
+
+  for (const int64_t batch : {64, 256}) {
+    const int64_t length = 16;
+    auto input = torch::randint(0, 256, {batch, length}, torch::kInt64);
+    auto step = [&] {
+      optimizer.zero_grad();
+      auto logits = policy->forward(input);
+      torch::log_softmax(logits, -1).mean().backward();
+      optimizer.step();
+    };
+    step();  // warm-up
+    const int iterations = 10;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i) step();
+    const double elapsed = seconds_since(start);
+    const double tokens = static_cast<double>(batch * length * iterations);
+    const double achieved = 3.0 * forward_flops_per_token(model_config, length / 2.0) * tokens / elapsed / 1e9;
+    std::printf("train  batch %3lld x %lld tokens: %8.0f tokens/s, %6.2f GFLOP/s = %5.1f%% of the matmul limit\n",
+                static_cast<long long>(batch), static_cast<long long>(length), tokens / elapsed, achieved,
+                100.0 * achieved / limit_gflops);
+  }
+
+  for (const int64_t batch : {8, 64, 256}) {
+    sao::model::SamplingConfig sampling;
+    sampling.max_new_tokens = 32;  // no stop token: every row decodes the full budget
+    std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch), std::vector<int64_t>{257, 49, 50, 43, 51, 61});
+    sao::model::generate(policy, prompts, sampling, 1);  // warm-up
+    const auto start = std::chrono::steady_clock::now();
+    const auto outputs = sao::model::generate(policy, prompts, sampling, 2);
+    const double elapsed = seconds_since(start);
+    const double tokens = static_cast<double>(batch * sampling.max_new_tokens);
+    const double context = 6.0 + sampling.max_new_tokens / 2.0;
+    const double achieved = forward_flops_per_token(model_config, context) * tokens / elapsed / 1e9;
+    std::printf("decode batch %3lld, %lld new tokens: %8.0f tokens/s, %6.2f GFLOP/s = %5.1f%% of the matmul limit\n",
+                static_cast<long long>(batch), static_cast<long long>(sampling.max_new_tokens), tokens / elapsed,
+                achieved, 100.0 * achieved / limit_gflops);
+  }
+  return 0;
+}

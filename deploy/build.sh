@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Configures and builds sao in ./build (Release, Ninja, ccache when present).
+# Re-running only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="${SAO_BUILD_DIR:-build}"
+generator=()
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+  cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+fi
+cmake --build "$build_dir" -j "${SAO_BUILD_JOBS:-2}"

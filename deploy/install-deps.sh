@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package sao needs to build, test and run. Idempotent:
+# when everything is present it touches nothing (no network needed).
+# libopenblas0-pthread matters: with Debian's default reference BLAS,
+# LibTorch matmuls run 20-40x slower (check with `sao doctor`).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config
+  libtorch-dev libopenblas0-pthread
+  libcaf-dev nlohmann-json3-dev doctest-dev
+  python3
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# README command 1: install, build, and run the main job on the embedded
+# default config. Safe to re-run: installs and builds are incremental and the
+# run directory is replaced.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deploy/install-deps.sh
+deploy/build.sh
+./build/sao doctor
+rm -rf runs/default
+./build/sao sft --run-dir runs/default

@@ -1,0 +1,86 @@
+// Run-config loading: the embedded default parses, overrides apply, and bad
+// input names the key and the file.
+#include "runtime/error.hpp"
+#include "runtime/run_config.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+using sao::runtime::apply_override;
+using sao::runtime::default_config_document;
+using sao::runtime::parse_run_config;
+
+namespace {
+std::string error_of(const nlohmann::json& document) {
+  try {
+    parse_run_config(document, "test.json");
+  } catch (const sao::Error& error) {
+    return error.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("the embedded default config parses and matches config/default.json") {
+  const auto config = parse_run_config(default_config_document(), "embedded");
+  CHECK(config.model.vocab_size == 264);
+  CHECK(config.task.max_digits >= config.task.min_digits);
+  const auto file = sao::runtime::read_json_file(std::string(SAO_SOURCE_DIR) + "/config/default.json");
+  CHECK(file == default_config_document());
+}
+
+TEST_CASE("unknown keys are errors that name the key and the file") {
+  auto document = default_config_document();
+  document["sft"]["learing_rate"] = 0.1;
+  CHECK(error_of(document).find("test.json.sft: unknown key 'learing_rate'") == 0);
+  document = default_config_document();
+  document["model"]["hiden_size"] = 3;
+  CHECK(error_of(document).find("test.json: model: unknown key 'hiden_size'") == 0);
+  document = default_config_document();
+  document["optimiser"] = nlohmann::json::object();
+  CHECK(error_of(document).find("test.json: unknown key 'optimiser'") == 0);
+}
+
+TEST_CASE("wrong types and bad values name the key") {
+  auto document = default_config_document();
+  document["sft"]["steps"] = "many";
+  CHECK(error_of(document) == "test.json.sft.steps: expected an integer, got string \"many\"");
+  document = default_config_document();
+  document["sft"]["batch_size"] = 0;
+  CHECK(error_of(document) == "test.json.sft.batch_size: must be >= 1");
+  document = default_config_document();
+  document["model"]["num_key_value_heads"] = 3;
+  CHECK(error_of(document).find("num_key_value_heads (3)") != std::string::npos);
+  document = default_config_document();
+  document["task"]["max_digits"] = 12;
+  CHECK(error_of(document).find("task.max_digits") != std::string::npos);
+  document = default_config_document();
+  document["sft"] = 5;
+  CHECK(error_of(document) == "test.json.sft: expected an object, got number 5");
+}
+
+TEST_CASE("--set overrides parse JSON values, fall back to strings, and reject bad paths") {
+  auto document = default_config_document();
+  apply_override(document, "sft.steps=7");
+  apply_override(document, "run.name=exp1");
+  apply_override(document, "model.tie_word_embeddings=false");
+  const auto config = parse_run_config(document, "x");
+  CHECK(config.sft.steps == 7);
+  CHECK(config.run.name == "exp1");
+  CHECK_FALSE(config.model.tie_word_embeddings);
+  CHECK_THROWS_WITH(apply_override(document, "sft.steps"), doctest::Contains("expected key.path=value"));
+  CHECK_THROWS_WITH(apply_override(document, "sft..steps=1"), doctest::Contains("empty key segment"));
+  CHECK_THROWS_WITH(apply_override(document, "sft.steps.x=1"), doctest::Contains("'steps' is not a section"));
+}
+
+TEST_CASE("a config file that is not JSON names the file and the byte") {
+  const auto path = std::filesystem::temp_directory_path() / "sao_test_bad_config.json";
+  std::ofstream(path) << "{\"run\": {\"seed\": 1,}}";
+  CHECK_THROWS_WITH(sao::runtime::read_json_file(path.string()),
+                    doctest::Contains(("config " + path.string() + ": not valid JSON at byte").c_str()));
+  CHECK_THROWS_WITH(sao::runtime::read_json_file("/nonexistent/x.json"),
+                    "config /nonexistent/x.json: cannot open file");
+  std::filesystem::remove(path);
+}

@@ -1,0 +1,148 @@
+// SFT batches, the warm-start loss going down, and checkpoint directories
+// that round-trip and fail loudly on bad content.
+#include "model/checkpoint.hpp"
+#include "model/safetensors.hpp"
+#include "runtime/error.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
+#include "train/evaluation.hpp"
+#include "train/sft.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+
+namespace {
+sao::model::ModelConfig small_config() {
+  sao::model::ModelConfig config;
+  config.hidden_size = 32;
+  config.intermediate_size = 64;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  return config;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("sao_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  return dir;
+}
+}  // namespace
+
+TEST_CASE("SFT batches mask exactly the answer and EOS targets") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  const std::vector<sao::env::ArithmeticProblem> problems = {{12, '+', 34}, {3, '-', 10}};
+  const auto batch = sao::train::make_sft_batch(tokenizer, problems);
+  // Row 0: BOS "12+34=" "46" EOS = 10 tokens; row 1: BOS "3-10=" "-7" EOS = 9 tokens + PAD.
+  CHECK(batch.input_ids.sizes() == torch::IntArrayRef({2, 10}));
+  CHECK(batch.tokens == 19);
+  CHECK(batch.input_ids[1][9].item<int64_t>() == tokenizer.pad_id());
+  // Targets at positions 7, 8, 9 of row 0 ('4', '6', EOS) are predicted at 6, 7, 8.
+  const std::vector<bool> expected_row0 = {false, false, false, false, false, false, true, true, true};
+  const std::vector<bool> expected_row1 = {false, false, false, false, false, true, true, true, false};
+  for (int64_t t = 0; t < 9; ++t) {
+    CHECK(batch.target_mask[0][t].item<bool>() == expected_row0[static_cast<size_t>(t)]);
+    CHECK(batch.target_mask[1][t].item<bool>() == expected_row1[static_cast<size_t>(t)]);
+  }
+}
+
+TEST_CASE("the SFT learning rate warms up linearly and decays to 10%") {
+  sao::runtime::SftSection options;
+  options.learning_rate = 1.0;
+  options.warmup_steps = 10;
+  options.steps = 110;
+  CHECK(sao::train::sft_learning_rate(options, 0) == doctest::Approx(0.1));
+  CHECK(sao::train::sft_learning_rate(options, 9) == doctest::Approx(1.0));
+  CHECK(sao::train::sft_learning_rate(options, 60) == doctest::Approx(0.55));
+  CHECK(sao::train::sft_learning_rate(options, 110) == doctest::Approx(0.1));
+}
+
+TEST_CASE("SFT lowers the answer loss of a small model") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  sao::env::ArithmeticConfig task_config;
+  task_config.max_digits = 1;
+  task_config.test_size = 10;
+  const sao::env::ArithmeticTask task(task_config);
+  sao::model::CausalLM policy(small_config());
+  sao::model::init_weights(*policy, 1);
+  sao::runtime::SftSection options;
+  options.steps = 60;
+  options.batch_size = 32;
+  options.log_every = 1000;
+  const auto batch = sao::train::make_sft_batch(tokenizer, {task.test_set().begin(), task.test_set().end()});
+  double before = 0;
+  {
+    torch::NoGradGuard no_grad;
+    before = sao::train::sft_loss(policy->forward(batch.input_ids), batch).item<double>();
+  }
+  sao::train::run_sft(policy, task, tokenizer, options, 3, nullptr);
+  torch::NoGradGuard no_grad;
+  const double after = sao::train::sft_loss(policy->forward(batch.input_ids), batch).item<double>();
+  MESSAGE("held-out answer loss " << before << " -> " << after);
+  CHECK(before > 5.0);  // ~log(264) for an untrained model
+  CHECK(after < 0.5 * before);
+}
+
+TEST_CASE("policy checkpoints round-trip bit-exactly and keep their info") {
+  const auto dir = fresh_dir("ckpt");
+  sao::model::CausalLM policy(small_config());
+  sao::model::init_weights(*policy, 5);
+  sao::model::save_policy_checkpoint(dir.string(), policy, {{"step", 12}});
+  nlohmann::json info;
+  auto loaded = sao::model::load_policy_checkpoint(dir.string(), &info);
+  CHECK(info["step"] == 12);
+  CHECK(info["tokenizer"] == "byte");
+  auto loaded_params = loaded->named_parameters(true);
+  for (const auto& item : policy->named_parameters(true)) CHECK(torch::equal(item.value(), loaded_params[item.key()]));
+  // Saving again replaces the directory and leaves no staging directories behind.
+  sao::model::save_policy_checkpoint(dir.string(), policy, {{"step", 13}});
+  int entries = 0;
+  for (const auto& entry : fs::directory_iterator(dir.parent_path())) {
+    entries += entry.path().filename().string().rfind(dir.filename().string(), 0) == 0 ? 1 : 0;
+  }
+  CHECK(entries == 1);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("bad checkpoints name the file and the problem, and a failed save keeps the last good one") {
+  const auto dir = fresh_dir("badckpt");
+  sao::model::CausalLM policy(small_config());
+  sao::model::save_policy_checkpoint(dir.string(), policy, {{"step", 1}});
+  CHECK_THROWS_WITH(sao::model::load_policy_checkpoint((dir / "missing").string()),
+                    doctest::Contains("no such directory"));
+  // A model.safetensors written for a different shape.
+  auto other = small_config();
+  other.intermediate_size = 48;
+  sao::model::CausalLM wrong(other);
+  sao::model::save_safetensors((dir / "model.safetensors").string(), sao::model::named_tensors_of(*wrong));
+  CHECK_THROWS_WITH(sao::model::load_policy_checkpoint(dir.string()),
+                    doctest::Contains("model.layers.0.mlp.gate_proj.weight"));
+  // config.json that is not JSON.
+  std::ofstream(dir / "config.json") << "{oops";
+  CHECK_THROWS_WITH(sao::model::load_policy_checkpoint(dir.string()),
+                    doctest::Contains(((dir / "config.json").string() + ": not valid JSON").c_str()));
+  // A save that throws midway leaves the previous directory untouched.
+  sao::model::write_directory_atomically(dir.string() + "_atomic", [](const std::string& staging) {
+    std::ofstream(fs::path(staging) / "marker") << "good";
+  });
+  CHECK_THROWS(sao::model::write_directory_atomically(dir.string() + "_atomic", [](const std::string& staging) {
+    std::ofstream(fs::path(staging) / "marker") << "bad";
+    throw sao::Error("disk full");
+  }));
+  std::ifstream marker(dir.string() + "_atomic/marker");
+  std::string content;
+  marker >> content;
+  CHECK(content == "good");
+  fs::remove_all(dir);
+  fs::remove_all(dir.string() + "_atomic");
+}
+
+TEST_CASE("answer text stops at EOS and drops specials") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  CHECK(sao::train::answer_text(tokenizer, {'4', '6', tokenizer.eos_id(), '9'}) == "46");
+  CHECK(sao::train::answer_text(tokenizer, {'-', '7'}) == "-7");
+  CHECK(sao::train::answer_text(tokenizer, {tokenizer.bos_id(), '1'}) == "1");
+}
