@@ -12,5 +12,6 @@ using Args = std::vector<std::string>;
 int run_doctor(const Args& args);
 int run_sft(const Args& args);
 int run_eval(const Args& args);
+int run_train(const Args& args);
 
 }  // namespace sao::cli

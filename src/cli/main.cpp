@@ -19,6 +19,8 @@ struct Command {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
+      {"train", "reinforcement learning with the actor runtime (SAO by default); warm-starts from SFT",
+       sao::cli::run_train},
       {"sft", "supervised warm start: train the policy from scratch, save it, report held-out accuracy",
        sao::cli::run_sft},
       {"eval", "held-out pass@1 of a checkpoint (also printed as one JSON line)", sao::cli::run_eval},

@@ -429,4 +429,13 @@ NamedTensors named_tensors_of(const torch::nn::Module& module) {
   return result;
 }
 
+std::string safetensors_dtype_name(torch::ScalarType type) { return dtype_name(type); }
+
+std::optional<torch::ScalarType> scalar_type_from_safetensors_name(const std::string& name) {
+  for (const auto& d : kDtypes) {
+    if (name == d.name) return d.type;
+  }
+  return std::nullopt;
+}
+
 }  // namespace sao::model

@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,5 +52,9 @@ LoadReport load_into_module(torch::nn::Module& module, const std::string& path, 
 
 // Parameters first, then buffers, each in registration order.
 NamedTensors named_tensors_of(const torch::nn::Module& module);
+
+// Safetensors dtype names ("F32", "BF16", ...) for torch scalar types, and back.
+std::string safetensors_dtype_name(torch::ScalarType type);
+std::optional<torch::ScalarType> scalar_type_from_safetensors_name(const std::string& name);
 
 }  // namespace sao::model

@@ -1,10 +1,12 @@
 // Strict loading of run configs; see run_config.hpp.
 #include "runtime/run_config.hpp"
 
+#include "env/arithmetic_env.hpp"
 #include "runtime/error.hpp"
 #include "runtime/json_reader.hpp"
 #include "sao/build_info.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -66,23 +68,6 @@ void read_threads(JsonReader reader, ThreadsSection& threads) {
   if (threads.torch_intra_op < 1) throw Error(reader.where() + ".torch_intra_op: must be >= 1");
 }
 
-void read_task(JsonReader reader, env::ArithmeticConfig& task) {
-  std::string name = "arithmetic";
-  reader.read("name", name);
-  if (name != "arithmetic") throw Error(reader.where() + ".name: unknown task '" + name + "' (known: arithmetic)");
-  reader.read("min_digits", task.min_digits);
-  reader.read("max_digits", task.max_digits);
-  reader.read("operators", task.operators);
-  reader.read("test_fraction", task.test_fraction);
-  reader.read("test_size", task.test_size);
-  reader.reject_unknown_keys();
-  try {
-    task.validate();
-  } catch (const Error& error) {
-    throw Error(reader.where() + ": " + error.what());
-  }
-}
-
 void read_sft(JsonReader reader, SftSection& sft) {
   reader.read("steps", sft.steps);
   reader.read("batch_size", sft.batch_size);
@@ -112,6 +97,84 @@ void read_eval(JsonReader reader, EvalSection& eval) {
   if (eval.batch_size < 1) throw Error(reader.where() + ".batch_size: must be >= 1");
 }
 
+void read_rollout(JsonReader reader, RolloutSection& rollout) {
+  reader.read("num_actors", rollout.num_actors);
+  reader.read("env_actors", rollout.env_actors);
+  reader.read("episodes_per_actor", rollout.episodes_per_actor);
+  reader.read("max_new_tokens", rollout.max_new_tokens);
+  reader.read("max_turns", rollout.max_turns);
+  reader.read("temperature", rollout.temperature);
+  reader.read("top_k", rollout.top_k);
+  reader.read("top_p", rollout.top_p);
+  reader.read("weight_switch", rollout.weight_switch);
+  reader.read("env_timeout_ms", rollout.env_timeout_ms);
+  reader.reject_unknown_keys();
+  const auto& where = reader.where();
+  if (rollout.num_actors < 1) throw Error(where + ".num_actors: must be >= 1");
+  if (rollout.env_actors < 1) throw Error(where + ".env_actors: must be >= 1");
+  if (rollout.episodes_per_actor < 1) throw Error(where + ".episodes_per_actor: must be >= 1");
+  if (rollout.max_turns < 1) throw Error(where + ".max_turns: must be >= 1");
+  if (rollout.env_timeout_ms < 1) throw Error(where + ".env_timeout_ms: must be >= 1");
+  if (rollout.weight_switch != "in_flight" && rollout.weight_switch != "turn_boundary") {
+    throw Error(where + ".weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" +
+                rollout.weight_switch + "\"");
+  }
+  model::SamplingConfig sampling;
+  sampling.temperature = rollout.temperature;
+  sampling.top_k = rollout.top_k;
+  sampling.top_p = rollout.top_p;
+  sampling.max_new_tokens = rollout.max_new_tokens;
+  sampling.validate(where);
+}
+
+void read_train(JsonReader reader, TrainSection& train) {
+  reader.read("mode", train.mode);
+  reader.read("steps", train.steps);
+  reader.read("eval_every", train.eval_every);
+  reader.read("checkpoint_every", train.checkpoint_every);
+  reader.read("init_checkpoint", train.init_checkpoint);
+  reader.read("scheduler_threads", train.scheduler_threads);
+  reader.reject_unknown_keys();
+  const auto& where = reader.where();
+  if (train.mode != "async" && train.mode != "sync") {
+    throw Error(where + ".mode: expected \"async\" or \"sync\", got \"" + train.mode + "\"");
+  }
+  if (train.steps < 0) throw Error(where + ".steps: must be >= 0");
+  if (train.eval_every < 0) throw Error(where + ".eval_every: must be >= 0");
+  if (train.checkpoint_every < 0) throw Error(where + ".checkpoint_every: must be >= 0");
+  if (train.scheduler_threads < 1) throw Error(where + ".scheduler_threads: must be >= 1");
+}
+
+void read_replay(JsonReader reader, replay::ReplayConfig& replay) {
+  reader.read("min_batch", replay.min_batch);
+  reader.read("max_batch", replay.max_batch);
+  reader.read("max_staleness", replay.max_staleness);
+  reader.read("capacity", replay.capacity);
+  reader.reject_unknown_keys();
+}
+
+// Settings that follow from others: GRPO groups flow through rollout and
+// replay as units, and a synchronous run hands the learner exactly one
+// generation round (every rollout actor's batch) of a single version.
+void derive_dependent_settings(RunConfig& config) {
+  const bool grouped = config.learner.baseline == algo::BaselineKind::kGroup;
+  config.replay.group_size = grouped ? config.learner.group_size : 1;
+  if (grouped && config.rollout.episodes_per_actor % config.learner.group_size != 0) {
+    throw Error(config.source + ": rollout.episodes_per_actor (" + std::to_string(config.rollout.episodes_per_actor) +
+                ") must be a multiple of learner.group_size (" + std::to_string(config.learner.group_size) + ")");
+  }
+  if (config.train.mode == "sync") {
+    config.replay.synchronous = true;
+    config.replay.min_batch = config.replay.max_batch =
+        config.rollout.num_actors * config.rollout.episodes_per_actor;
+    config.replay.max_staleness = 0;
+    config.replay.capacity = std::max(config.replay.capacity, config.replay.max_batch);
+  }
+  config.replay.validate(config.source + ".replay");
+  config.learner.max_staleness = -1;  // admission is replay's job
+  config.learner.validate(config.source + ".learner");
+}
+
 }  // namespace
 
 RunConfig parse_run_config(const nlohmann::json& document, const std::string& source) {
@@ -124,10 +187,17 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   root.section("model");  // marks the key as known and checks it is an object
   config.model = model::model_config_from_json(document.value("model", nlohmann::json::object()),
                                                source + ": model", /*allow_unknown_keys=*/false);
-  read_task(root.section("task"), config.task);
+  root.section("task");  // marks the key as known and checks it is an object
+  config.task = env::arithmetic_config_from_json(document.value("task", nlohmann::json::object()), source + ".task");
   read_sft(root.section("sft"), config.sft);
   read_eval(root.section("eval"), config.eval);
+  read_rollout(root.section("rollout"), config.rollout);
+  read_train(root.section("train"), config.train);
+  read_replay(root.section("replay"), config.replay);
+  auto learner_reader = root.section("learner");
+  config.learner = algo::LearnerConfig::from_json(learner_reader);
   root.reject_unknown_keys();
+  derive_dependent_settings(config);
   return config;
 }
 

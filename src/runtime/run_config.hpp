@@ -5,9 +5,11 @@
 // exactly what it ran with.
 #pragma once
 
+#include "algo/learner_config.hpp"
 #include "env/arithmetic.hpp"
 #include "model/generation.hpp"
 #include "model/model_config.hpp"
+#include "replay/replay_buffer.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +44,30 @@ struct EvalSection {
   int64_t batch_size = 200;
 };
 
+// How rollout actors sample and talk to environments.
+struct RolloutSection {
+  int64_t num_actors = 1;           // rollout actors (each owns a policy replica)
+  int64_t env_actors = 1;           // env actors; rollout i uses env i % env_actors
+  int64_t episodes_per_actor = 16;  // episodes decoded together in one batch
+  int64_t max_new_tokens = 8;       // per turn
+  int64_t max_turns = 1;            // an episode reaching it is truncated
+  double temperature = 1.0;         // anything but 1/0/1 makes the recorded log-probs a different distribution
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  std::string weight_switch = "in_flight";  // "in_flight" (between decode steps) | "turn_boundary"
+  int64_t env_timeout_ms = 5000;    // a reset/step slower than this loses the episode
+  bool temperature_is_policy() const { return temperature == 1.0 && top_k == 0 && top_p >= 1.0; }
+};
+
+struct TrainSection {
+  std::string mode = "async";       // "async" (SAO, GRPO-async) | "sync" (batch barrier)
+  int64_t steps = 200;              // learner steps in the run
+  int64_t eval_every = 25;          // held-out evaluation every N learner steps (0: start and end only)
+  int64_t checkpoint_every = 100;   // 0: only the final checkpoint
+  std::string init_checkpoint;      // policy to start from; empty: RUN_DIR/sft, trained first if missing
+  int64_t scheduler_threads = 2;    // CAF worker threads for the light actors
+};
+
 struct RunConfig {
   std::string source;  // where it came from, for error messages
   RunSection run;
@@ -50,6 +76,10 @@ struct RunConfig {
   env::ArithmeticConfig task;
   SftSection sft;
   EvalSection eval;
+  RolloutSection rollout;
+  TrainSection train;
+  replay::ReplayConfig replay;
+  algo::LearnerConfig learner;
   nlohmann::json document;  // the resolved JSON, as written to the run directory
 };
 

@@ -1,0 +1,221 @@
+// Coordinator behaviour; see coordinator.hpp.
+#include "actors/coordinator.hpp"
+
+#include "actors/env_actor.hpp"
+#include "actors/learner_actor.hpp"
+#include "actors/metrics_actor.hpp"
+#include "actors/replay_actor.hpp"
+#include "actors/rollout_actor.hpp"
+#include "actors/weight_sync_actor.hpp"
+
+#include <chrono>
+
+namespace sao::actors {
+
+struct CoordinatorState {
+  CoordinatorConfig config;
+  caf::actor metrics, weight_sync, learner, replay;
+  std::vector<caf::actor> envs;
+  std::vector<std::chrono::steady_clock::time_point> env_started;
+  std::vector<caf::actor> rollouts;
+  std::vector<RolloutActorConfig> rollout_configs;
+  bool stopping = false;
+  int64_t steps = 0;
+  int64_t policy_version = 0;
+  int64_t episodes_lost = 0;
+  int64_t env_restarts = 0;
+  int64_t rollout_restarts = 0;
+  static inline const char* name = "coordinator";
+};
+
+namespace {
+using Self = caf::stateful_actor<CoordinatorState>*;
+
+EnvActorConfig env_config(const runtime::RunConfig& run, size_t index) {
+  return {"env-" + std::to_string(index), "arithmetic", run.document.value("task", nlohmann::json::object())};
+}
+
+caf::actor spawn_env(Self self, size_t index) {
+  auto env = spawn_env_actor(self->system(), env_config(self->state.config.run, index));
+  self->monitor(env);
+  return env;
+}
+
+caf::actor spawn_rollout(Self self, size_t index) {
+  auto& config = self->state.rollout_configs[index];
+  config.env = self->state.envs[index % self->state.envs.size()];
+  auto rollout = spawn_rollout_actor(self->system(), config);
+  self->monitor(rollout);
+  return rollout;
+}
+
+void restart_env(Self self, size_t index, const std::string& why) {
+  auto& state = self->state;
+  const auto timeout = std::chrono::milliseconds(state.config.run.rollout.env_timeout_ms);
+  // Many episodes of one batch time out together: restart once per incident.
+  if (std::chrono::steady_clock::now() - state.env_started[index] < timeout) return;
+  std::fprintf(stderr, "coordinator: restarting env-%zu (%s)\n", index, why.c_str());
+  self->demonitor(state.envs[index]);
+  self->send_exit(state.envs[index], caf::exit_reason::kill);
+  state.envs[index] = spawn_env(self, index);
+  state.env_started[index] = std::chrono::steady_clock::now();
+  ++state.env_restarts;
+  self->send(state.metrics, atoms::register_atom_v, std::string("env_restart"));
+  for (size_t r = 0; r < state.rollouts.size(); ++r) {
+    if (r % state.envs.size() == index) self->send(state.rollouts[r], atoms::register_atom_v, state.envs[index]);
+  }
+}
+
+void start(Self self) {
+  auto& state = self->state;
+  const auto& run = state.config.run;
+  state.metrics = spawn_metrics_actor(self->system(), MetricsActorConfig{run.run.dir, run.train.steps});
+  state.weight_sync = spawn_weight_sync_actor(self->system());
+  state.learner =
+      spawn_learner_actor(self->system(), LearnerActorConfig{run, state.config.policy, state.config.resume_from});
+  state.config.policy = model::CausalLM{nullptr};  // the learner owns the weights now
+  self->monitor(state.learner);
+  state.replay = spawn_replay_actor(self->system(), run.replay, state.learner);
+  for (int64_t i = 0; i < run.rollout.env_actors; ++i) {
+    state.envs.push_back(spawn_env(self, static_cast<size_t>(i)));
+    state.env_started.push_back(std::chrono::steady_clock::time_point{});
+  }
+  for (int64_t i = 0; i < run.rollout.num_actors; ++i) {
+    RolloutActorConfig config;
+    config.name = "rollout-" + std::to_string(i);
+    config.index = i;
+    config.model = run.model;
+    config.rollout = run.rollout;
+    config.group_size = run.replay.group_size;
+    config.synchronous = run.replay.synchronous;
+    config.seed = static_cast<uint64_t>(run.run.seed);
+    config.replay = state.replay;
+    config.weight_sync = state.weight_sync;
+    config.coordinator = self;
+    state.rollout_configs.push_back(config);
+    state.rollouts.push_back(spawn_rollout(self, static_cast<size_t>(i)));
+  }
+  self->send(state.learner, atoms::start_atom_v, state.replay, state.weight_sync, state.metrics, caf::actor{self});
+}
+
+void shutdown_children(Self self) {
+  auto& state = self->state;
+  std::vector<caf::actor> children = {state.metrics, state.weight_sync, state.learner, state.replay};
+  children.insert(children.end(), state.envs.begin(), state.envs.end());
+  children.insert(children.end(), state.rollouts.begin(), state.rollouts.end());
+  for (auto& child : children) {
+    if (!child) continue;
+    self->demonitor(child);
+    self->send_exit(child, caf::exit_reason::user_shutdown);
+  }
+}
+
+void finish(Self self, const std::string& reason) {
+  auto& state = self->state;
+  if (state.stopping) return;
+  state.stopping = true;
+  for (auto& rollout : state.rollouts) self->send(rollout, atoms::pause_atom_v);
+  self->request(state.learner, caf::infinite, atoms::stop_atom_v)
+      .then(
+          [self, reason](const msg::EvalReport&) {
+            self->request(self->state.metrics, std::chrono::seconds(30), atoms::stop_atom_v)
+                .then(
+                    [self, reason](const std::string& summary) {
+                      shutdown_children(self);
+                      self->send(self->state.config.reply_to,
+                                 msg::RunFinished{self->state.steps, self->state.policy_version, reason + "\n" + summary});
+                      self->quit();
+                    },
+                    [self, reason](const caf::error&) {
+                      shutdown_children(self);
+                      self->send(self->state.config.reply_to,
+                                 msg::RunFinished{self->state.steps, self->state.policy_version, reason});
+                      self->quit();
+                    });
+          },
+          [self, reason](const caf::error& error) {
+            shutdown_children(self);
+            self->send(self->state.config.reply_to,
+                       msg::RunFinished{self->state.steps, self->state.policy_version,
+                                        reason + " (final checkpoint failed: " + self->system().render(error) + ")"});
+            self->quit();
+          });
+}
+
+void on_down(Self self, const caf::down_msg& down) {
+  auto& state = self->state;
+  if (state.stopping) return;
+  const std::string why = self->system().render(down.reason);
+  for (size_t i = 0; i < state.envs.size(); ++i) {
+    if (state.envs[i].address() != down.source) continue;
+    state.env_started[i] = std::chrono::steady_clock::time_point{};  // a crash always restarts
+    restart_env(self, i, "exited: " + why);
+    return;
+  }
+  for (size_t i = 0; i < state.rollouts.size(); ++i) {
+    if (state.rollouts[i].address() != down.source) continue;
+    std::fprintf(stderr, "coordinator: restarting rollout-%zu (exited: %s)\n", i, why.c_str());
+    state.rollouts[i] = spawn_rollout(self, i);
+    ++state.rollout_restarts;
+    self->send(state.metrics, atoms::register_atom_v, std::string("rollout_restart"));
+    return;
+  }
+  if (state.learner.address() == down.source) {
+    std::fprintf(stderr, "coordinator: the learner exited (%s); ending the run\n", why.c_str());
+    state.stopping = true;
+    shutdown_children(self);
+    self->send(state.config.reply_to, msg::RunFinished{state.steps, state.policy_version, "learner failed: " + why});
+    self->quit();
+  }
+}
+}  // namespace
+
+caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, CoordinatorConfig config) {
+  self->state.config = std::move(config);
+  self->set_down_handler([self](const caf::down_msg& down) { on_down(self, down); });
+  start(self);
+  if (self->state.config.run.train.steps == 0) finish(self, "budget");
+  return {
+      [self](const msg::StepReport& report) {
+        self->state.steps = report.step;
+        self->state.policy_version = report.policy_version;
+        if (report.step >= self->state.config.run.train.steps) finish(self, "budget");
+      },
+      [self](const msg::EpisodeLost& lost) {
+        auto& state = self->state;
+        ++state.episodes_lost;
+        self->send(state.metrics, lost);
+        if (lost.reason.find("timeout") == std::string::npos) return;
+        for (size_t i = 0; i < state.rollout_configs.size(); ++i) {
+          if (state.rollout_configs[i].name == lost.rollout) restart_env(self, i % state.envs.size(), lost.reason);
+        }
+      },
+      [self](atoms::stop_atom) { finish(self, "stopped on request"); },
+      [self](atoms::pause_atom) {
+        for (auto& rollout : self->state.rollouts) self->send(rollout, atoms::pause_atom_v);
+      },
+      [self](atoms::resume_atom) {
+        for (auto& rollout : self->state.rollouts) self->send(rollout, atoms::resume_atom_v);
+      },
+      [self](atoms::status_atom) {
+        const auto& state = self->state;
+        return msg::ActorStatus{"coordinator",
+                                "coordinator",
+                                state.stopping ? "stopping" : "running",
+                                {{"steps", static_cast<double>(state.steps)},
+                                 {"policy_version", static_cast<double>(state.policy_version)},
+                                 {"episodes_lost", static_cast<double>(state.episodes_lost)},
+                                 {"env_restarts", static_cast<double>(state.env_restarts)},
+                                 {"rollout_restarts", static_cast<double>(state.rollout_restarts)},
+                                 {"rollouts", static_cast<double>(state.rollouts.size())},
+                                 {"envs", static_cast<double>(state.envs.size())}}};
+      },
+      [self](atoms::versions_atom) {
+        return self->delegate(self->state.weight_sync, atoms::versions_atom_v);
+      },
+  };
+}
+
+caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) { return system.spawn(coordinator_actor, std::move(config)); }
+
+}  // namespace sao::actors

@@ -1,0 +1,25 @@
+// Coordinator: spawns every actor of a run from the config, wires them,
+// monitors env and rollout actors and restarts the ones that fail, ends the
+// run at its step budget (or on request) with a final evaluation and
+// checkpoint, and shuts every actor down before reporting RunFinished.
+#pragma once
+
+#include "actors/messages.hpp"
+#include "model/transformer.hpp"
+#include "runtime/run_config.hpp"
+
+#include <string>
+
+namespace sao::actors {
+
+struct CoordinatorConfig {
+  runtime::RunConfig run;
+  model::CausalLM policy{nullptr};
+  std::string resume_from;
+  caf::actor reply_to;  // receives msg::RunFinished
+};
+
+// Spawns the actor (state and behaviour are private to the .cpp).
+caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config);
+
+}  // namespace sao::actors

@@ -1,0 +1,86 @@
+// Env actor behaviour; see env_actor.hpp.
+#include "actors/env_actor.hpp"
+
+#include "env/environment.hpp"
+
+#include <map>
+#include <memory>
+
+namespace sao::actors {
+
+struct EnvActorState {
+  EnvActorConfig config;
+  std::map<int64_t, std::unique_ptr<env::Environment>> episodes;
+  int64_t handled = 0;
+  int64_t errors = 0;
+  std::string last_error;
+  static inline const char* name = "env";
+};
+
+namespace {
+msg::EnvReply to_reply(int64_t episode_id, const env::EnvStep& step) {
+  msg::EnvReply reply;
+  reply.episode_id = episode_id;
+  reply.observation = step.observation;
+  reply.reward = step.reward;
+  reply.terminated = step.terminated;
+  reply.truncated = step.truncated;
+  reply.info_json = step.info.dump();
+  return reply;
+}
+
+caf::error env_error(EnvActorState& state, const std::string& what) {
+  ++state.errors;
+  state.last_error = what;
+  return caf::make_error(caf::sec::runtime_error, state.config.name + ": " + what);
+}
+}  // namespace
+
+caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig config) {
+  self->state.config = std::move(config);
+  return {
+      [self](const msg::EnvReset& request) -> caf::result<msg::EnvReply> {
+        auto& state = self->state;
+        ++state.handled;
+        try {
+          auto environment = env::make_environment(state.config.environment, state.config.env_config,
+                                                   state.config.name);
+          auto step = environment->reset(request.seed);
+          state.episodes[request.episode_id] = std::move(environment);
+          return to_reply(request.episode_id, step);
+        } catch (const std::exception& error) {
+          state.episodes.erase(request.episode_id);
+          return env_error(state, std::string("reset failed: ") + error.what());
+        }
+      },
+      [self](const msg::EnvAction& request) -> caf::result<msg::EnvReply> {
+        auto& state = self->state;
+        ++state.handled;
+        auto it = state.episodes.find(request.episode_id);
+        if (it == state.episodes.end()) {
+          return env_error(state, "step for unknown episode " + std::to_string(request.episode_id));
+        }
+        try {
+          auto step = it->second->step(request.action);
+          if (step.terminated || step.truncated) state.episodes.erase(it);
+          return to_reply(request.episode_id, step);
+        } catch (const std::exception& error) {
+          state.episodes.erase(request.episode_id);
+          return env_error(state, std::string("step failed: ") + error.what());
+        }
+      },
+      [self](atoms::status_atom) {
+        const auto& state = self->state;
+        return msg::ActorStatus{state.config.name,
+                                "env",
+                                state.episodes.empty() ? "idle" : "serving",
+                                {{"open_episodes", static_cast<double>(state.episodes.size())},
+                                 {"handled", static_cast<double>(state.handled)},
+                                 {"errors", static_cast<double>(state.errors)}}};
+      },
+  };
+}
+
+caf::actor spawn_env_actor(caf::actor_system& system, EnvActorConfig config) { return system.spawn<caf::detached>(env_actor, std::move(config)); }
+
+}  // namespace sao::actors

@@ -1,0 +1,193 @@
+// Learner actor behaviour; see learner_actor.hpp.
+#include "actors/learner_actor.hpp"
+
+#include "algo/learner.hpp"
+#include "env/arithmetic.hpp"
+#include "model/checkpoint.hpp"
+#include "model/tensor_blob.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
+#include "train/evaluation.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+namespace sao::actors {
+
+std::string checkpoint_dir(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / "checkpoint").string();
+}
+
+struct LearnerActorState {
+  LearnerActorConfig config;
+  std::unique_ptr<algo::Learner> learner;
+  std::unique_ptr<env::ArithmeticTask> task;
+  tokenizer::ByteTokenizer tokenizer;
+  caf::actor replay, weight_sync, metrics, coordinator;
+  std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point previous_step_start = std::chrono::steady_clock::now();
+  std::string state = "starting";
+  double last_step_seconds = 0.0;
+  std::map<std::string, double> last_metrics;
+  std::string last_error;
+  static inline const char* name = "learner";
+};
+
+namespace {
+using Self = caf::stateful_actor<LearnerActorState>*;
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+msg::PolicyWeights current_weights(LearnerActorState& state) {
+  return {state.learner->policy_version(), model::module_to_blobs(*state.learner->policy())};
+}
+
+msg::EvalReport evaluate(Self self) {
+  auto& state = self->state;
+  state.state = "evaluating";
+  const auto result = train::evaluate_arithmetic(state.learner->policy(), state.tokenizer, state.task->test_set(),
+                                                 state.config.run.eval,
+                                                 static_cast<uint64_t>(state.config.run.run.seed));
+  msg::EvalReport report{state.learner->steps(), state.learner->policy_version(), result.accuracy, result.total,
+                         "test"};
+  self->send(state.metrics, report);
+  return report;
+}
+
+std::string save_checkpoint(Self self) {
+  auto& state = self->state;
+  state.state = "checkpointing";
+  const auto dir = checkpoint_dir(state.config.run.run.dir);
+  model::write_directory_atomically(dir, [&](const std::string& staging) {
+    state.learner->save((std::filesystem::path(staging) / "learner").string());
+    model::save_policy_checkpoint((std::filesystem::path(staging) / "policy").string(), state.learner->policy(),
+                                  {{"tokenizer", "byte"},
+                                   {"stage", "rl"},
+                                   {"step", state.learner->steps()},
+                                   {"policy_version", state.learner->policy_version()},
+                                   {"run_config", state.config.run.document}});
+  });
+  return dir;
+}
+
+// Latency from each trajectory's completion to this step's start, in ms.
+std::vector<double> completion_latencies_ms(const msg::TrainBatch& batch, std::chrono::steady_clock::time_point start) {
+  const int64_t start_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+  std::vector<double> latencies;
+  for (const auto& item : batch.items) latencies.push_back(static_cast<double>(start_ns - item.finished_at_ns) / 1e6);
+  return latencies;
+}
+
+void run_step(Self self, msg::TrainBatch& batch) {
+  auto& state = self->state;
+  const auto start = std::chrono::steady_clock::now();
+  const double idle_ms = seconds_between(state.idle_since, start) * 1e3;
+  const double since_previous = seconds_between(state.previous_step_start, start);
+  state.previous_step_start = start;
+  state.state = "training";
+  std::vector<algo::Trajectory> trajectories;
+  trajectories.reserve(batch.items.size());
+  for (auto& item : batch.items) trajectories.push_back(std::move(item.trajectory));
+  const auto latencies = completion_latencies_ms(batch, start);
+  algo::StepResult result;
+  try {
+    result = state.learner->step(trajectories);
+  } catch (const std::exception& error) {
+    // A malformed batch must not kill the run: count it and go on.
+    state.last_error = error.what();
+    result.metrics["batch_rejected"] = 1.0;
+  }
+  state.last_step_seconds = seconds_between(start, std::chrono::steady_clock::now());
+  auto& metrics = result.metrics;
+  metrics["step"] = static_cast<double>(state.learner->steps());
+  metrics["policy_version"] = static_cast<double>(state.learner->policy_version());
+  metrics["wall_time_s"] = seconds_between(state.run_start, std::chrono::steady_clock::now());
+  metrics["trajectories"] = static_cast<double>(trajectories.size());
+  metrics["dropped_stale"] = static_cast<double>(batch.dropped_stale);
+  metrics["learner_idle_ms"] = idle_ms;
+  metrics["learner_step_ms"] = state.last_step_seconds * 1e3;
+  metrics["queued_after"] = static_cast<double>(batch.queued_after);
+  double latency_sum = 0.0;
+  double latency_max = 0.0;
+  for (double latency : latencies) {
+    latency_sum += latency;
+    latency_max = std::max(latency_max, latency);
+  }
+  metrics["rollout_to_learner_ms"] = latencies.empty() ? 0.0 : latency_sum / static_cast<double>(latencies.size());
+  metrics["rollout_to_learner_ms_max"] = latency_max;
+  if (metrics.count("tokens_per_second")) metrics["learner_tokens_per_s"] = metrics["tokens_per_second"];
+  metrics["tokens_per_s"] = since_previous > 0 ? metrics["tokens"] / since_previous : 0.0;
+  if (result.policy_updated) self->send(state.weight_sync, current_weights(state));
+  state.last_metrics = metrics;
+  msg::StepReport report{state.learner->steps(), state.learner->policy_version(), metrics, latencies};
+  self->send(state.coordinator, msg::StepReport{report.step, report.policy_version, {}, {}});
+  self->send(state.metrics, std::move(report));
+  const auto& train = state.config.run.train;
+  const int64_t step = state.learner->steps();
+  if (train.eval_every > 0 && step % train.eval_every == 0 && step < train.steps) evaluate(self);
+  if (train.checkpoint_every > 0 && step % train.checkpoint_every == 0 && step < train.steps) save_checkpoint(self);
+  state.state = "idle";
+  state.idle_since = std::chrono::steady_clock::now();
+  // At the budget the coordinator takes over (final eval + checkpoint); no more batches.
+  if (step < train.steps) self->send(state.replay, atoms::learner_idle_atom_v, state.learner->policy_version());
+}
+}  // namespace
+
+caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, LearnerActorConfig config) {
+  auto& state = self->state;
+  state.config = std::move(config);
+  const auto& run = state.config.run;
+  model::ValueModel critic{nullptr};
+  if (run.learner.uses_critic()) {
+    critic = model::ValueModel(state.config.policy->config());
+    model::init_value_from_policy(critic, state.config.policy);
+  }
+  state.learner = std::make_unique<algo::Learner>(run.learner, state.config.policy, critic);
+  if (!state.config.resume_from.empty()) state.learner->load(state.config.resume_from);
+  state.task = std::make_unique<env::ArithmeticTask>(run.task);
+  return {
+      [self](atoms::start_atom, const caf::actor& replay, const caf::actor& weight_sync, const caf::actor& metrics,
+             const caf::actor& coordinator) {
+        auto& st = self->state;
+        st.coordinator = coordinator;
+        st.replay = replay;
+        st.weight_sync = weight_sync;
+        st.metrics = metrics;
+        evaluate(self);  // the "before" number of the run
+        self->send(st.weight_sync, current_weights(st));
+        st.state = "idle";
+        st.idle_since = std::chrono::steady_clock::now();
+        st.previous_step_start = st.idle_since;
+        self->send(st.replay, atoms::learner_idle_atom_v, st.learner->policy_version());
+      },
+      [self](msg::TrainBatch& batch) { run_step(self, batch); },
+      [self](atoms::checkpoint_atom) { return save_checkpoint(self); },
+      [self](atoms::stop_atom) {
+        auto report = evaluate(self);
+        save_checkpoint(self);
+        self->state.state = "stopped";
+        return report;
+      },
+      [self](atoms::status_atom) {
+        const auto& st = self->state;
+        msg::ActorStatus status{"learner", "learner", st.state, {}};
+        status.numbers["step"] = static_cast<double>(st.learner->steps());
+        status.numbers["policy_version"] = static_cast<double>(st.learner->policy_version());
+        status.numbers["last_step_ms"] = st.last_step_seconds * 1e3;
+        for (const char* key : {"policy_loss", "value_loss", "reward_mean", "entropy", "grad_norm"}) {
+          auto it = st.last_metrics.find(key);
+          if (it != st.last_metrics.end()) status.numbers[key] = it->second;
+        }
+        return status;
+      },
+  };
+}
+
+caf::actor spawn_learner_actor(caf::actor_system& system, LearnerActorConfig config) { return system.spawn<caf::detached>(learner_actor, std::move(config)); }
+
+}  // namespace sao::actors

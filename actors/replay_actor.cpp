@@ -1,0 +1,80 @@
+// Replay actor behaviour; see replay_actor.hpp.
+#include "actors/replay_actor.hpp"
+
+#include <memory>
+
+namespace sao::actors {
+
+struct ReplayActorState {
+  std::unique_ptr<replay::ReplayBuffer> buffer;
+  caf::actor learner;
+  bool learner_idle = false;
+  int64_t learner_version = 0;
+  int64_t dropped_reported = 0;
+  static inline const char* name = "replay";
+};
+
+namespace {
+using Self = caf::stateful_actor<ReplayActorState>*;
+
+void try_dispatch(Self self) {
+  auto& state = self->state;
+  if (!state.learner_idle) return;
+  auto items = state.buffer->take_batch(state.learner_version);
+  if (items.empty()) return;
+  msg::TrainBatch batch;
+  batch.items.reserve(items.size());
+  for (auto& item : items) {
+    msg::TrajectoryMsg message;
+    message.trajectory = std::move(item.trajectory);
+    message.finished_at_ns = item.finished_at_ns;
+    batch.items.push_back(std::move(message));
+  }
+  batch.dropped_stale = state.buffer->stats().dropped_stale - state.dropped_reported;
+  state.dropped_reported = state.buffer->stats().dropped_stale;
+  batch.queued_after = state.buffer->queued();
+  state.learner_idle = false;
+  self->send(state.learner, std::move(batch));
+}
+}  // namespace
+
+caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::ReplayConfig config,
+                           caf::actor learner) {
+  self->state.buffer = std::make_unique<replay::ReplayBuffer>(config);
+  self->state.learner = std::move(learner);
+  return {
+      [self](msg::TrajectoryMsg& message) {
+        auto& state = self->state;
+        replay::ReplayItem item{std::move(message.trajectory), message.finished_at_ns};
+        const bool accepted = state.buffer->add(std::move(item), state.learner_version);
+        try_dispatch(self);
+        return msg::ReplayAck{accepted, state.buffer->queued(), state.buffer->full()};
+      },
+      [self](atoms::learner_idle_atom, int64_t policy_version) {
+        self->state.learner_idle = true;
+        self->state.learner_version = policy_version;
+        try_dispatch(self);
+      },
+      [self](atoms::status_atom) {
+        const auto& state = self->state;
+        const auto& stats = state.buffer->stats();
+        msg::ActorStatus status{"replay", "replay", state.learner_idle ? "waiting_for_batch" : "learner_busy", {}};
+        status.numbers = {{"queued", static_cast<double>(state.buffer->queued())},
+                          {"pending_partial_groups", static_cast<double>(state.buffer->pending_partial())},
+                          {"full", state.buffer->full() ? 1.0 : 0.0},
+                          {"received", static_cast<double>(stats.received)},
+                          {"dropped_stale", static_cast<double>(stats.dropped_stale)},
+                          {"handed_out", static_cast<double>(stats.handed_out)},
+                          {"learner_version", static_cast<double>(state.learner_version)},
+                          {"max_staleness", static_cast<double>(state.buffer->config().max_staleness)}};
+        for (const auto& [staleness, count] : stats.staleness_histogram) {
+          status.numbers["staleness." + std::to_string(staleness)] = static_cast<double>(count);
+        }
+        return status;
+      },
+  };
+}
+
+caf::actor spawn_replay_actor(caf::actor_system& system, replay::ReplayConfig config, caf::actor learner) { return system.spawn(replay_actor, config, std::move(learner)); }
+
+}  // namespace sao::actors

@@ -1,0 +1,37 @@
+// Rollout actor: a policy replica that plays episodes against an env actor
+// and sends one trajectory per finished episode to replay.
+//
+// Decoding is cut into message-sized pieces: every decode step is one
+// message the actor sends itself, so a weight update that arrives between
+// two steps is applied before the next one ("in_flight"), or held until no
+// row is mid-turn ("turn_boundary"). Each token records the version that
+// produced it. The actor runs detached (its own thread), because a decode
+// step blocks for the length of a forward pass.
+#pragma once
+
+#include "actors/messages.hpp"
+#include "model/model_config.hpp"
+#include "runtime/run_config.hpp"
+
+#include <string>
+
+namespace sao::actors {
+
+struct RolloutActorConfig {
+  std::string name;  // e.g. "rollout-0"
+  int64_t index = 0;
+  model::ModelConfig model;
+  runtime::RolloutSection rollout;
+  int64_t group_size = 1;  // G episodes share a prompt (GRPO)
+  bool synchronous = false;  // one batch per weight version (batch barrier)
+  uint64_t seed = 1;
+  caf::actor env;
+  caf::actor replay;
+  caf::actor weight_sync;
+  caf::actor coordinator;
+};
+
+// Spawns the actor (state and behaviour are private to the .cpp).
+caf::actor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config);
+
+}  // namespace sao::actors

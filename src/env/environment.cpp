@@ -1,0 +1,60 @@
+// Environment registry; see environment.hpp.
+#include "env/environment.hpp"
+
+#include "env/arithmetic_env.hpp"
+#include "runtime/error.hpp"
+
+#include <map>
+#include <mutex>
+
+namespace sao::env {
+
+namespace {
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, EnvironmentFactory> factories;
+};
+
+// Built-ins are registered on first use so static-initialisation order never matters.
+Registry& registry() {
+  static Registry* instance = [] {
+    auto* created = new Registry();
+    created->factories["arithmetic"] = make_arithmetic_environment;
+    return created;
+  }();
+  return *instance;
+}
+}  // namespace
+
+void register_environment(const std::string& name, EnvironmentFactory factory) {
+  auto& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  reg.factories[name] = std::move(factory);
+}
+
+std::vector<std::string> registered_environments() {
+  auto& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  std::vector<std::string> names;
+  for (const auto& item : reg.factories) names.push_back(item.first);
+  return names;
+}
+
+std::unique_ptr<Environment> make_environment(const std::string& name, const nlohmann::json& config,
+                                              const std::string& where) {
+  EnvironmentFactory factory;
+  {
+    auto& reg = registry();
+    std::lock_guard<std::mutex> lock(reg.mutex);
+    auto it = reg.factories.find(name);
+    if (it != reg.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const auto& registered : registered_environments()) known += (known.empty() ? "" : ", ") + registered;
+    throw Error(where + ": unknown environment '" + name + "' (known: " + known + ")");
+  }
+  return factory(config, where);
+}
+
+}  // namespace sao::env

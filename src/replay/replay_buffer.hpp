@@ -1,0 +1,73 @@
+// The replay queue between rollouts and the learner, as explicit policy:
+// staleness admission, group assembly (GRPO), min/max batch, and a capacity
+// that gives rollouts back-pressure. The replay actor is a thin shell around
+// this class; everything here is testable without an actor system.
+//
+// Staleness of a trajectory = learner policy version - the OLDEST policy
+// version among its action tokens. It is checked when a trajectory arrives
+// and again when a batch is handed out (the learner may have moved on while
+// it waited); a trajectory staler than max_staleness is dropped and counted.
+#pragma once
+
+#include "algo/trajectory.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace sao::replay {
+
+struct ReplayConfig {
+  int64_t min_batch = 1;       // SAO: step as soon as one trajectory waits
+  int64_t max_batch = 64;      // trajectories per learner step at most
+  int64_t max_staleness = 4;   // -1: never drop
+  int64_t capacity = 256;      // rollouts pause while this many wait
+  int64_t group_size = 1;      // > 1: trajectories enter the queue as complete groups (GRPO)
+  bool synchronous = false;    // batch barrier: hand out exactly max_batch, all of one version
+  void validate(const std::string& where) const;
+};
+
+struct ReplayItem {
+  algo::Trajectory trajectory;
+  int64_t finished_at_ns = 0;  // steady-clock time the episode ended (rollout_to_learner_ms)
+};
+
+struct ReplayStats {
+  int64_t received = 0;
+  int64_t admitted = 0;
+  int64_t dropped_stale = 0;
+  int64_t handed_out = 0;
+  std::map<int64_t, int64_t> staleness_histogram;  // staleness at hand-out -> trajectories
+};
+
+class ReplayBuffer {
+ public:
+  explicit ReplayBuffer(ReplayConfig config);
+
+  // Returns false if the trajectory was dropped as stale.
+  bool add(ReplayItem item, int64_t learner_version);
+  // A batch for the learner, or empty if the policy says wait. Re-checks staleness.
+  std::vector<ReplayItem> take_batch(int64_t learner_version);
+  bool ready(int64_t learner_version) const;
+
+  int64_t queued() const;          // trajectories waiting in complete groups
+  int64_t pending_partial() const;  // trajectories in incomplete groups
+  bool full() const { return queued() + pending_partial() >= config_.capacity; }
+  const ReplayStats& stats() const { return stats_; }
+  ReplayConfig& config() { return config_; }
+  // Staleness of a trajectory for a learner at `learner_version`.
+  static int64_t staleness(const algo::Trajectory& trajectory, int64_t learner_version);
+
+ private:
+  bool is_stale(const algo::Trajectory& trajectory, int64_t learner_version) const;
+  void drop_stale_groups(int64_t learner_version);
+
+  ReplayConfig config_;
+  std::deque<std::vector<ReplayItem>> groups_;              // complete groups, oldest first
+  std::map<int64_t, std::vector<ReplayItem>> partial_;      // group id -> members so far
+  ReplayStats stats_;
+};
+
+}  // namespace sao::replay
