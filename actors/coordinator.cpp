@@ -32,7 +32,7 @@ namespace {
 using Self = caf::stateful_actor<CoordinatorState>*;
 
 EnvActorConfig env_config(const runtime::RunConfig& run, size_t index) {
-  return {"env-" + std::to_string(index), "arithmetic", run.document.value("task", nlohmann::json::object())};
+  return {"env-" + std::to_string(index), run.env.name, run.document.value("task", nlohmann::json::object())};
 }
 
 caf::actor spawn_env(Self self, size_t index) {

@@ -49,7 +49,7 @@ msg::PolicyWeights current_weights(LearnerActorState& state) {
 msg::EvalReport evaluate(Self self) {
   auto& state = self->state;
   state.state = "evaluating";
-  const auto result = train::evaluate_arithmetic(state.learner->policy(), state.tokenizer, state.task->test_set(),
+  const auto result = train::evaluate_arithmetic(state.learner->policy(), state.tokenizer, *state.task,
                                                  state.config.run.eval,
                                                  static_cast<uint64_t>(state.config.run.run.seed));
   msg::EvalReport report{state.learner->steps(), state.learner->policy_version(), result.accuracy, result.total,

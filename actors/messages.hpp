@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,8 +26,15 @@ typename Inspector::result_type inspect(Inspector& f, TensorBlob& x) {
 namespace sao::algo {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Trajectory& x) {
+  // CAF packs doubles in a portable format that turns NaN ("accuracy not
+  // defined") into a number, so the accuracy travels as its raw bits.
+  uint64_t accuracy_bits = 0;
+  std::memcpy(&accuracy_bits, &x.accuracy, sizeof(accuracy_bits));
   return f(caf::meta::type_name("Trajectory"), x.tokens, x.action_mask, x.behaviour_logprobs, x.policy_versions,
-           x.rewards, x.terminated, x.truncated, x.group_id, x.accuracy);
+           x.rewards, x.terminated, x.truncated, x.group_id, accuracy_bits, caf::meta::load_callback([&]() -> caf::error {
+             std::memcpy(&x.accuracy, &accuracy_bits, sizeof(accuracy_bits));
+             return caf::none;
+           }));
 }
 }  // namespace sao::algo
 

@@ -33,7 +33,7 @@ int run_eval(const Args& args) {
   runtime::configure_threads(config.threads.torch_intra_op);
   const tokenizer::ByteTokenizer tokenizer;
   const env::ArithmeticTask task(config.task);
-  const auto result = train::evaluate_arithmetic(policy, tokenizer, task.test_set(), config.eval,
+  const auto result = train::evaluate_arithmetic(policy, tokenizer, task, config.eval,
                                                  static_cast<uint64_t>(config.run.seed));
   print_eval_result(result, checkpoint);
   return 0;

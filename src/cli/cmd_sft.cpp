@@ -43,7 +43,7 @@ int run_sft(const Args& args) {
   std::printf("sft: %lld steps in %.1f s (%.0f tokens/s), final loss %.4f, saved %s\n",
               static_cast<long long>(result.steps), result.seconds, result.tokens_per_second, result.final_loss,
               checkpoint.c_str());
-  const auto eval = train::evaluate_arithmetic(policy, tokenizer, task.test_set(), config.eval,
+  const auto eval = train::evaluate_arithmetic(policy, tokenizer, task, config.eval,
                                                static_cast<uint64_t>(config.run.seed));
   metrics.write({{"eval", true}, {"split", "test"}, {"stage", "sft"}, {"accuracy", eval.accuracy},
                  {"wall_time_s", result.seconds + eval.seconds}});

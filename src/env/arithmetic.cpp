@@ -142,6 +142,9 @@ void ArithmeticConfig::validate() const {
   if (!(test_fraction > 0.0 && test_fraction <= 0.5)) {
     config_error("test_fraction", "must be in (0, 0.5], got " + std::to_string(test_fraction));
   }
+  if (answer_format != "plain" && answer_format != "reversed") {
+    config_error("answer_format", "must be \"plain\" or \"reversed\", got \"" + answer_format + "\"");
+  }
   validate_test_size(*this);
 }
 
@@ -234,14 +237,24 @@ std::vector<ArithmeticProblem> ArithmeticTask::build_test_set() const {
   return problems;
 }
 
-bool ArithmeticTask::verify(const ArithmeticProblem& problem, std::string_view model_output) {
-  // String comparison, never parsing: "046", "+46", "46.0" are wrong by
-  // construction, and a thousand-digit output cannot overflow anything.
-  return trim_ascii(model_output) == problem.answer();
+std::string ArithmeticTask::target_text(const ArithmeticProblem& problem, const std::string& answer_format) {
+  std::string answer = problem.answer();
+  if (answer_format == "reversed") {
+    const size_t digits_begin = !answer.empty() && answer[0] == '-' ? 1 : 0;
+    std::reverse(answer.begin() + static_cast<std::ptrdiff_t>(digits_begin), answer.end());
+  }
+  return answer;
 }
 
-std::string ArithmeticTask::sft_text(const ArithmeticProblem& problem) {
-  return problem.prompt() + problem.answer();
+bool ArithmeticTask::verify(const ArithmeticProblem& problem, std::string_view model_output,
+                            const std::string& answer_format) {
+  // String comparison, never parsing: "046", "+46", "46.0" are wrong by
+  // construction, and a thousand-digit output cannot overflow anything.
+  return trim_ascii(model_output) == target_text(problem, answer_format);
+}
+
+std::string ArithmeticTask::sft_text(const ArithmeticProblem& problem, const std::string& answer_format) {
+  return problem.prompt() + target_text(problem, answer_format);
 }
 
 }  // namespace sao::env

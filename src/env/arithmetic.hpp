@@ -21,6 +21,11 @@ struct ArithmeticConfig {
   std::string operators = "+-";
   double test_fraction = 0.1;
   int test_size = 400;
+  // "plain": the answer as written ("132"); "reversed": sign first, then the
+  // digits least significant first ("231", "-7" stays "-7", "-12" -> "-21").
+  // Reversed answers let a tiny transformer compute carries in the order it
+  // writes, so it learns the rule instead of memorising problems.
+  std::string answer_format = "plain";
 
   // Throws sao::Error naming the offending key ("task.max_digits ...").
   // Also checks that at least test_size held-out problems exist, which may
@@ -70,11 +75,15 @@ class ArithmeticTask {
 
   // Exact match after trimming ASCII whitespace on both ends. model_output is
   // the text generated after the prompt, already cut at EOS, specials removed.
-  static bool verify(const ArithmeticProblem& problem, std::string_view model_output);
+  // `answer_format` is "plain" or "reversed" (see ArithmeticConfig).
+  static bool verify(const ArithmeticProblem& problem, std::string_view model_output,
+                     const std::string& answer_format = "plain");
+  // The answer text the model should write, in the given format.
+  static std::string target_text(const ArithmeticProblem& problem, const std::string& answer_format = "plain");
 
   // Full SFT text for the warm start: prompt() + answer(). The caller adds
   // BOS/EOS tokens.
-  static std::string sft_text(const ArithmeticProblem& problem);
+  static std::string sft_text(const ArithmeticProblem& problem, const std::string& answer_format = "plain");
 
   const ArithmeticConfig& config() const { return config_; }
 

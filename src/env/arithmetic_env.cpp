@@ -20,11 +20,11 @@ EnvStep ArithmeticEnvironment::reset(uint64_t seed) {
 EnvStep ArithmeticEnvironment::step(const std::string& action) {
   if (!episode_open_) throw Error("arithmetic environment: step() called before reset() or after the episode ended");
   episode_open_ = false;
-  const bool correct = ArithmeticTask::verify(problem_, action);
+  const bool correct = ArithmeticTask::verify(problem_, action, task_.config().answer_format);
   EnvStep result;
   result.reward = correct ? 1.0 : 0.0;
   result.terminated = true;
-  result.info = {{"accuracy", correct ? 1.0 : 0.0}, {"answer", problem_.answer()}};
+  result.info = {{"accuracy", correct ? 1.0 : 0.0}, {"answer", ArithmeticTask::target_text(problem_, task_.config().answer_format)}};
   return result;
 }
 
@@ -39,6 +39,7 @@ ArithmeticConfig arithmetic_config_from_json(const nlohmann::json& config, const
   reader.read("operators", task.operators);
   reader.read("test_fraction", task.test_fraction);
   reader.read("test_size", task.test_size);
+  reader.read("answer_format", task.answer_format);
   reader.reject_unknown_keys();
   try {
     task.validate();

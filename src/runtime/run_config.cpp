@@ -145,6 +145,12 @@ void read_train(JsonReader reader, TrainSection& train) {
   if (train.scheduler_threads < 1) throw Error(where + ".scheduler_threads: must be >= 1");
 }
 
+void read_env(JsonReader reader, EnvSection& env) {
+  reader.read("name", env.name);
+  reader.reject_unknown_keys();
+  if (env.name.empty()) throw Error(reader.where() + ".name: must name a registered environment");
+}
+
 void read_replay(JsonReader reader, replay::ReplayConfig& replay) {
   reader.read("min_batch", replay.min_batch);
   reader.read("max_batch", replay.max_batch);
@@ -192,6 +198,7 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   read_sft(root.section("sft"), config.sft);
   read_eval(root.section("eval"), config.eval);
   read_rollout(root.section("rollout"), config.rollout);
+  read_env(root.section("env"), config.env);
   read_train(root.section("train"), config.train);
   read_replay(root.section("replay"), config.replay);
   auto learner_reader = root.section("learner");

@@ -59,6 +59,12 @@ struct RolloutSection {
   bool temperature_is_policy() const { return temperature == 1.0 && top_k == 0 && top_p >= 1.0; }
 };
 
+// Which environment the env actors run. Its config is the "task" section,
+// so the built-in arithmetic environment and held-out evaluation share it.
+struct EnvSection {
+  std::string name = "arithmetic";  // a name in the environment registry
+};
+
 struct TrainSection {
   std::string mode = "async";       // "async" (SAO, GRPO-async) | "sync" (batch barrier)
   int64_t steps = 200;              // learner steps in the run
@@ -77,6 +83,7 @@ struct RunConfig {
   SftSection sft;
   EvalSection eval;
   RolloutSection rollout;
+  EnvSection env;
   TrainSection train;
   replay::ReplayConfig replay;
   algo::LearnerConfig learner;

@@ -21,8 +21,9 @@ std::string answer_text(const tokenizer::Tokenizer& tokenizer, const std::vector
 }
 
 EvalResult evaluate_arithmetic(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
-                               const std::vector<env::ArithmeticProblem>& problems,
-                               const runtime::EvalSection& options, uint64_t seed) {
+                               const env::ArithmeticTask& task, const runtime::EvalSection& options, uint64_t seed) {
+  const auto& problems = task.test_set();
+  const auto& answer_format = task.config().answer_format;
   const auto start = std::chrono::steady_clock::now();
   policy->eval();
   model::SamplingConfig sampling;
@@ -39,7 +40,7 @@ EvalResult evaluate_arithmetic(model::CausalLM& policy, const tokenizer::Tokeniz
     for (size_t i = begin; i < end; ++i) {
       const auto& generated = outputs[i - begin].tokens;
       const std::string text = answer_text(tokenizer, generated);
-      const bool correct = env::ArithmeticTask::verify(problems[i], text);
+      const bool correct = env::ArithmeticTask::verify(problems[i], text, answer_format);
       result.correct += correct ? 1 : 0;
       new_tokens += static_cast<int64_t>(generated.size());
       if (result.sample_outputs.size() < 5) {

@@ -27,8 +27,8 @@ std::vector<int64_t> encode_prompt(const tokenizer::Tokenizer& tokenizer, const 
 // The model's answer text: tokens before the first EOS, specials dropped.
 std::string answer_text(const tokenizer::Tokenizer& tokenizer, const std::vector<int64_t>& generated);
 
+// Scores `task`'s held-out split.
 EvalResult evaluate_arithmetic(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
-                               const std::vector<env::ArithmeticProblem>& problems,
-                               const runtime::EvalSection& options, uint64_t seed);
+                               const env::ArithmeticTask& task, const runtime::EvalSection& options, uint64_t seed);
 
 }  // namespace sao::train

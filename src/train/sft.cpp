@@ -8,14 +8,15 @@
 
 namespace sao::train {
 
-SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems) {
+SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems,
+                        const std::string& answer_format) {
   std::vector<std::vector<int64_t>> sequences;
   std::vector<size_t> prompt_lengths;
   size_t width = 0;
   for (const auto& problem : problems) {
     auto ids = encode_prompt(tokenizer, problem);
     prompt_lengths.push_back(ids.size());
-    const auto answer = tokenizer.encode(problem.answer());
+    const auto answer = tokenizer.encode(env::ArithmeticTask::target_text(problem, answer_format));
     ids.insert(ids.end(), answer.begin(), answer.end());
     ids.push_back(tokenizer.eos_id());
     width = std::max(width, ids.size());
@@ -71,7 +72,7 @@ SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, cons
   for (int64_t step = 0; step < options.steps; ++step) {
     std::vector<env::ArithmeticProblem> problems;
     for (int64_t i = 0; i < options.batch_size; ++i) problems.push_back(task.sample_train(rng));
-    const auto batch = make_sft_batch(tokenizer, problems);
+    const auto batch = make_sft_batch(tokenizer, problems, task.config().answer_format);
     const double learning_rate = sft_learning_rate(options, step);
     for (auto& group : optimizer.param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learning_rate);

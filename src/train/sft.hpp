@@ -21,7 +21,8 @@ struct SftBatch {
   int64_t tokens = 0;         // real tokens in the batch
 };
 
-SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems);
+SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems,
+                        const std::string& answer_format = "plain");
 // Mean cross-entropy of the answer tokens; logits [B, T, V].
 torch::Tensor sft_loss(const torch::Tensor& logits, const SftBatch& batch);
 // Linear warm-up, then cosine decay to 10% of the peak.

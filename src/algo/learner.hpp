@@ -1,0 +1,141 @@
+// One learner step on a batch of finished trajectories (SAO.md, "One learner
+// step"), for SAO and the baselines it is compared with. Why a synchronous,
+// actor-free class: the maths must be testable and bit-reproducible on its
+// own; the runtime's learner actor only feeds it batches and publishes the
+// policy after each step.
+//
+// SAO step (baseline = critic):
+//   1. critic snapshot V (no grad) -> fixed targets R = GAE(lambda_critic) + V
+//   2. K critic AdamW steps on the same R (attention frozen by default)
+//   3. critic forward again -> actor advantages with per-trajectory lambda
+//   4. policy loss (DIS by default) -> one AdamW step; policy_version += 1
+//   During the first W steps (warm-up) only 1-2 run; the policy is untouched.
+// GRPO: group advantages on every action token + PPO clip, no critic.
+// Running-mean ablation: V = mean of the last N returns at every action
+// token (before this batch's returns are added), lambda = 1.
+//
+// A non-finite reward or behaviour log-prob, loss, or gradient norm skips the
+// rest of the step: the offending optimiser step is not taken, the skip is
+// counted, and policy_version stays (the policy did not change). Critic
+// steps of the same learner step that were already taken remain.
+//
+// policy_version counts actor optimiser steps actually taken (warm-up and
+// skipped steps leave it unchanged). Staleness of an action token = the
+// learner's policy_version at the step minus the token's version.
+#pragma once
+
+#include "algo/gae.hpp"
+#include "algo/learner_config.hpp"
+#include "algo/losses.hpp"
+#include "algo/trajectory.hpp"
+#include "model/transformer.hpp"
+
+#include <torch/optim/adamw.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sao::algo {
+
+// Named numbers of one step. Keys (present where they apply):
+//   reward_mean, accuracy (only if some trajectory defines it), policy_loss,
+//   value_loss (critic loss before the first update, on the fixed targets),
+//   value_loss_final (after the K-th update's forward), explained_variance
+//   (snapshot V vs targets R; absent when Var(R) = 0), entropy,
+//   dis_reject_low_frac / dis_reject_high_frac (DIS) or ppo_clip_low_frac /
+//   ppo_clip_high_frac / ppo_dual_clip_frac (PPO), ratio_mean, ratio_max,
+//   staleness_mean, staleness_max, staleness_hist_0 / _1 / _2_3 / _4_7 /
+//   _8_plus (action-token counts), dropped_stale, grad_norm (actor, before
+//   clipping), value_grad_norm (last critic update), tokens (real tokens),
+//   action_tokens, trajectories, step_seconds, tokens_per_second,
+//   advantage_mean, advantage_std, baseline_mean (running mean only),
+//   critic_only (1 during warm-up), critic_updates (taken this step),
+//   policy_updated, step_skipped, skipped_nonfinite (cumulative count),
+//   policy_version (after the step), learner_step (after the step).
+using Metrics = std::map<std::string, double>;
+
+struct StepResult {
+  Metrics metrics;
+  bool policy_updated = false;
+  bool skipped_nonfinite = false;
+  int64_t critic_updates = 0;  // critic optimiser steps taken
+  int64_t dropped_stale = 0;
+  torch::Tensor critic_targets;  // [B, T] fixed R used by all K updates (undefined without critic)
+  torch::Tensor advantages;      // [B, T] actor advantages (0 off actions)
+};
+
+// Per-token policy quantities in the token-position convention
+// (trajectory.hpp): entry t is about token t, from the logits at t-1;
+// entry 0 is 0.
+struct PolicyOutputs {
+  torch::Tensor logprobs;  // [B, T] log pi(token_t | tokens_<t), differentiable
+  torch::Tensor entropy;   // [B, T] entropy of the distribution token t was drawn from (detached)
+};
+PolicyOutputs policy_outputs(model::CausalLM& policy, const torch::Tensor& input_ids);
+
+struct CriticOutputs {
+  torch::Tensor values;     // [B, T] V_t = critic output at t-1 (entry 0 is 0)
+  torch::Tensor bootstrap;  // [B] critic output at each row's last real token
+};
+// input_ids [B, T]; lengths [B] real tokens per row.
+CriticOutputs critic_outputs(model::ValueModel& critic, const torch::Tensor& input_ids, const torch::Tensor& lengths);
+
+// Freezes the critic's attention; throws sao::Error if it has none.
+int64_t freeze_attention(torch::nn::Module& critic);
+
+class Learner {
+ public:
+  // `critic` is required iff config.uses_critic() (pass ValueModel{nullptr}
+  // otherwise); it must not share weights with the policy. The models are
+  // held by reference (module holders): the caller may publish `policy()`.
+  Learner(LearnerConfig config, model::CausalLM policy, model::ValueModel critic = model::ValueModel{nullptr});
+
+  // One complete step. Throws sao::Error for malformed trajectories (named
+  // by index), GRPO groups of the wrong size, or tokens from a future
+  // policy version. An empty batch (or one fully dropped as stale) does
+  // nothing but report dropped_stale.
+  StepResult step(const std::vector<Trajectory>& trajectories);
+
+  // Checkpoint: policy.safetensors, critic.safetensors, actor_optimizer.pt,
+  // critic_optimizer.pt, learner_state.json (step, policy version, skip
+  // count, running-mean window). load() expects a learner built with the
+  // same config and model shapes; it continues bit-identically. It checks
+  // that every file exists and reads the state file before touching any
+  // weight; if a tensor file then fails to validate (sao::Error naming file
+  // and tensor), files loaded before it stay loaded: discard the learner.
+  void save(const std::string& dir) const;
+  void load(const std::string& dir);
+
+  const LearnerConfig& config() const { return config_; }
+  model::CausalLM& policy() { return policy_; }
+  model::ValueModel& critic() { return critic_; }
+  int64_t policy_version() const { return policy_version_; }
+  int64_t steps() const { return steps_; }
+  int64_t skipped_nonfinite() const { return skipped_nonfinite_; }
+  const RunningMeanBaseline& running_baseline() const { return running_baseline_; }
+
+ private:
+  std::vector<Trajectory> admit(const std::vector<Trajectory>& trajectories, StepResult& result) const;
+  void train(const std::vector<Trajectory>& kept, StepResult& result);
+  torch::Tensor critic_stage(const TrajectoryBatch& batch, StepResult& result);
+  bool critic_update(const TrajectoryBatch& batch, const torch::Tensor& targets, const torch::Tensor& old_values,
+                     Metrics& metrics);
+  torch::Tensor baseline_advantages(const TrajectoryBatch& batch, Metrics& metrics) const;
+  bool actor_stage(const TrajectoryBatch& batch, const torch::Tensor& advantages, bool train, Metrics& metrics);
+  void record_skip(StepResult& result);
+
+  LearnerConfig config_;
+  model::CausalLM policy_;
+  model::ValueModel critic_;
+  torch::Device device_;
+  std::vector<torch::Tensor> actor_params_, critic_params_;
+  std::unique_ptr<torch::optim::AdamW> actor_optimizer_, critic_optimizer_;
+  RunningMeanBaseline running_baseline_;
+  int64_t steps_ = 0;
+  int64_t policy_version_ = 0;
+  int64_t skipped_nonfinite_ = 0;
+};
+
+}  // namespace sao::algo

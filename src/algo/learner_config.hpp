@@ -1,0 +1,89 @@
+// Learner hyper-parameters. Why one struct for SAO, GRPO and PPO: the
+// paper's comparisons and ablations only make sense if the three algorithms
+// share every line of code that they do not deliberately differ in, so an
+// algorithm is a PRESET of switches (baseline, policy loss, lambda rule,
+// critic schedule), and an ablation is the preset with one switch flipped.
+//
+// JSON (strict: unknown keys are errors naming key and file). "algorithm"
+// is read first and selects the preset; every other key overrides it:
+//   {"algorithm": "sao", "actor_lr": 1e-4, "critic_updates": 1, ...}
+#pragma once
+
+#include "algo/losses.hpp"
+#include "runtime/json_reader.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace sao::algo {
+
+enum class Algorithm { kSao, kGrpo, kPpo };
+enum class PolicyLossKind { kDis, kPpo };
+// kCritic: learned value model; kRunningMean: mean of the last N returns;
+// kGroup: GRPO group mean (and std).
+enum class BaselineKind { kCritic, kRunningMean, kGroup };
+
+const char* algorithm_name(Algorithm algorithm);
+const char* policy_loss_name(PolicyLossKind kind);
+const char* baseline_name(BaselineKind kind);
+
+struct LearnerConfig {
+  Algorithm algorithm = Algorithm::kSao;
+  PolicyLossKind policy_loss = PolicyLossKind::kDis;  // "dis" | "ppo"
+  BaselineKind baseline = BaselineKind::kCritic;      // "critic" | "running_mean" | "group"
+
+  // Advantages / targets.
+  double gamma = 1.0;
+  double lambda_critic = 1.0;         // GAE lambda of the critic targets
+  bool adaptive_lambda = true;        // actor lambda = clamp(1 - 1/(alpha L), 0, 1) per trajectory
+  double lambda_alpha = 1.5;          // alpha above (VAPO uses 0.05)
+  double lambda_policy = 0.95;        // fixed actor lambda when !adaptive_lambda
+  bool normalize_advantages = false;  // mean/std over the batch's action tokens
+
+  // Policy losses.
+  DisOptions dis;      // eps_low 0.3, eps_high 5.0, detached weight
+  PpoClipOptions ppo;  // eps 0.2 / 0.2, no dual clip
+
+  // Critic schedule (baseline == kCritic only).
+  int64_t critic_updates = 2;        // K optimiser steps on the same fixed targets
+  int64_t critic_warmup_steps = 10;  // W first learner steps train only the critic
+  bool freeze_critic_attention = true;
+  double value_clip = 0.0;  // > 0: PPO-style value clipping around the snapshot
+
+  // Optimisation (AdamW for both models).
+  double actor_lr = 1e-6;
+  double critic_lr = 5e-6;
+  double weight_decay = 0.01;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double max_grad_norm = 1.0;  // per model; 0 disables clipping (the norm is still reported)
+
+  // Baselines without a critic.
+  int64_t group_size = 8;         // GRPO: every group in a batch must have exactly this many members
+  bool grpo_scale_by_std = true;  // false = Dr.GRPO
+  int64_t running_mean_window = 128;
+
+  // Admission and collation.
+  int64_t max_staleness = -1;  // drop a trajectory whose oldest token is staler; -1 = no limit
+  int64_t pad_id = 0;
+
+  bool uses_critic() const { return baseline == BaselineKind::kCritic; }
+
+  // The defaults of each algorithm (SAO.md): sao = the struct defaults;
+  // grpo = group baseline + PPO clip 0.2, no critic; ppo = critic + PPO clip,
+  // single fixed lambda 0.95 for critic and actor, K = 1, no warm-up, no
+  // frozen attention.
+  static LearnerConfig preset(Algorithm algorithm);
+  // Throws sao::Error naming reader.where() and the key.
+  static LearnerConfig from_json(runtime::JsonReader& reader);
+  nlohmann::json to_json() const;
+  // Throws sao::Error naming `where` and the offending key.
+  void validate(const std::string& where) const;
+};
+
+Algorithm algorithm_from_name(const std::string& name, const std::string& where);
+
+}  // namespace sao::algo

@@ -1,0 +1,118 @@
+// Every message type survives CAF's binary serializer, both as a value and
+// inside a caf::message (which also proves the type-ID block is registered):
+// the wire format used between processes.
+#include "actors/messages.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+namespace {
+
+struct System {
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  System() {
+    sao::actors::register_message_types(config);
+    system = std::make_unique<caf::actor_system>(config);
+  }
+};
+
+template <class T>
+std::vector<char> serialize(caf::actor_system& system, T& value) {
+  std::vector<char> buffer;
+  caf::binary_serializer sink{system, buffer};
+  auto error = sink(value);
+  REQUIRE_MESSAGE(!error, system.render(error));
+  return buffer;
+}
+
+// Round trip: bytes -> value -> bytes must reproduce the bytes, and the
+// same value must also round-trip as the payload of a caf::message.
+template <class T>
+T round_trip(caf::actor_system& system, T value) {
+  auto bytes = serialize(system, value);
+  T restored;
+  caf::binary_deserializer source{system, bytes};
+  auto error = source(restored);
+  REQUIRE_MESSAGE(!error, system.render(error));
+  CHECK(serialize(system, restored) == bytes);
+  auto message = caf::make_message(value);
+  auto message_bytes = serialize(system, message);
+  caf::message restored_message;
+  caf::binary_deserializer message_source{system, message_bytes};
+  error = message_source(restored_message);
+  REQUIRE_MESSAGE(!error, system.render(error));
+  REQUIRE(restored_message.match_element<T>(0));
+  CHECK(serialize(system, restored_message) == message_bytes);
+  return restored;
+}
+
+sao::algo::Trajectory sample_trajectory() {
+  sao::algo::Trajectory t;
+  t.tokens = {257, 49, 43, 50, 61, 51, 258};
+  t.action_mask = {0, 0, 0, 0, 0, 1, 1};
+  t.behaviour_logprobs = {0, 0, 0, 0, 0, -0.25f, -1.5f};
+  t.policy_versions = {-1, -1, -1, -1, -1, 7, 8};
+  t.rewards = {0, 0, 0, 0, 0, 0, 1};
+  t.terminated = false;
+  t.truncated = true;
+  t.group_id = (int64_t{3} << 40) + 9;
+  t.accuracy = 1.0;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("every message type round-trips through the binary serializer") {
+  System s;
+  auto& system = *s.system;
+
+  sao::msg::PolicyWeights weights;
+  weights.version = 12;
+  weights.tensors.push_back(sao::model::to_blob("model.norm.weight", torch::tensor({1.5f, -2.0f, 3.25f})));
+  weights.tensors.push_back(sao::model::to_blob("ids", torch::tensor({1, 2}, torch::kInt64)));
+  auto weights_back = round_trip(system, weights);
+  CHECK(weights_back.version == 12);
+  REQUIRE(weights_back.tensors.size() == 2);
+  CHECK(torch::equal(sao::model::from_blob(weights_back.tensors[0]), torch::tensor({1.5f, -2.0f, 3.25f})));
+  CHECK(weights_back.tensors[1].dtype == "I64");
+
+  auto reset = round_trip(system, sao::msg::EnvReset{5, 0xdeadbeefcafeULL});
+  CHECK(reset.seed == 0xdeadbeefcafeULL);
+  auto action = round_trip(system, sao::msg::EnvAction{5, "46\n"});
+  CHECK(action.action == "46\n");
+  auto reply = round_trip(system, sao::msg::EnvReply{5, "obs", 0.5, false, true, "{\"accuracy\":1}"});
+  CHECK(reply.truncated);
+  CHECK(reply.reward == 0.5);
+
+  sao::msg::TrajectoryMsg trajectory{sample_trajectory(), 123456789, "rollout-3", 2};
+  auto trajectory_back = round_trip(system, trajectory);
+  CHECK(trajectory_back.trajectory.tokens == trajectory.trajectory.tokens);
+  CHECK(trajectory_back.trajectory.behaviour_logprobs == trajectory.trajectory.behaviour_logprobs);
+  CHECK(trajectory_back.trajectory.policy_versions == trajectory.trajectory.policy_versions);
+  CHECK(trajectory_back.trajectory.truncated);
+  CHECK(trajectory_back.trajectory.group_id == trajectory.trajectory.group_id);
+  CHECK(trajectory_back.rollout == "rollout-3");
+
+  round_trip(system, sao::msg::ReplayAck{true, 17, false});
+  sao::msg::TrainBatch batch{{trajectory, trajectory}, 3, 9};
+  CHECK(round_trip(system, batch).items.size() == 2);
+  auto report = round_trip(system, sao::msg::StepReport{4, 3, {{"reward_mean", 0.25}, {"policy_loss", -1.0}}, {1.5, 2.5}});
+  CHECK(report.metrics.at("reward_mean") == 0.25);
+  CHECK(report.rollout_to_learner_ms == std::vector<double>{1.5, 2.5});
+  CHECK(round_trip(system, sao::msg::EvalReport{10, 9, 0.375, 400, "test"}).accuracy == 0.375);
+  CHECK(round_trip(system, sao::msg::VersionAck{"rollout-1", 44}).version == 44);
+  CHECK(round_trip(system, sao::msg::EpisodeLost{"rollout-1", "env step: timeout"}).reason == "env step: timeout");
+  auto status = round_trip(system, sao::msg::ActorStatus{"replay", "replay", "idle", {{"queued", 3}}});
+  CHECK(status.numbers.at("queued") == 3);
+  CHECK(round_trip(system, sao::msg::RunFinished{100, 90, "budget"}).reason == "budget");
+}
+
+TEST_CASE("a NaN accuracy survives the wire") {
+  System s;
+  auto trajectory = sample_trajectory();
+  trajectory.accuracy = std::nan("");
+  auto back = round_trip(*s.system, sao::msg::TrajectoryMsg{trajectory, 1, "r", 1});
+  CHECK(std::isnan(back.trajectory.accuracy));
+}

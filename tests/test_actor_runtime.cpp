@@ -1,0 +1,184 @@
+// Actor-level behaviour with a real actor system: replay triggers a learner
+// step for a single trajectory, drops stale ones, and weight updates reach
+// every rollout actor.
+#include "actors/env_actor.hpp"
+#include "actors/messages.hpp"
+#include "actors/replay_actor.hpp"
+#include "actors/rollout_actor.hpp"
+#include "actors/weight_sync_actor.hpp"
+#include "model/tensor_blob.hpp"
+#include "model/transformer.hpp"
+#include "runtime/run_config.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <thread>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+struct System {
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  System() {
+    sao::actors::register_message_types(config);
+    system = std::make_unique<caf::actor_system>(config);
+  }
+};
+
+sao::msg::TrajectoryMsg trajectory_at_version(int64_t version) {
+  sao::msg::TrajectoryMsg message;
+  auto& t = message.trajectory;
+  t.tokens = {257, 49, 61, 50, 258};
+  t.action_mask = {0, 0, 0, 1, 1};
+  t.behaviour_logprobs = {0, 0, 0, -0.5f, -0.1f};
+  t.policy_versions = {-1, -1, -1, version, version};
+  t.rewards = {0, 0, 0, 0, 1};
+  message.finished_at_ns = 1;
+  message.rollout = "test";
+  return message;
+}
+
+sao::model::ModelConfig tiny_byte_model() {
+  sao::model::ModelConfig config;
+  config.hidden_size = 32;
+  config.intermediate_size = 48;
+  config.num_hidden_layers = 1;
+  config.num_attention_heads = 2;
+  config.num_key_value_heads = 1;
+  config.max_position_embeddings = 64;
+  return config;
+}
+
+sao::msg::PolicyWeights weights_of(const sao::model::CausalLM& policy, int64_t version) {
+  return {version, sao::model::module_to_blobs(*policy)};
+}
+
+}  // namespace
+
+TEST_CASE("in SAO mode a single finished trajectory starts a learner step at once") {
+  System s;
+  caf::scoped_actor learner{*s.system};
+  caf::scoped_actor rollout{*s.system};
+  sao::replay::ReplayConfig config;
+  config.min_batch = 1;
+  config.max_batch = 8;
+  auto replay = sao::actors::spawn_replay_actor(*s.system, config, learner);
+  learner->send(replay, sao::atoms::learner_idle_atom_v, int64_t{0});
+  bool acked = false;
+  rollout->request(replay, 2s, trajectory_at_version(0))
+      .receive([&](const sao::msg::ReplayAck& ack) { acked = ack.accepted; },
+               [&](const caf::error& error) { FAIL(s.system->render(error)); });
+  CHECK(acked);
+  bool got_batch = false;
+  learner->receive([&](const sao::msg::TrainBatch& batch) { got_batch = batch.items.size() == 1; },
+                   caf::after(2s) >> [] {});
+  CHECK(got_batch);
+  // The learner is busy now: a second trajectory waits instead of being sent.
+  rollout->request(replay, 2s, trajectory_at_version(0)).receive([](const sao::msg::ReplayAck&) {},
+                                                                   [](const caf::error&) {});
+  bool second_batch = false;
+  learner->receive([&](const sao::msg::TrainBatch&) { second_batch = true; }, caf::after(200ms) >> [] {});
+  CHECK_FALSE(second_batch);
+  learner->send(replay, sao::atoms::learner_idle_atom_v, int64_t{1});
+  learner->receive([&](const sao::msg::TrainBatch& batch) { second_batch = batch.items.size() == 1; },
+                   caf::after(2s) >> [] {});
+  CHECK(second_batch);
+  caf::anon_send_exit(replay, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a trajectory staler than max_staleness is dropped and counted") {
+  System s;
+  caf::scoped_actor learner{*s.system};
+  caf::scoped_actor rollout{*s.system};
+  sao::replay::ReplayConfig config;
+  config.max_staleness = 2;
+  auto replay = sao::actors::spawn_replay_actor(*s.system, config, learner);
+  learner->send(replay, sao::atoms::learner_idle_atom_v, int64_t{5});
+  bool accepted = true;
+  rollout->request(replay, 2s, trajectory_at_version(2))  // staleness 3 > 2
+      .receive([&](const sao::msg::ReplayAck& ack) { accepted = ack.accepted; }, [](const caf::error&) {});
+  CHECK_FALSE(accepted);
+  bool got_batch = false;
+  learner->receive([&](const sao::msg::TrainBatch&) { got_batch = true; }, caf::after(200ms) >> [] {});
+  CHECK_FALSE(got_batch);
+  double dropped = -1;
+  rollout->request(replay, 2s, sao::atoms::status_atom_v)
+      .receive([&](const sao::msg::ActorStatus& status) { dropped = status.numbers.at("dropped_stale"); },
+               [](const caf::error&) {});
+  CHECK(dropped == 1);
+  // Staleness exactly at the limit is admitted.
+  rollout->request(replay, 2s, trajectory_at_version(3))
+      .receive([&](const sao::msg::ReplayAck& ack) { accepted = ack.accepted; }, [](const caf::error&) {});
+  CHECK(accepted);
+  caf::anon_send_exit(replay, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a weight update reaches every rollout actor and their versions converge") {
+  System s;
+  auto& system = *s.system;
+  caf::scoped_actor fake_learner{system};
+  caf::scoped_actor driver{system};
+  sao::replay::ReplayConfig replay_config;
+  auto replay = sao::actors::spawn_replay_actor(system, replay_config, fake_learner);
+  auto weight_sync = sao::actors::spawn_weight_sync_actor(system);
+  auto env = sao::actors::spawn_env_actor(system, {"env-0", "arithmetic", nlohmann::json::object()});
+  sao::model::CausalLM policy(tiny_byte_model());
+  sao::model::init_weights(*policy, 1);
+  driver->send(weight_sync, weights_of(policy, 0));
+  std::vector<caf::actor> rollouts;
+  for (int i = 0; i < 3; ++i) {
+    sao::actors::RolloutActorConfig config;
+    config.name = "rollout-" + std::to_string(i);
+    config.index = i;
+    config.model = tiny_byte_model();
+    config.rollout.episodes_per_actor = 4;
+    config.rollout.max_new_tokens = 4;
+    config.env = env;
+    config.replay = replay;
+    config.weight_sync = weight_sync;
+    config.coordinator = driver;
+    rollouts.push_back(sao::actors::spawn_rollout_actor(system, config));
+  }
+  auto versions_converged_to = [&](int64_t version) {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::map<std::string, double> versions;
+      driver->request(weight_sync, 2s, sao::atoms::versions_atom_v)
+          .receive([&](const sao::msg::ActorStatus& status) { versions = status.numbers; }, [](const caf::error&) {});
+      bool all = versions.size() == 3;
+      for (const auto& item : versions) all = all && item.second == version;
+      if (all) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  };
+  CHECK(versions_converged_to(0));
+  sao::model::init_weights(*policy, 2);
+  driver->send(weight_sync, weights_of(policy, 1));
+  CHECK(versions_converged_to(1));
+  // Each rollout reports the version it runs in its own status too.
+  for (auto& rollout : rollouts) {
+    driver->request(rollout, 2s, sao::atoms::status_atom_v)
+        .receive([&](const sao::msg::ActorStatus& status) { CHECK(status.numbers.at("policy_version") == 1); },
+                 [](const caf::error&) {});
+  }
+  for (auto& actor : rollouts) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  for (auto& actor : {replay, weight_sync, env}) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("an env actor turns environment errors into error replies and stays up") {
+  System s;
+  caf::scoped_actor self{*s.system};
+  auto env = sao::actors::spawn_env_actor(*s.system, {"env-0", "arithmetic", nlohmann::json::object()});
+  std::string error_text;
+  self->request(env, 2s, sao::msg::EnvAction{42, "1"})
+      .receive([](const sao::msg::EnvReply&) {}, [&](const caf::error& error) { error_text = s.system->render(error); });
+  CHECK(error_text.find("env-0: step for unknown episode 42") != std::string::npos);
+  bool replied = false;
+  self->request(env, 2s, sao::msg::EnvReset{1, 7})
+      .receive([&](const sao::msg::EnvReply& reply) { replied = !reply.observation.empty(); }, [](const caf::error&) {});
+  CHECK(replied);
+  caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
+}

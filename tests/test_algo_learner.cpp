@@ -1,0 +1,520 @@
+// The learner step as a whole: config presets and strict reading, the SAO
+// critic schedule (fixed targets for the K updates, warm-up, frozen
+// attention), non-finite skips that leave every weight bit-identical,
+// GRPO/PPO modes, staleness accounting, and checkpoints that resume
+// bit-identically.
+#include "algo/learner.hpp"
+#include "model/transformer.hpp"
+#include "runtime/error.hpp"
+#include "runtime/json_reader.hpp"
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using sao::algo::Learner;
+using sao::algo::LearnerConfig;
+using sao::algo::Trajectory;
+using sao::model::CausalLM;
+using sao::model::ModelConfig;
+using sao::model::ValueModel;
+
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig config;
+  config.vocab_size = 16;
+  config.hidden_size = 16;
+  config.intermediate_size = 32;
+  config.num_hidden_layers = 1;
+  config.num_attention_heads = 2;
+  config.num_key_value_heads = 1;
+  config.max_position_embeddings = 32;
+  config.tie_word_embeddings = false;
+  return config;
+}
+
+struct Models {
+  CausalLM policy{nullptr};
+  ValueModel critic{nullptr};
+};
+
+Models make_models(uint64_t seed) {
+  Models m;
+  m.policy = CausalLM(tiny_config());
+  sao::model::init_weights(*m.policy, seed);
+  m.critic = ValueModel(tiny_config());
+  sao::model::init_weights(*m.critic, seed + 1);
+  sao::model::init_value_from_policy(m.critic, m.policy);
+  // A non-zero head so that one update already moves the whole critic.
+  torch::NoGradGuard no_grad;
+  auto generator = at::detail::createCPUGenerator(seed + 2);
+  m.critic->score->weight.normal_(0.0, 0.3, generator);
+  return m;
+}
+
+// n trajectories: prompt (2 tokens), a 2-3 token action turn, a 2-token
+// observation, a 1-2 token action turn; reward 0/1 on the last action;
+// every third truncated. Behaviour log-probs are the policy's own, perturbed
+// by up to +-0.1 so that ratios are not all exactly 1.
+std::vector<Trajectory> make_batch(CausalLM& policy, uint64_t seed, int n = 4, int64_t version = 0) {
+  std::mt19937_64 rng(seed);
+  auto token = [&] { return static_cast<int64_t>(2 + rng() % 14); };
+  std::vector<Trajectory> batch;
+  for (int i = 0; i < n; ++i) {
+    sao::algo::Turn first, second;
+    const int a = 2 + static_cast<int>(rng() % 2), b = 1 + static_cast<int>(rng() % 2);
+    for (int k = 0; k < a; ++k) first.action_tokens.push_back(token());
+    first.observation = {token(), token()};
+    for (int k = 0; k < b; ++k) second.action_tokens.push_back(token());
+    for (auto* turn : {&first, &second}) {
+      turn->logprobs.assign(turn->action_tokens.size(), 0.0f);
+      turn->versions.assign(turn->action_tokens.size(), version);
+    }
+    auto tr = sao::algo::make_trajectory({1, token()}, {first, second}, static_cast<double>(rng() % 2),
+                                         /*terminated=*/i % 3 != 2, /*group_id=*/i);
+    tr.accuracy = tr.total_reward();
+    torch::NoGradGuard no_grad;
+    auto ids = torch::tensor(tr.tokens, torch::kInt64).unsqueeze(0);
+    auto logp = sao::algo::policy_outputs(policy, ids).logprobs[0];
+    for (size_t t = 0; t < tr.size(); ++t) {
+      if (!tr.action_mask[t]) continue;
+      const double noise = 0.2 * (static_cast<double>(rng() % 1000) / 1000.0 - 0.5);
+      tr.behaviour_logprobs[t] = static_cast<float>(logp[static_cast<int64_t>(t)].item<double>() + noise);
+    }
+    batch.push_back(tr);
+  }
+  return batch;
+}
+
+std::vector<torch::Tensor> snapshot(torch::nn::Module& module) {
+  std::vector<torch::Tensor> out;
+  for (auto& p : module.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+bool all_equal(torch::nn::Module& module, const std::vector<torch::Tensor>& before) {
+  auto params = module.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!torch::equal(params[i], before[i])) return false;
+  }
+  return true;
+}
+
+bool modules_equal(torch::nn::Module& a, torch::nn::Module& b) {
+  auto pa = a.named_parameters();
+  auto pb = b.named_parameters();
+  for (const auto& item : pa) {
+    if (!torch::equal(item.value(), pb[item.key()])) {
+      MESSAGE("differs: " << item.key());
+      return false;
+    }
+  }
+  return true;
+}
+
+LearnerConfig sao_config() {
+  LearnerConfig config;
+  config.actor_lr = 1e-3;
+  config.critic_lr = 5e-3;
+  config.critic_warmup_steps = 0;
+  return config;
+}
+
+std::string temp_dir(const std::string& stem) {
+  static std::atomic<int> counter{0};
+  auto dir = fs::temp_directory_path() /
+             ("sao_algo_" + stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+bool throws_with(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+  } catch (const sao::Error& e) {
+    const std::string message = e.what();
+    if (message.find(needle) != std::string::npos) return true;
+    MESSAGE("message was: " << message);
+  }
+  return false;
+}
+
+LearnerConfig config_from(const nlohmann::json& json) {
+  sao::runtime::JsonReader reader(json, "run.json: learner");
+  return LearnerConfig::from_json(reader);
+}
+
+}  // namespace
+
+TEST_CASE("learner config: SAO defaults, presets, strict JSON") {
+  LearnerConfig sao;
+  CHECK(sao.dis.eps_low == 0.3);
+  CHECK(sao.dis.eps_high == 5.0);
+  CHECK(sao.critic_updates == 2);
+  CHECK(sao.critic_warmup_steps == 10);
+  CHECK(sao.lambda_alpha == 1.5);
+  CHECK(sao.lambda_critic == 1.0);
+  CHECK(sao.gamma == 1.0);
+  CHECK(sao.group_size == 8);
+  CHECK(sao.ppo.eps_low == 0.2);
+  CHECK(sao.freeze_critic_attention);
+  CHECK(sao.uses_critic());
+
+  auto grpo = config_from({{"algorithm", "grpo"}, {"actor_lr", 1e-4}});
+  CHECK((grpo.baseline == sao::algo::BaselineKind::kGroup));
+  CHECK((grpo.policy_loss == sao::algo::PolicyLossKind::kPpo));
+  CHECK(grpo.actor_lr == 1e-4);
+  auto ppo = config_from({{"algorithm", "ppo"}});
+  CHECK_FALSE(ppo.adaptive_lambda);
+  CHECK(ppo.lambda_policy == ppo.lambda_critic);
+  // An ablation is the SAO preset with one switch flipped.
+  auto ablation = config_from({{"baseline", "running_mean"}, {"policy_loss", "ppo"}, {"critic_updates", 1}});
+  CHECK((ablation.baseline == sao::algo::BaselineKind::kRunningMean));
+  CHECK(ablation.dis.eps_high == 5.0);
+
+  CHECK(throws_with([] { config_from({{"learing_rate", 1.0}}); }, "run.json: learner: unknown key 'learing_rate'"));
+  CHECK(throws_with([] { config_from({{"dis_eps_low", 1.5}}); }, "run.json: learner.dis_eps_low"));
+  CHECK(throws_with([] { config_from({{"algorithm", "trpo"}}); }, "unknown algorithm 'trpo'"));
+  CHECK(throws_with([] { config_from({{"baseline", "zero"}}); }, "run.json: learner.baseline"));
+  CHECK(throws_with([] { config_from({{"critic_updates", "two"}}); }, "run.json: learner.critic_updates"));
+  CHECK(throws_with([] { config_from({{"ppo_dual_clip", 0.5}}); }, "ppo_dual_clip"));
+
+  auto round_trip = config_from(grpo.to_json());
+  CHECK(round_trip.to_json() == grpo.to_json());
+}
+
+TEST_CASE("learner construction checks the critic") {
+  auto m = make_models(1);
+  CHECK(throws_with([&] { Learner(sao_config(), m.policy); }, "needs a value model"));
+  auto grpo = LearnerConfig::preset(sao::algo::Algorithm::kGrpo);
+  CHECK(throws_with([&] { Learner(grpo, m.policy, m.critic); }, "would never be trained"));
+  // Freezing attention on a model without attention fails loudly.
+  struct HeadOnly : torch::nn::Module {
+    HeadOnly() { register_module("score", torch::nn::Linear(4, 1)); }
+  } head_only;
+  CHECK(throws_with([&] { sao::algo::freeze_attention(head_only); }, "no parameter in it"));
+}
+
+TEST_CASE("an SAO step reports every metric of SAO.md") {
+  auto m = make_models(2);
+  Learner learner(sao_config(), m.policy, m.critic);
+  auto batch = make_batch(m.policy, 3, 6);
+  batch[0].rewards[batch[0].size() - 1] = 1.0f;  // rewards differ -> explained variance defined
+  batch[1].rewards[batch[1].size() - 1] = 0.0f;
+  auto result = learner.step(batch);
+  for (const char* key : {"reward_mean",        "accuracy",         "policy_loss",         "value_loss",
+                          "explained_variance", "entropy",          "dis_reject_low_frac", "dis_reject_high_frac",
+                          "ratio_mean",         "ratio_max",        "staleness_mean",      "staleness_max",
+                          "grad_norm",          "tokens",           "skipped_nonfinite",   "critic_only",
+                          "value_grad_norm",    "staleness_hist_0", "dropped_stale",       "tokens_per_second",
+                          "step_seconds",       "value_loss_final", "action_tokens"}) {
+    INFO(key);
+    CHECK(result.metrics.count(key) == 1);
+  }
+  for (const auto& [key, value] : result.metrics) {
+    INFO(key);
+    CHECK(std::isfinite(value));
+  }
+  CHECK(result.policy_updated);
+  CHECK(result.critic_updates == 2);
+  CHECK(learner.policy_version() == 1);
+  CHECK(result.metrics["critic_only"] == 0.0);
+  CHECK(result.metrics["ratio_max"] > 1.0);  // the behaviour log-probs were perturbed
+  CHECK(result.metrics["staleness_hist_0"] == result.metrics["action_tokens"]);
+  CHECK(result.metrics["value_loss_final"] < result.metrics["value_loss"]);
+}
+
+TEST_CASE("the K critic updates all use the targets of the snapshot") {
+  auto m = make_models(4);
+  auto config = sao_config();
+  config.critic_warmup_steps = 100;  // critic only
+  config.lambda_critic = 0.5;        // targets depend on V, so recomputing them would show
+  config.max_grad_norm = 0.0;
+  config.critic_updates = 2;
+  auto fixed = sao::model::clone_value_model(m.critic);
+  auto recomputed = sao::model::clone_value_model(m.critic);
+  auto trajectories = make_batch(m.policy, 5, 5);
+  Learner learner(config, m.policy, m.critic);
+  auto result = learner.step(trajectories);
+  REQUIRE(result.critic_updates == 2);
+
+  auto batch = sao::algo::collate(trajectories);
+  auto gae_targets = [&](ValueModel& critic) {
+    torch::NoGradGuard no_grad;
+    auto out = sao::algo::critic_outputs(critic, batch.input_ids, batch.lengths);
+    return sao::algo::skip_observation_gae(batch.rewards, out.values, batch.action_mask, batch.terminated,
+                                           out.bootstrap, 1.0, sao::algo::constant_lambda(5, 0.5))
+        .returns;
+  };
+  auto replay = [&](ValueModel& critic, bool recompute) {
+    sao::algo::freeze_attention(*critic);
+    std::vector<torch::Tensor> params;
+    for (auto& p : critic->parameters()) {
+      if (p.requires_grad()) params.push_back(p);
+    }
+    torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(config.critic_lr)
+                                              .betas(std::make_tuple(config.adam_beta1, config.adam_beta2))
+                                              .eps(config.adam_eps)
+                                              .weight_decay(config.weight_decay));
+    auto targets = gae_targets(critic);
+    for (int k = 0; k < 2; ++k) {
+      if (recompute && k > 0) targets = gae_targets(critic);
+      optimizer.zero_grad();
+      auto out = sao::algo::critic_outputs(critic, batch.input_ids, batch.lengths);
+      sao::algo::value_loss(out.values, targets, batch.action_mask).backward();
+      optimizer.step();
+    }
+  };
+  CHECK(torch::equal(gae_targets(fixed), result.critic_targets));
+  replay(fixed, false);
+  replay(recomputed, true);
+  CHECK(modules_equal(*learner.critic(), *fixed));
+  CHECK_FALSE(modules_equal(*learner.critic(), *recomputed));
+}
+
+TEST_CASE("critic warm-up trains only the critic for W steps") {
+  auto m = make_models(6);
+  auto config = sao_config();
+  config.critic_warmup_steps = 2;
+  Learner learner(config, m.policy, m.critic);
+  auto policy_before = snapshot(*m.policy);
+  auto critic_before = snapshot(*m.critic);
+  for (int step = 0; step < 2; ++step) {
+    auto result = learner.step(make_batch(m.policy, 10 + step));
+    CHECK(result.metrics["critic_only"] == 1.0);
+    CHECK_FALSE(result.policy_updated);
+    CHECK(result.metrics.count("policy_loss") == 1);  // still reported
+  }
+  CHECK(all_equal(*m.policy, policy_before));
+  CHECK_FALSE(all_equal(*m.critic, critic_before));
+  CHECK(learner.policy_version() == 0);
+  auto result = learner.step(make_batch(m.policy, 12));
+  CHECK(result.metrics["critic_only"] == 0.0);
+  CHECK(result.policy_updated);
+  CHECK(learner.policy_version() == 1);
+  CHECK_FALSE(all_equal(*m.policy, policy_before));
+}
+
+TEST_CASE("frozen critic attention is unchanged after a step while its MLP moved") {
+  for (bool freeze : {true, false}) {
+    CAPTURE(freeze);
+    auto m = make_models(7);
+    auto config = sao_config();
+    config.freeze_critic_attention = freeze;
+    auto critic_before = sao::model::clone_value_model(m.critic);
+    auto policy_before = sao::model::clone_policy(m.policy);
+    Learner learner(config, m.policy, m.critic);
+    learner.step(make_batch(m.policy, 8, 6));
+    auto before = critic_before->named_parameters();
+    for (const auto& item : m.critic->named_parameters()) {
+      INFO(item.key());
+      const auto group = sao::model::param_group_of(item.key());
+      const bool unchanged = torch::equal(item.value(), before[item.key()]);
+      if (group == sao::model::ParamGroup::kAttention) CHECK(unchanged == freeze);
+      if (group == sao::model::ParamGroup::kMlp || group == sao::model::ParamGroup::kHead) CHECK_FALSE(unchanged);
+    }
+    // The policy's attention is never frozen.
+    auto policy_params = policy_before->named_parameters();
+    CHECK_FALSE(torch::equal(m.policy->model->layers->ptr<sao::model::DecoderLayerImpl>(0)->self_attn->q_proj->weight,
+                             policy_params["model.layers.0.self_attn.q_proj.weight"]));
+  }
+}
+
+TEST_CASE("a non-finite reward or behaviour log-prob skips the step and leaves the weights bit-identical") {
+  for (int variant = 0; variant < 2; ++variant) {
+    CAPTURE(variant);
+    auto m = make_models(9);
+    Learner learner(sao_config(), m.policy, m.critic);
+    auto batch = make_batch(m.policy, 11);
+    if (variant == 0) {
+      batch[1].rewards[batch[1].size() - 1] = std::nanf("");
+    } else {
+      batch[2].behaviour_logprobs[batch[2].size() - 1] = -std::numeric_limits<float>::infinity();
+    }
+    auto policy_before = snapshot(*m.policy);
+    auto critic_before = snapshot(*m.critic);
+    auto result = learner.step(batch);
+    CHECK(result.skipped_nonfinite);
+    CHECK_FALSE(result.policy_updated);
+    CHECK(result.metrics["step_skipped"] == 1.0);
+    CHECK(result.metrics["skipped_nonfinite"] == 1.0);
+    CHECK(learner.skipped_nonfinite() == 1);
+    CHECK(learner.policy_version() == 0);
+    CHECK(all_equal(*m.policy, policy_before));
+    CHECK(all_equal(*m.critic, critic_before));
+    // The next good batch trains normally.
+    auto next = learner.step(make_batch(m.policy, 12));
+    CHECK(next.policy_updated);
+    CHECK(next.metrics["skipped_nonfinite"] == 1.0);
+    CHECK_FALSE(all_equal(*m.policy, policy_before));
+  }
+}
+
+TEST_CASE("GRPO: non-finite PPO loss is skipped, DIS rejects the same token; group checks") {
+  auto grpo = LearnerConfig::preset(sao::algo::Algorithm::kGrpo);
+  grpo.group_size = 2;
+  grpo.actor_lr = 1e-3;
+  auto build = [](CausalLM& policy) {
+    auto batch = make_batch(policy, 13, 4);
+    for (int i = 0; i < 4; ++i) {
+      batch[i].group_id = i / 2;
+      batch[i].rewards.assign(batch[i].size(), 0.0f);
+    }
+    batch[0].rewards[batch[0].size() - 1] = 0.0f;  // group 0: rewards 0 and 1
+    batch[1].rewards[batch[1].size() - 1] = 1.0f;
+    batch[2].rewards[batch[2].size() - 1] = 1.0f;  // group 1: equal rewards
+    batch[3].rewards[batch[3].size() - 1] = 1.0f;
+    // A token of the negative-advantage trajectory with an overflowing ratio.
+    batch[0].behaviour_logprobs[batch[0].size() - 1] = -1e4f;
+    return batch;
+  };
+  SUBCASE("PPO clip: loss is +inf -> skipped") {
+    auto m = make_models(14);
+    Learner learner(grpo, m.policy);
+    auto before = snapshot(*m.policy);
+    auto result = learner.step(build(m.policy));
+    CHECK(result.skipped_nonfinite);
+    CHECK(all_equal(*m.policy, before));
+  }
+  SUBCASE("DIS: the token is rejected, the step goes ahead") {
+    auto m = make_models(14);
+    auto config = grpo;
+    config.policy_loss = sao::algo::PolicyLossKind::kDis;
+    Learner learner(config, m.policy);
+    auto result = learner.step(build(m.policy));
+    CHECK_FALSE(result.skipped_nonfinite);
+    CHECK(result.policy_updated);
+    CHECK(result.metrics["dis_reject_high_frac"] > 0.0);
+    // Equal-reward group 1 has zero advantage on every token; group 0 is +-1/sqrt(2).
+    CHECK(result.advantages[2].abs().max().item<float>() == 0.0f);
+    CHECK(result.advantages[3].abs().max().item<float>() == 0.0f);
+    CHECK(result.advantages[1].max().item<float>() == doctest::Approx(0.5 / (std::sqrt(0.5) + 1e-6)));
+  }
+  SUBCASE("a group of the wrong size is an error") {
+    auto m = make_models(14);
+    Learner learner(grpo, m.policy);
+    auto batch = build(m.policy);
+    batch.pop_back();
+    CHECK(throws_with([&] { learner.step(batch); }, "GRPO group 1 has 1 trajectories"));
+  }
+}
+
+TEST_CASE("PPO with critic and the running-mean ablation run a step") {
+  auto m = make_models(15);
+  auto ppo = LearnerConfig::preset(sao::algo::Algorithm::kPpo);
+  ppo.actor_lr = 1e-3;
+  Learner learner(ppo, m.policy, m.critic);
+  auto result = learner.step(make_batch(m.policy, 16));
+  CHECK(result.policy_updated);
+  CHECK(result.critic_updates == 1);
+  CHECK(result.metrics.count("ppo_clip_low_frac") == 1);
+  CHECK(result.metrics.count("dis_reject_low_frac") == 0);
+
+  auto m2 = make_models(15);
+  auto running = sao_config();
+  running.baseline = sao::algo::BaselineKind::kRunningMean;
+  Learner ablation(running, m2.policy);
+  auto batch = make_batch(m2.policy, 17);
+  auto first = ablation.step(batch);
+  CHECK(first.metrics["baseline_mean"] == 0.0);
+  double mean = 0.0;
+  for (const auto& tr : batch) mean += tr.total_reward() / static_cast<double>(batch.size());
+  CHECK(ablation.running_baseline().mean() == doctest::Approx(mean));
+  // A_t = return - baseline on every action token (lambda = 1, gamma = 1).
+  auto second = ablation.step(batch);
+  CHECK(second.metrics["baseline_mean"] == doctest::Approx(mean));
+  const auto& tr = batch[0];
+  for (size_t t = 0; t < tr.size(); ++t) {
+    if (tr.action_mask[t]) {
+      CHECK(second.advantages[0][static_cast<int64_t>(t)].item<double>() ==
+            doctest::Approx(tr.total_reward() - mean).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("staleness is measured against the learner's policy version; stale and future tokens") {
+  auto m = make_models(18);
+  auto config = sao_config();
+  config.max_staleness = 0;
+  Learner learner(config, m.policy, m.critic);
+  CHECK(throws_with([&] { learner.step(make_batch(m.policy, 19, 2, /*version=*/5)); }, "newer than the learner's 0"));
+  learner.step(make_batch(m.policy, 20));
+  REQUIRE(learner.policy_version() == 1);
+  auto mixed = make_batch(m.policy, 21, 3, /*version=*/1);
+  auto stale = make_batch(m.policy, 22, 1, /*version=*/0);
+  mixed.push_back(stale[0]);
+  auto result = learner.step(mixed);
+  CHECK(result.dropped_stale == 1);
+  CHECK(result.metrics["dropped_stale"] == 1.0);
+  CHECK(result.metrics["trajectories"] == 3.0);
+  CHECK(result.metrics["staleness_max"] == 0.0);
+
+  auto m2 = make_models(18);
+  Learner lenient(sao_config(), m2.policy, m2.critic);
+  lenient.step(make_batch(m2.policy, 20));
+  auto old = lenient.step(make_batch(m2.policy, 23, 2, /*version=*/0));
+  CHECK(old.metrics["staleness_mean"] == 1.0);
+  CHECK(old.metrics["staleness_max"] == 1.0);
+  CHECK(old.metrics["staleness_hist_1"] == old.metrics["action_tokens"]);
+  CHECK(old.metrics["staleness_hist_0"] == 0.0);
+}
+
+TEST_CASE("save and load continue bit-identically") {
+  for (bool running_mean : {false, true}) {
+    CAPTURE(running_mean);
+    auto config = sao_config();
+    config.critic_warmup_steps = 1;  // both a critic-only and actor steps before the save
+    if (running_mean) {
+      config.baseline = sao::algo::BaselineKind::kRunningMean;
+      config.running_mean_window = 5;
+    }
+    auto reference_models = make_models(30);
+    std::vector<std::vector<Trajectory>> batches;
+    for (int i = 0; i < 4; ++i) batches.push_back(make_batch(reference_models.policy, 40 + i, 3));
+    auto critic_of = [&](Models& m) { return running_mean ? ValueModel{nullptr} : m.critic; };
+
+    Learner straight(config, reference_models.policy, critic_of(reference_models));
+    sao::algo::Metrics last_straight;
+    for (const auto& batch : batches) last_straight = straight.step(batch).metrics;
+
+    auto first_models = make_models(30);
+    Learner first(config, first_models.policy, critic_of(first_models));
+    first.step(batches[0]);
+    first.step(batches[1]);
+    const auto dir = temp_dir("resume");
+    first.save(dir);
+
+    auto fresh_models = make_models(999);  // different weights: everything must come from the checkpoint
+    Learner resumed(config, fresh_models.policy, critic_of(fresh_models));
+    resumed.load(dir);
+    CHECK(resumed.steps() == 2);
+    CHECK(resumed.policy_version() == (running_mean ? 2 : 1));  // warm-up applies to the critic only
+    resumed.step(batches[2]);
+    auto last_resumed = resumed.step(batches[3]).metrics;
+
+    CHECK(modules_equal(*straight.policy(), *resumed.policy()));
+    if (!running_mean) CHECK(modules_equal(*straight.critic(), *resumed.critic()));
+    CHECK(straight.policy_version() == resumed.policy_version());
+    CHECK(straight.steps() == resumed.steps());
+    CHECK(last_straight["policy_loss"] == last_resumed["policy_loss"]);
+    const auto& a = straight.running_baseline().values();
+    const auto& b = resumed.running_baseline().values();
+    CHECK(std::vector<double>(a.begin(), a.end()) == std::vector<double>(b.begin(), b.end()));
+    fs::remove_all(dir);
+  }
+  auto m = make_models(1);
+  Learner learner(sao_config(), m.policy, m.critic);
+  CHECK(throws_with([&] { learner.load(temp_dir("missing")); }, "missing learner_state.json"));
+}
