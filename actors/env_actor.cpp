@@ -29,6 +29,8 @@ msg::EnvReply to_reply(int64_t episode_id, const env::EnvStep& step) {
   return reply;
 }
 
+bool expired(int64_t deadline_unix_ms) { return deadline_unix_ms > 0 && unix_time_ms() > deadline_unix_ms; }
+
 caf::error env_error(EnvActorState& state, const std::string& what) {
   ++state.errors;
   state.last_error = what;
@@ -42,6 +44,7 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
       [self](const msg::EnvReset& request) -> caf::result<msg::EnvReply> {
         auto& state = self->state;
         ++state.handled;
+        if (expired(request.deadline_unix_ms)) return env_error(state, "reset request expired before it was served");
         try {
           auto environment = env::make_environment(state.config.environment, state.config.env_config,
                                                    state.config.name);
@@ -59,6 +62,10 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
         auto it = state.episodes.find(request.episode_id);
         if (it == state.episodes.end()) {
           return env_error(state, "step for unknown episode " + std::to_string(request.episode_id));
+        }
+        if (expired(request.deadline_unix_ms)) {
+          state.episodes.erase(it);
+          return env_error(state, "step request expired before it was served");
         }
         try {
           auto step = it->second->step(request.action);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <memory>
 
 namespace sao::actors {
@@ -37,6 +38,15 @@ struct LearnerActorState {
 
 namespace {
 using Self = caf::stateful_actor<LearnerActorState>*;
+
+// The public metrics.jsonl keys (README): every step line carries all of
+// them; a number that is undefined for this step or algorithm is null.
+constexpr const char* kStepMetricKeys[] = {
+    "step",         "policy_version",       "wall_time_s",          "trajectories",   "tokens",
+    "reward_mean",  "accuracy",             "policy_loss",          "value_loss",     "explained_variance",
+    "entropy",      "dis_reject_low_frac",  "dis_reject_high_frac", "ratio_mean",     "ratio_max",
+    "staleness_mean", "staleness_max",      "dropped_stale",        "grad_norm",      "learner_idle_ms",
+    "rollout_to_learner_ms", "tokens_per_s"};
 
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -122,6 +132,7 @@ void run_step(Self self, msg::TrainBatch& batch) {
   metrics["rollout_to_learner_ms_max"] = latency_max;
   if (metrics.count("tokens_per_second")) metrics["learner_tokens_per_s"] = metrics["tokens_per_second"];
   metrics["tokens_per_s"] = since_previous > 0 ? metrics["tokens"] / since_previous : 0.0;
+  for (const char* key : kStepMetricKeys) metrics.emplace(key, std::numeric_limits<double>::quiet_NaN());
   if (result.policy_updated) self->send(state.weight_sync, current_weights(state));
   state.last_metrics = metrics;
   msg::StepReport report{state.learner->steps(), state.learner->policy_version(), metrics, latencies};

@@ -10,6 +10,7 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -48,13 +49,18 @@ struct PolicyWeights {
 
 // Env actor protocol. Episodes are addressed by id so one env actor can run
 // several episodes of a rollout batch at once.
+// deadline_unix_ms: the caller stops waiting then (0 = no deadline). An env
+// actor that was stuck skips requests whose caller has already given up,
+// instead of working through a backlog nobody reads.
 struct EnvReset {
   int64_t episode_id = 0;
   uint64_t seed = 0;
+  int64_t deadline_unix_ms = 0;
 };
 struct EnvAction {
   int64_t episode_id = 0;
   std::string action;  // decoded action text, without the stop token
+  int64_t deadline_unix_ms = 0;
 };
 struct EnvReply {
   int64_t episode_id = 0;
@@ -137,11 +143,11 @@ typename Inspector::result_type inspect(Inspector& f, PolicyWeights& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EnvReset& x) {
-  return f(caf::meta::type_name("EnvReset"), x.episode_id, x.seed);
+  return f(caf::meta::type_name("EnvReset"), x.episode_id, x.seed, x.deadline_unix_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EnvAction& x) {
-  return f(caf::meta::type_name("EnvAction"), x.episode_id, x.action);
+  return f(caf::meta::type_name("EnvAction"), x.episode_id, x.action, x.deadline_unix_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EnvReply& x) {
@@ -229,6 +235,12 @@ CAF_ADD_ATOM(sao, sao::atoms, hang_atom, "hang")
 CAF_END_TYPE_ID_BLOCK(sao)
 
 namespace sao::actors {
+// Milliseconds since the Unix epoch (deadlines that can cross processes).
+inline int64_t unix_time_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // Registers the "sao" type-ID block; call on every actor_system_config.
 inline void register_message_types(caf::actor_system_config& config) {
   config.add_message_types<caf::id_block::sao>();

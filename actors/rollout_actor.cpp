@@ -184,7 +184,7 @@ void on_turn_finished(Self self, size_t index) {
   row.state = RowState::kWaitingEnv;
   const int64_t session_id = state.session_id;
   self->request(state.config.env, std::chrono::milliseconds(state.config.rollout.env_timeout_ms),
-                msg::EnvAction{row.episode_id, action_text})
+                msg::EnvAction{row.episode_id, action_text, unix_time_ms() + state.config.rollout.env_timeout_ms})
       .then(
           [self, index, session_id, context_full](const msg::EnvReply& reply) {
             if (self->state.session_id != session_id) return;
@@ -275,7 +275,7 @@ void start_session(Self self) {
     row.seed = mix_seed(state.config.seed * 1000003ULL + static_cast<uint64_t>(row.group_id));
     row.episode_id = (state.config.index << 40) + state.next_episode++;
     self->request(state.config.env, std::chrono::milliseconds(state.config.rollout.env_timeout_ms),
-                  msg::EnvReset{row.episode_id, row.seed})
+                  msg::EnvReset{row.episode_id, row.seed, unix_time_ms() + state.config.rollout.env_timeout_ms})
         .then(
             [self, index, session_id](const msg::EnvReply& reply) {
               auto& st = self->state;

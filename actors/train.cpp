@@ -38,8 +38,9 @@ TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM poli
             }
           });
     }
-    // Give exiting actors a moment, then count what is still alive (should be 0).
-    for (int i = 0; i < 50 && system.registry().running() > 1; ++i) {
+    // Give exiting actors a moment (an env stuck in a slow call finishes it
+    // first), then count what is still alive (should be 0).
+    for (int i = 0; i < 250 && system.registry().running() > 1; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     outcome.actors_left_running = static_cast<int64_t>(system.registry().running()) - 1;  // minus `self`

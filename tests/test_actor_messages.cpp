@@ -78,10 +78,12 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(torch::equal(sao::model::from_blob(weights_back.tensors[0]), torch::tensor({1.5f, -2.0f, 3.25f})));
   CHECK(weights_back.tensors[1].dtype == "I64");
 
-  auto reset = round_trip(system, sao::msg::EnvReset{5, 0xdeadbeefcafeULL});
+  auto reset = round_trip(system, sao::msg::EnvReset{5, 0xdeadbeefcafeULL, 1700000000123});
   CHECK(reset.seed == 0xdeadbeefcafeULL);
-  auto action = round_trip(system, sao::msg::EnvAction{5, "46\n"});
+  CHECK(reset.deadline_unix_ms == 1700000000123);
+  auto action = round_trip(system, sao::msg::EnvAction{5, "46\n", 1700000000456});
   CHECK(action.action == "46\n");
+  CHECK(action.deadline_unix_ms == 1700000000456);
   auto reply = round_trip(system, sao::msg::EnvReply{5, "obs", 0.5, false, true, "{\"accuracy\":1}"});
   CHECK(reply.truncated);
   CHECK(reply.reward == 0.5);

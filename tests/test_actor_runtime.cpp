@@ -180,5 +180,10 @@ TEST_CASE("an env actor turns environment errors into error replies and stays up
   self->request(env, 2s, sao::msg::EnvReset{1, 7})
       .receive([&](const sao::msg::EnvReply& reply) { replied = !reply.observation.empty(); }, [](const caf::error&) {});
   CHECK(replied);
+  // A request whose caller already gave up is not served.
+  error_text.clear();
+  self->request(env, 2s, sao::msg::EnvReset{2, 7, sao::actors::unix_time_ms() - 1})
+      .receive([](const sao::msg::EnvReply&) {}, [&](const caf::error& error) { error_text = s.system->render(error); });
+  CHECK(error_text.find("reset request expired") != std::string::npos);
   caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
 }

@@ -6,6 +6,7 @@
 #include "cli/common.hpp"
 #include "model/checkpoint.hpp"
 #include "runtime/error.hpp"
+#include "runtime/system_info.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/sft.hpp"
 
@@ -72,6 +73,7 @@ int run_train(const Args& args) {
   } else {
     policy = warm_start_policy(config);
   }
+  runtime::configure_threads(config.threads.train_intra_op);
   std::signal(SIGINT, request_stop);
   std::signal(SIGTERM, request_stop);
   std::fprintf(stderr, "train: %s, %s mode, %lld steps, %lld rollout x %lld episodes, run dir %s\n",

@@ -1,13 +1,22 @@
-// Environment registry; see environment.hpp.
+// Environment registry and shared helpers; see environment.hpp.
 #include "env/environment.hpp"
 
 #include "env/arithmetic_env.hpp"
+#include "env/drift_env.hpp"
+#include "env/example_env.hpp"
+#include "env/external_env.hpp"
+#include "env/maze_env.hpp"
 #include "runtime/error.hpp"
 
 #include <map>
 #include <mutex>
 
 namespace sao::env {
+
+EnvStep Environment::reset_heldout(int64_t index) {
+  throw Error("environment '" + name() + "' has no held-out split (reset_heldout(" + std::to_string(index) +
+              ") called)");
+}
 
 namespace {
 struct Registry {
@@ -20,6 +29,10 @@ Registry& registry() {
   static Registry* instance = [] {
     auto* created = new Registry();
     created->factories["arithmetic"] = make_arithmetic_environment;
+    created->factories["example"] = make_example_environment;
+    created->factories["maze"] = make_maze_environment;
+    created->factories["drift"] = make_drift_environment;
+    created->factories["external"] = make_external_environment;
     return created;
   }();
   return *instance;
@@ -55,6 +68,32 @@ std::unique_ptr<Environment> make_environment(const std::string& name, const nlo
     throw Error(where + ": unknown environment '" + name + "' (known: " + known + ")");
   }
   return factory(config, where);
+}
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_text(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return mix64(h);
+}
+
+double hash_unit(uint64_t hash) { return static_cast<double>(hash >> 11) * 0x1.0p-53; }
+
+std::string trim_ascii(const std::string& text) {
+  const char* space = " \t\r\n\f\v";
+  const auto begin = text.find_first_not_of(space);
+  if (begin == std::string::npos) return "";
+  const auto end = text.find_last_not_of(space);
+  return text.substr(begin, end - begin + 1);
 }
 
 }  // namespace sao::env

@@ -64,8 +64,10 @@ void read_run(JsonReader reader, RunSection& run) {
 
 void read_threads(JsonReader reader, ThreadsSection& threads) {
   reader.read("torch_intra_op", threads.torch_intra_op);
+  reader.read("train_intra_op", threads.train_intra_op);
   reader.reject_unknown_keys();
   if (threads.torch_intra_op < 1) throw Error(reader.where() + ".torch_intra_op: must be >= 1");
+  if (threads.train_intra_op < 1) throw Error(reader.where() + ".train_intra_op: must be >= 1");
 }
 
 void read_sft(JsonReader reader, SftSection& sft) {

@@ -25,7 +25,11 @@ struct RunSection {
 };
 
 struct ThreadsSection {
-  int64_t torch_intra_op = 2;  // LibTorch (and through it OpenBLAS) threads for maths
+  int64_t torch_intra_op = 2;  // LibTorch and OpenBLAS threads for sft/eval (one computing thread)
+  // ... for `sao train`, where the learner and every rollout actor compute on
+  // threads of their own: more than one each oversubscribes 2 cores, and
+  // OpenBLAS's spinning workers then cost far more than they give.
+  int64_t train_intra_op = 1;
 };
 
 struct SftSection {

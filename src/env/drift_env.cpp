@@ -1,0 +1,189 @@
+// The drifting arithmetic environment and the recovery metric; see drift_env.hpp.
+#include "env/drift_env.hpp"
+
+#include "runtime/error.hpp"
+#include "runtime/json_reader.hpp"
+
+#include <algorithm>
+#include <random>
+
+namespace sao::env {
+
+DriftRegime DriftRegime::parse(const std::string& text, const std::string& where) {
+  DriftRegime regime;
+  regime.name = text;
+  const auto plus = text.find('+');
+  regime.answer_format = text.substr(0, plus);
+  if (plus != std::string::npos) {
+    regime.suffix = text.substr(plus + 1);
+    if (regime.suffix.empty()) throw Error(where + ": regime \"" + text + "\" has an empty suffix after '+'");
+  }
+  if (regime.answer_format != "plain" && regime.answer_format != "reversed") {
+    throw Error(where + ": unknown regime \"" + text +
+                "\" (expected plain, reversed, plain+SUFFIX or reversed+SUFFIX)");
+  }
+  return regime;
+}
+
+std::string DriftRegime::target(const ArithmeticProblem& problem) const {
+  return ArithmeticTask::target_text(problem, answer_format) + suffix;
+}
+
+bool DriftRegime::accepts(const ArithmeticProblem& problem, const std::string& action) const {
+  return trim_ascii(action) == target(problem);
+}
+
+DriftEnvironment::DriftEnvironment(DriftConfig config) : config_(std::move(config)), task_(config_.task) {
+  if (config_.switch_every < 1) throw Error("drift: switch_every must be >= 1");
+  if (config_.regimes.empty()) throw Error("drift: regimes must not be empty");
+  for (size_t i = 0; i < config_.regimes.size(); ++i) {
+    regimes_.push_back(DriftRegime::parse(config_.regimes[i], "drift.regimes[" + std::to_string(i) + "]"));
+  }
+}
+
+int64_t DriftEnvironment::regime_index_at(int64_t learner_step) const {
+  const int64_t phase = std::max<int64_t>(0, learner_step) / config_.switch_every;
+  return phase % static_cast<int64_t>(regimes_.size());
+}
+
+std::vector<int64_t> DriftEnvironment::switch_steps(int64_t total_steps) const {
+  std::vector<int64_t> steps;
+  if (regimes_.size() < 2) return steps;  // one regime never switches
+  for (int64_t s = config_.switch_every; s < total_steps; s += config_.switch_every) steps.push_back(s);
+  return steps;
+}
+
+void DriftEnvironment::on_training_step(int64_t learner_step) { learner_step_ = learner_step; }
+
+EnvStep DriftEnvironment::start(const ArithmeticProblem& problem) {
+  problem_ = problem;
+  episode_regime_ = regime_index();
+  open_ = true;
+  EnvStep result;
+  result.observation = problem_.prompt();
+  result.info = {{"episode_key", problem_.prompt()}, {"regime", regimes_[static_cast<size_t>(episode_regime_)].name}};
+  return result;
+}
+
+EnvStep DriftEnvironment::reset(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return start(task_.sample_train(rng));
+}
+
+EnvStep DriftEnvironment::reset_heldout(int64_t index) {
+  if (index < 0 || index >= heldout_size()) {
+    throw Error("drift: held-out index " + std::to_string(index) + " outside [0, " + std::to_string(heldout_size()) +
+                ")");
+  }
+  return start(task_.test_set()[static_cast<size_t>(index)]);
+}
+
+EnvStep DriftEnvironment::step(const std::string& action) {
+  if (!open_) throw Error("drift: step() called before reset() or after the episode ended");
+  open_ = false;
+  const auto& regime = regimes_[static_cast<size_t>(episode_regime_)];
+  const bool correct = regime.accepts(problem_, action);
+  EnvStep result;
+  result.reward = correct ? 1.0 : 0.0;
+  result.terminated = true;
+  result.info = {{"accuracy", correct ? 1.0 : 0.0},
+                 {"regime", regime.name},
+                 {"regime_index", episode_regime_},
+                 {"answer", regime.target(problem_)}};
+  return result;
+}
+
+EnvLimits DriftEnvironment::limits() const {
+  size_t suffix = 0;
+  for (const auto& regime : regimes_) suffix = std::max(suffix, regime.suffix.size());
+  const int64_t digits = config_.task.max_digits;
+  EnvLimits limits;
+  limits.max_turns = 1;
+  // A product of two d-digit numbers has up to 2d digits, plus a sign.
+  limits.max_action_bytes = 2 * digits + 1 + static_cast<int64_t>(suffix);
+  limits.max_observation_bytes = 2 * digits + 4;  // "-a op -b ="
+  return limits;
+}
+
+std::vector<SftEpisode> DriftEnvironment::demonstrations(int64_t count, uint64_t seed) const {
+  std::mt19937_64 rng(seed);
+  std::vector<SftEpisode> episodes;
+  for (int64_t i = 0; i < count; ++i) {
+    const auto problem = task_.sample_train(rng);
+    episodes.push_back({problem.prompt(), {{regime().target(problem), "", true}}});
+  }
+  return episodes;
+}
+
+std::vector<Recovery> recovery_after_switches(const std::vector<double>& rewards,
+                                              const std::vector<int64_t>& switch_steps, int64_t window,
+                                              double tolerance) {
+  if (window < 1) throw Error("recovery_after_switches: window must be >= 1, got " + std::to_string(window));
+  const auto n = static_cast<int64_t>(rewards.size());
+  for (size_t i = 0; i < switch_steps.size(); ++i) {
+    const int64_t s = switch_steps[i];
+    if (s < 1 || s >= n) {
+      throw Error("recovery_after_switches: switch step " + std::to_string(s) + " outside [1, " + std::to_string(n) +
+                  ") (the reward series has " + std::to_string(n) + " steps)");
+    }
+    if (i > 0 && s <= switch_steps[i - 1]) {
+      throw Error("recovery_after_switches: switch steps must be strictly increasing (" +
+                  std::to_string(switch_steps[i - 1]) + " then " + std::to_string(s) + ")");
+    }
+  }
+  auto mean = [&](int64_t begin, int64_t end) {  // [begin, end)
+    double sum = 0.0;
+    for (int64_t t = begin; t < end; ++t) sum += rewards[static_cast<size_t>(t)];
+    return sum / static_cast<double>(end - begin);
+  };
+  std::vector<Recovery> result;
+  for (size_t i = 0; i < switch_steps.size(); ++i) {
+    const int64_t s = switch_steps[i];
+    const int64_t previous = i > 0 ? switch_steps[i - 1] : 0;
+    const int64_t next = i + 1 < switch_steps.size() ? switch_steps[i + 1] : n;
+    Recovery recovery;
+    recovery.switch_step = s;
+    recovery.pre_level = mean(std::max(s - window, previous), s);
+    for (int64_t t = s + window - 1; t < next; ++t) {
+      if (mean(t - window + 1, t + 1) >= recovery.pre_level - tolerance - 1e-12) {
+        recovery.steps_to_recover = t - s + 1;
+        break;
+      }
+    }
+    result.push_back(recovery);
+  }
+  return result;
+}
+
+DriftConfig drift_config_from_json(const nlohmann::json& config, const std::string& where) {
+  DriftConfig result;
+  runtime::JsonReader reader(config, where);
+  std::string name = "drift";
+  reader.read("name", name);
+  if (name != "drift") throw Error(where + ".name: expected \"drift\", got \"" + name + "\"");
+  reader.read("switch_every", result.switch_every);
+  reader.read("regimes", result.regimes);
+  reader.read("min_digits", result.task.min_digits);
+  reader.read("max_digits", result.task.max_digits);
+  reader.read("operators", result.task.operators);
+  reader.read("test_fraction", result.task.test_fraction);
+  reader.read("test_size", result.task.test_size);
+  reader.reject_unknown_keys();
+  if (result.switch_every < 1) throw Error(where + ".switch_every: must be >= 1");
+  if (result.regimes.empty()) throw Error(where + ".regimes: must name at least one regime");
+  for (size_t i = 0; i < result.regimes.size(); ++i) {
+    DriftRegime::parse(result.regimes[i], where + ".regimes[" + std::to_string(i) + "]");
+  }
+  try {
+    result.task.validate();
+  } catch (const Error& error) {
+    throw Error(where + ": " + error.what());
+  }
+  return result;
+}
+
+std::unique_ptr<Environment> make_drift_environment(const nlohmann::json& config, const std::string& where) {
+  return std::make_unique<DriftEnvironment>(drift_config_from_json(config, where));
+}
+
+}  // namespace sao::env

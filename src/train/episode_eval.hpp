@@ -1,0 +1,59 @@
+// Held-out evaluation for multi-turn environments: plays the environment's
+// held-out split (reset_heldout(0..n)) with the policy, greedy by default,
+// batched through one DecodeSession whose rows continue turn after turn
+// (continue_row), exactly as the rollout plays training episodes:
+//   [BOS] + observation bytes, generate to EOS, step(action text), append the
+//   next observation's bytes (an empty one as <|obs|>), generate again.
+//
+// Success of an episode: info["success"] on its final step if present
+// (true / non-zero), else info["accuracy"] >= 1, else (terminated and a
+// positive final reward). An episode cut by max_turns or the model's context
+// is a failure; one whose environment throws is counted in `errors` (and as a
+// failure), never aborting the evaluation.
+#pragma once
+
+#include "env/environment.hpp"
+#include "model/transformer.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sao::train {
+
+struct EpisodeEvalOptions {
+  double temperature = 0.0;     // 0 = greedy
+  int64_t max_new_tokens = 8;   // per turn
+  int64_t max_turns = 0;        // 0: the environment's limits().max_turns, or 64 if it states none
+  int64_t batch_size = 64;      // episodes decoded together
+  int64_t episodes = 0;         // 0: the whole held-out split; else the first N of it
+  int64_t learner_step = -1;    // >= 0: passed to on_training_step before the episodes (drifting envs)
+  int64_t sample_transcripts = 3;
+};
+
+struct EpisodeEvalResult {
+  int64_t episodes = 0;
+  int64_t successes = 0;
+  int64_t errors = 0;          // episodes whose environment threw
+  double success_rate = 0.0;
+  double mean_reward = 0.0;    // mean over episodes of the summed per-turn rewards
+  double mean_turns = 0.0;
+  double seconds = 0.0;
+  std::vector<std::string> samples;  // "obs0 | action -> obs1 | ... => success" for the first few
+};
+
+// Makes one fresh environment; called once per concurrent episode.
+using EnvironmentMaker = std::function<std::unique_ptr<env::Environment>()>;
+
+// Throws sao::Error if the environment has no held-out split.
+EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
+                                    const EnvironmentMaker& make_environment, const EpisodeEvalOptions& options,
+                                    uint64_t seed);
+
+// Whether a final step counts as success (the rule above).
+bool step_succeeded(const env::EnvStep& final_step);
+
+}  // namespace sao::train

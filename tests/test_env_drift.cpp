@@ -1,0 +1,135 @@
+// The drifting environment and the recovery metric. Why exact hand-made
+// series: recovery time is the number a drift experiment reports, so its
+// definition (pre-switch level, window, first recovered step) is pinned down
+// here step by step.
+#include "env/drift_env.hpp"
+#include "runtime/error.hpp"
+
+#include <doctest/doctest.h>
+
+using sao::env::DriftConfig;
+using sao::env::DriftEnvironment;
+using sao::env::recovery_after_switches;
+
+TEST_CASE("drift: the regime switches at the configured learner steps") {
+  DriftConfig config;
+  config.switch_every = 10;
+  DriftEnvironment env(config);
+  CHECK(env.regime_index_at(0) == 0);
+  CHECK(env.regime_index_at(9) == 0);
+  CHECK(env.regime_index_at(10) == 1);
+  CHECK(env.regime_index_at(19) == 1);
+  CHECK(env.regime_index_at(20) == 0);
+  CHECK(env.switch_steps(35) == std::vector<int64_t>{10, 20, 30});
+  env.on_training_step(15);
+  CHECK(env.regime().name == "reversed");
+}
+
+TEST_CASE("drift: the reward rule follows the regime and info reports it") {
+  DriftConfig config;
+  config.switch_every = 10;
+  config.regimes = {"plain", "reversed", "plain+!"};
+  DriftEnvironment env(config);
+  // Find a training problem whose plain and reversed answers differ.
+  uint64_t seed = 0;
+  sao::env::ArithmeticProblem problem;
+  for (;; ++seed) {
+    const auto prompt = env.reset(seed).observation;
+    env.step("");
+    problem = {};
+    const auto op = prompt.find_first_of("+-", 1);
+    problem.a = std::stoll(prompt.substr(0, op));
+    problem.op = prompt[op];
+    problem.b = std::stoll(prompt.substr(op + 1, prompt.size() - op - 2));
+    const auto answer = problem.answer();
+    if (answer.size() >= 2 && answer.front() != '-' && answer.front() != answer.back()) break;
+  }
+  const std::string plain = problem.answer();
+  const std::string reversed(plain.rbegin(), plain.rend());
+
+  auto play = [&](const std::string& action) {
+    env.reset(seed);
+    return env.step(action);
+  };
+  env.on_training_step(0);
+  CHECK(play(plain).reward == 1.0);
+  CHECK(play(reversed).reward == 0.0);
+  CHECK(play(plain).info["regime"] == "plain");
+  env.on_training_step(10);
+  CHECK(play(plain).reward == 0.0);
+  const auto step = play(reversed);
+  CHECK(step.reward == 1.0);
+  CHECK(step.terminated);
+  CHECK(step.info["regime"] == "reversed");
+  CHECK(step.info["regime_index"] == 1);
+  CHECK(step.info["accuracy"] == 1.0);
+  env.on_training_step(25);
+  CHECK(play(plain).reward == 0.0);
+  CHECK(play(plain + "!").reward == 1.0);
+  CHECK(play(" " + plain + "! ").reward == 1.0);
+
+  // An episode keeps the regime it started with.
+  env.on_training_step(0);
+  env.reset(seed);
+  env.on_training_step(10);
+  CHECK(env.step(plain).reward == 1.0);
+
+  // Demonstrations answer in the current regime.
+  env.on_training_step(10);
+  const auto demos = env.demonstrations(4, 1);
+  REQUIRE(demos.size() == 4);
+  CHECK(demos[0].turns.size() == 1);
+}
+
+TEST_CASE("drift: config errors name the key") {
+  CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"regimes", {"plain", "upside-down"}}}, "cfg.task"),
+                       doctest::Contains("upside-down"), sao::Error);
+  CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"switch_every", 0}}, "cfg.task"),
+                       doctest::Contains("cfg.task.switch_every"), sao::Error);
+  CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"max_digits", 0}}, "cfg.task"),
+                       doctest::Contains("max_digits"), sao::Error);
+  CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"answer_format", "plain"}}, "cfg.task"),
+                       doctest::Contains("answer_format"), sao::Error);
+}
+
+TEST_CASE("recovery: exact on hand-made series") {
+  // Steps 0..9 at 1.0; the regime switches at 10; reward climbs back.
+  std::vector<double> rewards(10, 1.0);
+  for (double r : {0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 1.0}) rewards.push_back(r);  // steps 10..16
+  // Window 3: pre-level = mean(r[7..9]) = 1. Post-switch windows end at
+  // t = 12 (0.167), 13 (0.5), 14 (0.833), 15 (1.0): recovered at 15, 6 steps.
+  auto result = recovery_after_switches(rewards, {10}, 3);
+  REQUIRE(result.size() == 1);
+  CHECK(result[0].switch_step == 10);
+  CHECK(result[0].pre_level == doctest::Approx(1.0));
+  CHECK(result[0].steps_to_recover == 6);
+  // Tolerance 0.2: 0.833 >= 0.8 at t = 14: 5 steps.
+  CHECK(recovery_after_switches(rewards, {10}, 3, 0.2)[0].steps_to_recover == 5);
+  // Window 1 is the raw series: r[13] = 1 first -> 4 steps.
+  CHECK(recovery_after_switches(rewards, {10}, 1)[0].steps_to_recover == 4);
+  // A reward that never drops recovers as soon as one full window exists.
+  CHECK(recovery_after_switches(std::vector<double>(20, 0.5), {10}, 4)[0].steps_to_recover == 4);
+
+  // Two switches; the second is never recovered; the first's search stops at
+  // the second switch, and the second's pre-level window stops at the first.
+  std::vector<double> series = {0.2, 0.4, 0.6, 0.8,   // 0..3: pre-level over window 2 = 0.7
+                                0.0, 0.9, 0.5, 0.7,   // 4..7: windows (t=5) 0.45, (6) 0.7 -> recovered, 3 steps
+                                0.1, 0.1, 0.1, 0.1};  // 8..11: switch at 8, pre-level mean(r[6..7]) = 0.6
+  result = recovery_after_switches(series, {4, 8}, 2);
+  REQUIRE(result.size() == 2);
+  CHECK(result[0].pre_level == doctest::Approx(0.7));
+  CHECK(result[0].steps_to_recover == 3);
+  CHECK(result[1].pre_level == doctest::Approx(0.6));
+  CHECK(result[1].steps_to_recover == -1);
+  // Window 4 before the second switch would reach back past the first: clipped to r[4..7].
+  result = recovery_after_switches(series, {4, 6}, 4);
+  CHECK(result[1].pre_level == doctest::Approx((0.0 + 0.9) / 2));
+  // Not recovered when the series ends before a full window.
+  CHECK(recovery_after_switches({1, 1, 1, 0, 1}, {3}, 3)[0].steps_to_recover == -1);
+
+  CHECK_THROWS_AS(recovery_after_switches(series, {4}, 0), sao::Error);
+  CHECK_THROWS_AS(recovery_after_switches(series, {0}, 2), sao::Error);
+  CHECK_THROWS_AS(recovery_after_switches(series, {12}, 2), sao::Error);
+  CHECK_THROWS_WITH_AS(recovery_after_switches(series, {8, 4}, 2), doctest::Contains("strictly increasing"),
+                       sao::Error);
+}

@@ -1,0 +1,210 @@
+// End-to-end runs of the actor runtime on a tiny model: SAO raises reward
+// on an easy task and writes every public metric; GRPO-sync never mixes
+// policy versions in a batch; an environment that throws or hangs is
+// restarted, the lost episodes are counted and the run finishes; and no
+// actor is left running afterwards.
+#include "actors/train.hpp"
+#include "env/arithmetic_env.hpp"
+#include "env/environment.hpp"
+#include "runtime/run_config.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
+#include "train/sft.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kRequiredKeys[] = {"step",         "policy_version",       "wall_time_s",          "trajectories",
+                               "tokens",       "reward_mean",          "accuracy",             "policy_loss",
+                               "value_loss",   "explained_variance",   "entropy",              "dis_reject_low_frac",
+                               "dis_reject_high_frac", "ratio_mean",   "ratio_max",            "staleness_mean",
+                               "staleness_max", "dropped_stale",       "grad_norm",            "learner_idle_ms",
+                               "rollout_to_learner_ms", "tokens_per_s"};
+
+// 1-digit addition on a tiny model: learnable in seconds, so RL has signal.
+sao::runtime::RunConfig easy_config(const std::string& run_dir, const std::vector<std::string>& extra) {
+  std::vector<std::string> overrides = {
+      "run.dir=\"" + run_dir + "\"",
+      "threads.torch_intra_op=1",
+      "model.hidden_size=64",
+      "model.intermediate_size=128",
+      "model.num_hidden_layers=2",
+      "model.num_attention_heads=4",
+      "model.num_key_value_heads=2",
+      "model.max_position_embeddings=32",
+      "task.min_digits=1",
+      "task.max_digits=1",
+      "task.operators=\"+\"",
+      "task.test_size=8",
+      "sft.steps=60",
+      "sft.batch_size=32",
+      "sft.log_every=1000",
+      "eval.max_new_tokens=4",
+      "rollout.max_new_tokens=4",
+      "rollout.episodes_per_actor=16",
+      "train.eval_every=0",
+      "train.checkpoint_every=0",
+      "learner.actor_lr=0.001",
+      "learner.critic_lr=0.005",
+      "learner.critic_warmup_steps=3",
+  };
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return sao::runtime::load_run_config("", overrides);
+}
+
+sao::model::CausalLM warm_start(const sao::runtime::RunConfig& config) {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  const sao::env::ArithmeticTask task(config.task);
+  sao::model::CausalLM policy(config.model);
+  sao::model::init_weights(*policy, 1);
+  sao::train::run_sft(policy, task, tokenizer, config.sft, 1, nullptr);
+  return policy;
+}
+
+std::vector<nlohmann::json> read_lines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+std::vector<nlohmann::json> step_lines(const std::string& run_dir) {
+  std::vector<nlohmann::json> steps;
+  for (auto& line : read_lines(run_dir + "/metrics.jsonl")) {
+    if (!line.contains("eval")) steps.push_back(line);
+  }
+  return steps;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("sao_slow_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  return dir;
+}
+
+double mean_reward(const std::vector<nlohmann::json>& steps, size_t begin, size_t end) {
+  double sum = 0.0;
+  for (size_t i = begin; i < end; ++i) sum += steps[i]["reward_mean"].get<double>();
+  return sum / static_cast<double>(end - begin);
+}
+
+// Throws on one episode in five and hangs (past the rollout timeout) on one in seven.
+class FlakyEnvironment final : public sao::env::Environment {
+ public:
+  explicit FlakyEnvironment(const nlohmann::json& config, const std::string& where)
+      : inner_(sao::env::arithmetic_config_from_json(config, where)) {}
+  sao::env::EnvStep reset(uint64_t seed) override {
+    seed_ = seed;
+    return inner_.reset(seed);
+  }
+  sao::env::EnvStep step(const std::string& action) override {
+    if (seed_ % 5 == 0) throw std::runtime_error("flaky environment failed on purpose");
+    if (seed_ % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    return inner_.step(action);
+  }
+  std::string name() const override { return "flaky"; }
+
+ private:
+  sao::env::ArithmeticEnvironment inner_;
+  uint64_t seed_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("SAO through the actors raises reward on an easy task and writes every metric") {
+  const auto dir = fresh_dir("sao");
+  auto config = easy_config(dir.string(), {"train.steps=60"});
+  auto policy = warm_start(config);
+  const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
+  CHECK(outcome.reason == "budget");
+  CHECK(outcome.steps == 60);
+  CHECK(outcome.actors_left_running == 0);
+  const auto steps = step_lines(dir.string());
+  REQUIRE(steps.size() == 60);
+  for (const auto& line : steps) {
+    for (const char* key : kRequiredKeys) CHECK_MESSAGE(line.contains(key), key);
+  }
+  // Critic warm-up: the policy version stays 0 for the first 3 steps, then counts actor updates.
+  CHECK(steps[2]["policy_version"] == 0);
+  CHECK(steps.back()["policy_version"] == 57);
+  const double early = mean_reward(steps, 0, 10);
+  const double late = mean_reward(steps, 50, 60);
+  MESSAGE("reward of the first 10 steps " << early << ", of the last 10 " << late);
+  CHECK(late > early + 0.1);
+  // Evaluation lines before the first step and at the end.
+  std::vector<nlohmann::json> evals;
+  for (auto& line : read_lines(dir.string() + "/metrics.jsonl")) {
+    if (line.contains("eval")) evals.push_back(line);
+  }
+  REQUIRE(evals.size() == 2);
+  CHECK(evals.front()["step"] == 0);
+  CHECK(evals.back()["step"] == 60);
+  CHECK(fs::exists(dir / "checkpoint" / "policy" / "model.safetensors"));
+  CHECK(fs::exists(dir / "checkpoint" / "learner"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("GRPO-sync never mixes policy versions within a batch") {
+  const auto dir = fresh_dir("grpo_sync");
+  auto config = easy_config(dir.string(), {"train.steps=8", "train.mode=\"sync\"", "learner.algorithm=\"grpo\"",
+                                           "learner.group_size=4", "rollout.num_actors=2",
+                                           "rollout.episodes_per_actor=8"});
+  CHECK(config.replay.synchronous);
+  CHECK(config.replay.max_batch == 16);
+  auto policy = warm_start(config);
+  const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
+  CHECK(outcome.steps == 8);
+  CHECK(outcome.actors_left_running == 0);
+  const auto steps = step_lines(dir.string());
+  REQUIRE(steps.size() == 8);
+  for (const auto& line : steps) {
+    CHECK(line["trajectories"] == 16);
+    CHECK(line["staleness_max"] == 0);  // every token came from the version being trained
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("an environment that throws or hangs is restarted; lost episodes are counted and the run continues") {
+  sao::env::register_environment("flaky", [](const nlohmann::json& config, const std::string& where) {
+    return std::make_unique<FlakyEnvironment>(config, where);
+  });
+  const auto dir = fresh_dir("flaky");
+  auto config = easy_config(dir.string(), {"train.steps=12", "env.name=\"flaky\"", "rollout.env_timeout_ms=300"});
+  auto policy = warm_start(config);
+  const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
+  CHECK(outcome.reason == "budget");
+  CHECK(outcome.steps == 12);
+  CHECK(outcome.actors_left_running == 0);
+  const auto summary = nlohmann::json::parse(outcome.summary_json);
+  MESSAGE("summary: " << summary.dump());
+  CHECK(summary["episodes_lost"].get<int64_t>() > 0);
+  CHECK(summary["env_restarts"].get<int64_t>() > 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a stop request ends the run with a final checkpoint") {
+  const auto dir = fresh_dir("stop");
+  auto config = easy_config(dir.string(), {"train.steps=100000"});
+  auto policy = warm_start(config);
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    stop.store(true);
+  });
+  const auto outcome = sao::actors::run_training(config, policy, "", &stop);
+  stopper.join();
+  CHECK(outcome.reason == "stopped on request");
+  CHECK(outcome.steps > 0);
+  CHECK(outcome.steps < 100000);
+  CHECK(outcome.actors_left_running == 0);
+  CHECK(fs::exists(dir / "checkpoint" / "policy" / "model.safetensors"));
+  fs::remove_all(dir);
+}
