@@ -84,3 +84,29 @@ TEST_CASE("a config file that is not JSON names the file and the byte") {
                     "config /nonexistent/x.json: cannot open file");
   std::filesystem::remove(path);
 }
+
+TEST_CASE("every shipped config parses, as an overlay on the embedded default") {
+  int parsed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(SAO_SOURCE_DIR) + "/config")) {
+    if (entry.path().extension() != ".json") continue;
+    INFO(entry.path().string());
+    CHECK_NOTHROW(sao::runtime::load_run_config(entry.path().string(), {}));
+    ++parsed;
+  }
+  CHECK(parsed >= 5);
+  const auto grpo = sao::runtime::load_run_config(std::string(SAO_SOURCE_DIR) + "/config/grpo_arith.json", {});
+  CHECK(grpo.learner.algorithm == sao::algo::Algorithm::kGrpo);
+  CHECK(grpo.replay.synchronous);
+  CHECK(grpo.replay.group_size == 8);
+  CHECK(grpo.replay.max_batch == 64);
+  // Keys the preset does not name come from the embedded default.
+  CHECK(grpo.model.hidden_size == parse_run_config(default_config_document(), "d").model.hidden_size);
+}
+
+TEST_CASE("derived settings: GRPO needs whole groups per rollout batch") {
+  auto document = default_config_document();
+  document["learner"]["algorithm"] = "grpo";
+  document["learner"]["group_size"] = 5;
+  CHECK(error_of(document).find("rollout.episodes_per_actor (32) must be a multiple of learner.group_size (5)") !=
+        std::string::npos);
+}

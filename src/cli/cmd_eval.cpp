@@ -24,9 +24,8 @@ int run_eval(const Args& args) {
   const std::string checkpoint = parsed.get("--checkpoint");
   nlohmann::json info;
   auto policy = model::load_policy_checkpoint(checkpoint, &info);
-  nlohmann::json document = parsed.has("--config") ? runtime::read_json_file(parsed.get("--config"))
-                            : info.contains("run_config") ? info["run_config"]
-                                                          : runtime::default_config_document();
+  nlohmann::json document = info.contains("run_config") ? info["run_config"] : runtime::default_config_document();
+  if (parsed.has("--config")) document.merge_patch(runtime::read_json_file(parsed.get("--config")));
   for (const auto& assignment : parsed.all("--set")) runtime::apply_override(document, assignment);
   const auto config = runtime::parse_run_config(document, parsed.has("--config") ? parsed.get("--config")
                                                                                  : checkpoint + "/sao.json");

@@ -211,7 +211,14 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
 }
 
 RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides) {
-  nlohmann::json document = file.empty() ? default_config_document() : read_json_file(file);
+  // A config file is an overlay on the embedded default (JSON merge patch),
+  // so a preset names only what it changes.
+  nlohmann::json document = default_config_document();
+  if (!file.empty()) {
+    const auto overlay = read_json_file(file);
+    if (!overlay.is_object()) throw Error("config " + file + ": expected a JSON object at the top level");
+    document.merge_patch(overlay);
+  }
   const std::string source = file.empty() ? "embedded config/default.json" : file;
   for (const auto& assignment : overrides) apply_override(document, assignment);
   return parse_run_config(document, source);
