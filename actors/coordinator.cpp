@@ -32,7 +32,7 @@ namespace {
 using Self = caf::stateful_actor<CoordinatorState>*;
 
 EnvActorConfig env_config(const runtime::RunConfig& run, size_t index) {
-  return {"env-" + std::to_string(index), run.env.name, run.document.value("task", nlohmann::json::object())};
+  return {"env-" + std::to_string(index), run.env.name, run.task_document};
 }
 
 caf::actor spawn_env(Self self, size_t index) {
@@ -179,6 +179,8 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
       [self](const msg::StepReport& report) {
         self->state.steps = report.step;
         self->state.policy_version = report.policy_version;
+        // Drifting environments change their rule with the learner's progress.
+        for (auto& env : self->state.envs) self->send(env, atoms::train_step_atom_v, report.step);
         if (report.step >= self->state.config.run.train.steps) finish(self, "budget");
       },
       [self](const msg::EpisodeLost& lost) {

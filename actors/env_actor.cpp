@@ -11,6 +11,10 @@ namespace sao::actors {
 struct EnvActorState {
   EnvActorConfig config;
   std::map<int64_t, std::unique_ptr<env::Environment>> episodes;
+  // Finished environments are reused: an external environment is a process,
+  // and starting one per episode would be slow and make restarts meaningless.
+  std::vector<std::unique_ptr<env::Environment>> idle;
+  int64_t learner_step = -1;
   int64_t handled = 0;
   int64_t errors = 0;
   std::string last_error;
@@ -31,6 +35,24 @@ msg::EnvReply to_reply(int64_t episode_id, const env::EnvStep& step) {
 
 bool expired(int64_t deadline_unix_ms) { return deadline_unix_ms > 0 && unix_time_ms() > deadline_unix_ms; }
 
+std::unique_ptr<env::Environment> acquire(EnvActorState& state) {
+  if (!state.idle.empty()) {
+    auto environment = std::move(state.idle.back());
+    state.idle.pop_back();
+    return environment;
+  }
+  auto environment = env::make_environment(state.config.environment, state.config.env_config, state.config.name);
+  if (state.learner_step >= 0) environment->on_training_step(state.learner_step);
+  return environment;
+}
+
+void release(EnvActorState& state, int64_t episode_id) {
+  auto it = state.episodes.find(episode_id);
+  if (it == state.episodes.end()) return;
+  state.idle.push_back(std::move(it->second));
+  state.episodes.erase(it);
+}
+
 caf::error env_error(EnvActorState& state, const std::string& what) {
   ++state.errors;
   state.last_error = what;
@@ -46,8 +68,7 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
         ++state.handled;
         if (expired(request.deadline_unix_ms)) return env_error(state, "reset request expired before it was served");
         try {
-          auto environment = env::make_environment(state.config.environment, state.config.env_config,
-                                                   state.config.name);
+          auto environment = acquire(state);
           auto step = environment->reset(request.seed);
           state.episodes[request.episode_id] = std::move(environment);
           return to_reply(request.episode_id, step);
@@ -69,12 +90,18 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
         }
         try {
           auto step = it->second->step(request.action);
-          if (step.terminated || step.truncated) state.episodes.erase(it);
+          if (step.terminated || step.truncated) release(state, request.episode_id);
           return to_reply(request.episode_id, step);
         } catch (const std::exception& error) {
           state.episodes.erase(request.episode_id);
           return env_error(state, std::string("step failed: ") + error.what());
         }
+      },
+      [self](atoms::train_step_atom, int64_t learner_step) {
+        auto& state = self->state;
+        state.learner_step = learner_step;
+        for (auto& environment : state.idle) environment->on_training_step(learner_step);
+        for (auto& item : state.episodes) item.second->on_training_step(learner_step);
       },
       [self](atoms::status_atom) {
         const auto& state = self->state;

@@ -2,13 +2,12 @@
 #include "actors/learner_actor.hpp"
 
 #include "algo/learner.hpp"
-#include "env/arithmetic.hpp"
 #include "model/checkpoint.hpp"
 #include "model/tensor_blob.hpp"
-#include "tokenizer/byte_tokenizer.hpp"
-#include "train/evaluation.hpp"
+#include "train/task_runner.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <filesystem>
 #include <limits>
@@ -23,8 +22,6 @@ std::string checkpoint_dir(const std::string& run_dir) {
 struct LearnerActorState {
   LearnerActorConfig config;
   std::unique_ptr<algo::Learner> learner;
-  std::unique_ptr<env::ArithmeticTask> task;
-  tokenizer::ByteTokenizer tokenizer;
   caf::actor replay, weight_sync, metrics, coordinator;
   std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
@@ -59,11 +56,17 @@ msg::PolicyWeights current_weights(LearnerActorState& state) {
 msg::EvalReport evaluate(Self self) {
   auto& state = self->state;
   state.state = "evaluating";
-  const auto result = train::evaluate_arithmetic(state.learner->policy(), state.tokenizer, *state.task,
-                                                 state.config.run.eval,
-                                                 static_cast<uint64_t>(state.config.run.run.seed));
-  msg::EvalReport report{state.learner->steps(), state.learner->policy_version(), result.accuracy, result.total,
-                         "test"};
+  msg::EvalReport report{state.learner->steps(), state.learner->policy_version(),
+                         std::numeric_limits<double>::quiet_NaN(), 0, "test"};
+  try {
+    const auto result = train::evaluate_heldout(state.learner->policy(), state.config.run, state.learner->steps());
+    report.accuracy = result.accuracy;
+    report.total = result.total;
+  } catch (const std::exception& error) {
+    // An evaluation that fails (e.g. an external env is down) must not end training.
+    state.last_error = std::string("evaluation failed: ") + error.what();
+    std::fprintf(stderr, "learner: %s\n", state.last_error.c_str());
+  }
   self->send(state.metrics, report);
   return report;
 }
@@ -160,7 +163,6 @@ caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, Learne
   }
   state.learner = std::make_unique<algo::Learner>(run.learner, state.config.policy, critic);
   if (!state.config.resume_from.empty()) state.learner->load(state.config.resume_from);
-  state.task = std::make_unique<env::ArithmeticTask>(run.task);
   return {
       [self](atoms::start_atom, const caf::actor& replay, const caf::actor& weight_sync, const caf::actor& metrics,
              const caf::actor& coordinator) {

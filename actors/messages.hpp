@@ -231,7 +231,7 @@ CAF_ADD_ATOM(sao, sao::atoms, status_atom, "status")
 CAF_ADD_ATOM(sao, sao::atoms, start_atom, "start")
 CAF_ADD_ATOM(sao, sao::atoms, versions_atom, "versions")
 CAF_ADD_ATOM(sao, sao::atoms, evaluate_atom, "evaluate")
-CAF_ADD_ATOM(sao, sao::atoms, hang_atom, "hang")
+CAF_ADD_ATOM(sao, sao::atoms, train_step_atom, "trainstep")
 CAF_END_TYPE_ID_BLOCK(sao)
 
 namespace sao::actors {

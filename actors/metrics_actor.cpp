@@ -99,6 +99,7 @@ caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, Metric
         nlohmann::json line = {{"eval", true},         {"step", report.step},   {"policy_version", report.policy_version},
                                {"accuracy", report.accuracy}, {"total", report.total}, {"split", report.split},
                                {"wall_time_s", st.progress->elapsed_seconds()}};
+        if (!std::isfinite(report.accuracy)) line["accuracy"] = nullptr;
         st.writer->write(line);
         st.evals.push_back(line);
         std::fprintf(stderr, "eval step %lld: held-out accuracy %.4f (%lld problems)\n",

@@ -6,7 +6,7 @@
 #include "model/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/system_info.hpp"
-#include "tokenizer/byte_tokenizer.hpp"
+#include "train/task_runner.hpp"
 
 #include <cstdio>
 
@@ -30,10 +30,7 @@ int run_eval(const Args& args) {
   const auto config = runtime::parse_run_config(document, parsed.has("--config") ? parsed.get("--config")
                                                                                  : checkpoint + "/sao.json");
   runtime::configure_threads(config.threads.torch_intra_op);
-  const tokenizer::ByteTokenizer tokenizer;
-  const env::ArithmeticTask task(config.task);
-  const auto result = train::evaluate_arithmetic(policy, tokenizer, task, config.eval,
-                                                 static_cast<uint64_t>(config.run.seed));
+  const auto result = train::evaluate_heldout(policy, config, info.value("step", int64_t{0}));
   print_eval_result(result, checkpoint);
   return 0;
 }

@@ -4,7 +4,7 @@
 #include "model/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
-#include "train/sft.hpp"
+#include "train/task_runner.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -27,15 +27,14 @@ int run_sft(const Args& args) {
     throw Error(config.source + ": model.vocab_size " + std::to_string(config.model.vocab_size) +
                 " is smaller than the byte tokenizer's " + std::to_string(tokenizer.vocab_size()));
   }
-  const env::ArithmeticTask task(config.task);
   model::CausalLM policy(config.model);
   model::init_weights(*policy, static_cast<uint64_t>(config.run.seed));
-  std::fprintf(stderr, "sft: %lld parameters, %lld steps of batch %lld, run dir %s\n",
-               static_cast<long long>(config.model.parameter_count()), static_cast<long long>(config.sft.steps),
-               static_cast<long long>(config.sft.batch_size), config.run.dir.c_str());
+  std::fprintf(stderr, "sft: %lld parameters, task %s, %lld steps of batch %lld, run dir %s\n",
+               static_cast<long long>(config.model.parameter_count()), config.env.name.c_str(),
+               static_cast<long long>(config.sft.steps), static_cast<long long>(config.sft.batch_size),
+               config.run.dir.c_str());
   runtime::JsonlWriter metrics((std::filesystem::path(config.run.dir) / "sft_metrics.jsonl").string());
-  const auto result = train::run_sft(policy, task, tokenizer, config.sft, static_cast<uint64_t>(config.run.seed),
-                                     &metrics);
+  const auto result = train::run_warm_start(policy, config, &metrics);
   const std::string checkpoint = (std::filesystem::path(config.run.dir) / "sft").string();
   model::save_policy_checkpoint(checkpoint, policy,
                                 {{"tokenizer", "byte"}, {"stage", "sft"}, {"step", result.steps},
@@ -43,8 +42,7 @@ int run_sft(const Args& args) {
   std::printf("sft: %lld steps in %.1f s (%.0f tokens/s), final loss %.4f, saved %s\n",
               static_cast<long long>(result.steps), result.seconds, result.tokens_per_second, result.final_loss,
               checkpoint.c_str());
-  const auto eval = train::evaluate_arithmetic(policy, tokenizer, task, config.eval,
-                                               static_cast<uint64_t>(config.run.seed));
+  const auto eval = train::evaluate_heldout(policy, config, /*learner_step=*/0);
   metrics.write({{"eval", true}, {"split", "test"}, {"stage", "sft"}, {"accuracy", eval.accuracy},
                  {"wall_time_s", result.seconds + eval.seconds}});
   print_eval_result(eval, checkpoint);

@@ -7,8 +7,7 @@
 #include "model/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/system_info.hpp"
-#include "tokenizer/byte_tokenizer.hpp"
-#include "train/sft.hpp"
+#include "train/task_runner.hpp"
 
 #include <atomic>
 #include <csignal>
@@ -31,13 +30,10 @@ model::CausalLM warm_start_policy(const runtime::RunConfig& config) {
     return model::load_policy_checkpoint(sft_dir);
   }
   std::fprintf(stderr, "train: no warm start at %s, running SFT first\n", sft_dir.c_str());
-  const tokenizer::ByteTokenizer tokenizer;
-  const env::ArithmeticTask task(config.task);
   model::CausalLM policy(config.model);
   model::init_weights(*policy, static_cast<uint64_t>(config.run.seed));
   runtime::JsonlWriter metrics((std::filesystem::path(config.run.dir) / "sft_metrics.jsonl").string());
-  const auto result =
-      train::run_sft(policy, task, tokenizer, config.sft, static_cast<uint64_t>(config.run.seed), &metrics);
+  const auto result = train::run_warm_start(policy, config, &metrics);
   model::save_policy_checkpoint(sft_dir, policy,
                                 {{"tokenizer", "byte"}, {"stage", "sft"}, {"step", result.steps},
                                  {"policy_version", 0}, {"run_config", config.document}});

@@ -32,8 +32,8 @@ void write_resolved_config(const runtime::RunConfig& config) {
   out << config.document.dump(2) << "\n";
 }
 
-void print_eval_result(const train::EvalResult& result, const std::string& checkpoint) {
-  for (const auto& line : result.sample_outputs) std::printf("  %s\n", line.c_str());
+void print_eval_result(const train::HeldoutResult& result, const std::string& checkpoint) {
+  for (const auto& line : result.samples) std::printf("  %s\n", line.c_str());
   std::printf("held-out accuracy: %.4f (%lld/%lld correct, %.1f s)\n", result.accuracy,
               static_cast<long long>(result.correct), static_cast<long long>(result.total), result.seconds);
   const nlohmann::json line = {{"eval", true},
@@ -42,7 +42,6 @@ void print_eval_result(const train::EvalResult& result, const std::string& check
                                {"accuracy", result.accuracy},
                                {"correct", result.correct},
                                {"total", result.total},
-                               {"mean_new_tokens", result.mean_new_tokens},
                                {"seconds", result.seconds}};
   std::printf("%s\n", line.dump().c_str());
   std::fflush(stdout);

@@ -3,7 +3,7 @@
 
 #include "cli/args.hpp"
 #include "runtime/run_config.hpp"
-#include "train/evaluation.hpp"
+#include "train/task_runner.hpp"
 
 #include <string>
 #include <vector>
@@ -18,6 +18,6 @@ runtime::RunConfig load_config_from_args(const ParsedArgs& parsed);
 // Writes the resolved config into the run directory.
 void write_resolved_config(const runtime::RunConfig& config);
 // Prints the human line and one JSON line for an evaluation.
-void print_eval_result(const train::EvalResult& result, const std::string& checkpoint);
+void print_eval_result(const train::HeldoutResult& result, const std::string& checkpoint);
 
 }  // namespace sao::cli

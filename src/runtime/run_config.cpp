@@ -2,6 +2,7 @@
 #include "runtime/run_config.hpp"
 
 #include "env/arithmetic_env.hpp"
+#include "env/environment.hpp"
 #include "runtime/error.hpp"
 #include "runtime/json_reader.hpp"
 #include "sao/build_info.hpp"
@@ -196,11 +197,19 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   config.model = model::model_config_from_json(document.value("model", nlohmann::json::object()),
                                                source + ": model", /*allow_unknown_keys=*/false);
   root.section("task");  // marks the key as known and checks it is an object
-  config.task = env::arithmetic_config_from_json(document.value("task", nlohmann::json::object()), source + ".task");
+  root.section("env");
+  read_env(JsonReader(document.value("env", nlohmann::json::object()), source + ".env"), config.env);
+  config.task_document = document.value("task", nlohmann::json::object());
+  if (config.env.name == "arithmetic") {
+    config.task = env::arithmetic_config_from_json(config.task_document, source + ".task");
+  } else {
+    // Any other environment checks its own section; building one instance here
+    // reports a bad key before a run starts rather than inside an actor.
+    env::make_environment(config.env.name, config.task_document, source + ".task");
+  }
   read_sft(root.section("sft"), config.sft);
   read_eval(root.section("eval"), config.eval);
   read_rollout(root.section("rollout"), config.rollout);
-  read_env(root.section("env"), config.env);
   read_train(root.section("train"), config.train);
   read_replay(root.section("replay"), config.replay);
   auto learner_reader = root.section("learner");

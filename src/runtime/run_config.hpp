@@ -87,7 +87,9 @@ struct RunConfig {
   RunSection run;
   ThreadsSection threads;
   model::ModelConfig model;
-  env::ArithmeticConfig task;
+  env::ArithmeticConfig task;     // parsed "task" section when env.name is "arithmetic"
+  nlohmann::json task_document;    // the raw "task" section: the environment's config
+  bool is_arithmetic() const { return env.name == "arithmetic"; }
   SftSection sft;
   EvalSection eval;
   RolloutSection rollout;

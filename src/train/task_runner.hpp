@@ -1,0 +1,31 @@
+// The task-independent face of warm start and held-out evaluation: sft,
+// eval and the learner call these, and they dispatch to the arithmetic
+// task or to any registered multi-turn environment (demonstrations for SFT,
+// its held-out split for evaluation).
+#pragma once
+
+#include "model/transformer.hpp"
+#include "runtime/progress.hpp"
+#include "runtime/run_config.hpp"
+#include "train/sft.hpp"
+
+#include <string>
+#include <vector>
+
+namespace sao::train {
+
+struct HeldoutResult {
+  double accuracy = 0.0;  // arithmetic: exact match; environments: success rate
+  int64_t total = 0;
+  int64_t correct = 0;
+  double seconds = 0.0;
+  std::vector<std::string> samples;  // a few transcripts for humans
+};
+
+// `learner_step` >= 0 tells a drifting environment where training is. An
+// environment without a held-out split gives accuracy NaN and total 0.
+HeldoutResult evaluate_heldout(model::CausalLM& policy, const runtime::RunConfig& config, int64_t learner_step);
+// Trains `policy` from its current weights on the task's demonstrations.
+SftResult run_warm_start(model::CausalLM& policy, const runtime::RunConfig& config, runtime::JsonlWriter* metrics);
+
+}  // namespace sao::train
