@@ -30,13 +30,24 @@ double forward_flops_per_token(const sao::model::ModelConfig& config, double con
   return 2.0 * matmul_weights + attention;
 }
 
+void run_benchmarks(int64_t threads, const sao::model::ModelConfig& model_config);
+
 }  // namespace
 
+// Usage: bench_model [THREADS...]   (default: 1 and 2, each against its own limit)
 int main(int argc, char** argv) {
-  const int64_t threads = argc > 1 ? std::atoll(argv[1]) : 2;
-  sao::runtime::configure_threads(threads);
+  std::vector<int64_t> thread_counts;
+  for (int i = 1; i < argc; ++i) thread_counts.push_back(std::atoll(argv[i]));
+  if (thread_counts.empty()) thread_counts = {1, 2};
   const auto config = sao::runtime::load_run_config("", {});
-  const auto& model_config = config.model;
+  for (const int64_t threads : thread_counts) run_benchmarks(threads, config.model);
+  return 0;
+}
+
+namespace {
+
+void run_benchmarks(int64_t threads, const sao::model::ModelConfig& model_config) {
+  sao::runtime::configure_threads(threads);
   const auto blas = sao::runtime::detect_blas();
   const double limit_gflops = sao::runtime::measure_matmul_gflops(1024, 5);
   std::printf("machine: %s, %lld threads, fp32 matmul 1024^2 = %.1f GFLOP/s (the limit below)\n", blas.name.c_str(),
@@ -87,5 +98,6 @@ int main(int argc, char** argv) {
                 static_cast<long long>(batch), static_cast<long long>(sampling.max_new_tokens), tokens / elapsed,
                 achieved, 100.0 * achieved / limit_gflops);
   }
-  return 0;
 }
+
+}  // namespace
