@@ -8,4 +8,6 @@ deploy/install-deps.sh
 deploy/build.sh
 ./build/sao doctor
 rm -rf runs/default
-./build/sao sft --run-dir runs/default
+# SFT warm start (RUN_DIR/sft), then SAO reinforcement learning; ends with the
+# held-out accuracy before and after RL.
+./build/sao train --run-dir runs/default

@@ -280,3 +280,19 @@ TEST_CASE("config validation errors name the key") {
   c.test_fraction = 0.5;
   CHECK(validation_error(c) == "no throw");
 }
+
+TEST_CASE("reversed answers: sign first, digits least significant first") {
+  using sao::env::ArithmeticProblem;
+  using sao::env::ArithmeticTask;
+  const ArithmeticProblem carry{47, '+', 85};  // 132
+  CHECK(ArithmeticTask::target_text(carry, "reversed") == "231");
+  CHECK(ArithmeticTask::target_text(carry, "plain") == "132");
+  CHECK(ArithmeticTask::verify(carry, "231", "reversed"));
+  CHECK_FALSE(ArithmeticTask::verify(carry, "132", "reversed"));
+  const ArithmeticProblem negative{3, '-', 15};  // -12
+  CHECK(ArithmeticTask::target_text(negative, "reversed") == "-21");
+  CHECK(ArithmeticTask::sft_text(negative, "reversed") == "3-15=-21");
+  sao::env::ArithmeticConfig config;
+  config.answer_format = "backwards";
+  CHECK_THROWS_WITH(config.validate(), doctest::Contains("task.answer_format"));
+}

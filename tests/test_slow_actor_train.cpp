@@ -6,6 +6,7 @@
 #include "actors/train.hpp"
 #include "env/arithmetic_env.hpp"
 #include "env/environment.hpp"
+#include "model/checkpoint.hpp"
 #include "runtime/run_config.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/sft.hpp"
@@ -207,5 +208,13 @@ TEST_CASE("a stop request ends the run with a final checkpoint") {
   CHECK(outcome.steps < 100000);
   CHECK(outcome.actors_left_running == 0);
   CHECK(fs::exists(dir / "checkpoint" / "policy" / "model.safetensors"));
+  // Resume: the learner continues from its saved step count to the new budget.
+  auto resumed_config = easy_config(dir.string(), {"train.steps=" + std::to_string(outcome.steps + 5)});
+  auto resumed_policy = sao::model::load_policy_checkpoint((dir / "checkpoint" / "policy").string());
+  const auto resumed = sao::actors::run_training(resumed_config, resumed_policy,
+                                                 (dir / "checkpoint" / "learner").string(), nullptr);
+  CHECK(resumed.reason == "budget");
+  CHECK(resumed.steps == outcome.steps + 5);
+  CHECK(resumed.policy_version == outcome.policy_version + 5);
   fs::remove_all(dir);
 }

@@ -79,7 +79,14 @@ int run_train(const Args& args) {
   const auto outcome = actors::run_training(config, policy, resume_from, &g_stop_requested);
   std::printf("train: finished (%s) after %lld learner steps, policy version %lld\n", outcome.reason.c_str(),
               static_cast<long long>(outcome.steps), static_cast<long long>(outcome.policy_version));
-  if (!outcome.summary_json.empty()) std::printf("%s\n", outcome.summary_json.c_str());
+  if (!outcome.summary_json.empty()) {
+    const auto summary = nlohmann::json::parse(outcome.summary_json, nullptr, /*allow_exceptions=*/false);
+    if (summary.is_object() && summary.contains("accuracy_last") && summary["accuracy_last"].is_number()) {
+      std::printf("held-out accuracy: %.4f (before RL: %.4f), run dir %s\n", summary["accuracy_last"].get<double>(),
+                  summary.value("accuracy_first", 0.0), config.run.dir.c_str());
+    }
+    std::printf("%s\n", outcome.summary_json.c_str());
+  }
   if (outcome.actors_left_running != 0) {
     std::fprintf(stderr, "train: %lld actors still running at exit\n",
                  static_cast<long long>(outcome.actors_left_running));
