@@ -67,42 +67,15 @@ SftBatch make_episode_sft_batch(const tokenizer::Tokenizer& tokenizer, const std
 SftResult run_episode_sft(model::CausalLM& policy, const env::Environment& environment,
                           const tokenizer::Tokenizer& tokenizer, const runtime::SftSection& options, uint64_t seed,
                           runtime::JsonlWriter* metrics) {
-  torch::optim::AdamW optimizer(policy->parameters(),
-                                torch::optim::AdamWOptions(options.learning_rate).weight_decay(options.weight_decay));
-  policy->train();
-  runtime::ProgressLine progress("sft " + environment.name(), options.steps);
-  SftResult result;
-  int64_t total_tokens = 0;
-  for (int64_t step = 0; step < options.steps; ++step) {
-    const auto episodes = environment.demonstrations(options.batch_size, seed + static_cast<uint64_t>(step) * 7919);
-    if (episodes.empty()) throw Error("sft: environment '" + environment.name() + "' has no demonstrations");
-    const auto batch = make_episode_sft_batch(tokenizer, episodes, policy->config().max_position_embeddings);
-    const double learning_rate = sft_learning_rate(options, step);
-    for (auto& group : optimizer.param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learning_rate);
-    }
-    optimizer.zero_grad();
-    auto loss = sft_loss(policy->forward(batch.input_ids), batch);
-    loss.backward();
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(policy->parameters(), options.grad_clip);
-    optimizer.step();
-    result.final_loss = loss.item<double>();
-    total_tokens += batch.tokens;
-    if (options.log_every > 0 && ((step + 1) % options.log_every == 0 || step + 1 == options.steps)) {
-      const double rate = static_cast<double>(total_tokens) / std::max(progress.elapsed_seconds(), 1e-9);
-      progress.print(step + 1, {{"loss", result.final_loss}, {"lr", learning_rate}, {"grad_norm", grad_norm}}, rate,
-                     "tok");
-      if (metrics != nullptr) {
-        metrics->write({{"sft_step", step + 1}, {"env", environment.name()}, {"loss", result.final_loss},
-                        {"learning_rate", learning_rate}, {"grad_norm", grad_norm},
-                        {"wall_time_s", progress.elapsed_seconds()}});
-      }
-    }
-  }
-  result.steps = options.steps;
-  result.seconds = progress.elapsed_seconds();
-  result.tokens_per_second = static_cast<double>(total_tokens) / std::max(result.seconds, 1e-9);
-  return result;
+  const int64_t max_length = policy->config().max_position_embeddings;
+  return run_sft_loop(
+      policy, options, "sft " + environment.name(),
+      [&](int64_t step) {
+        const auto episodes = environment.demonstrations(options.batch_size, seed + static_cast<uint64_t>(step) * 7919);
+        if (episodes.empty()) throw Error("sft: environment '" + environment.name() + "' has no demonstrations");
+        return make_episode_sft_batch(tokenizer, episodes, max_length);
+      },
+      metrics);
 }
 
 }  // namespace sao::train

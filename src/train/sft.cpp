@@ -58,21 +58,18 @@ double sft_learning_rate(const runtime::SftSection& options, int64_t step) {
   return options.learning_rate * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
-SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
-                  const runtime::SftSection& options, uint64_t seed, runtime::JsonlWriter* metrics) {
-  std::mt19937_64 rng(seed);
+SftResult run_sft_loop(model::CausalLM& policy, const runtime::SftSection& options, const std::string& label,
+                       const SftBatchMaker& next_batch, runtime::JsonlWriter* metrics) {
   torch::optim::AdamW optimizer(policy->parameters(),
                                 torch::optim::AdamWOptions(options.learning_rate).weight_decay(options.weight_decay));
   policy->train();
-  runtime::ProgressLine progress("sft", options.steps);
+  runtime::ProgressLine progress(label, options.steps);
   SftResult result;
   int64_t tokens_since_log = 0;
   int64_t total_tokens = 0;
   auto log_start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < options.steps; ++step) {
-    std::vector<env::ArithmeticProblem> problems;
-    for (int64_t i = 0; i < options.batch_size; ++i) problems.push_back(task.sample_train(rng));
-    const auto batch = make_sft_batch(tokenizer, problems, task.config().answer_format);
+    const auto batch = next_batch(step);
     const double learning_rate = sft_learning_rate(options, step);
     for (auto& group : optimizer.param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learning_rate);
@@ -85,14 +82,14 @@ SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, cons
     result.final_loss = loss.item<double>();
     tokens_since_log += batch.tokens;
     total_tokens += batch.tokens;
-    if ((step + 1) % options.log_every == 0 || step + 1 == options.steps) {
+    if (options.log_every > 0 && ((step + 1) % options.log_every == 0 || step + 1 == options.steps)) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - log_start).count();
       const double rate = static_cast<double>(tokens_since_log) / std::max(seconds, 1e-9);
       progress.print(step + 1, {{"loss", result.final_loss}, {"lr", learning_rate}, {"grad_norm", grad_norm}}, rate,
                      "tok");
       if (metrics != nullptr) {
-        metrics->write({{"sft_step", step + 1}, {"loss", result.final_loss}, {"learning_rate", learning_rate},
-                        {"grad_norm", grad_norm}, {"tokens_per_s", rate},
+        metrics->write({{"sft_step", step + 1}, {"task", label}, {"loss", result.final_loss},
+                        {"learning_rate", learning_rate}, {"grad_norm", grad_norm}, {"tokens_per_s", rate},
                         {"wall_time_s", progress.elapsed_seconds()}});
       }
       tokens_since_log = 0;
@@ -103,6 +100,19 @@ SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, cons
   result.seconds = progress.elapsed_seconds();
   result.tokens_per_second = static_cast<double>(total_tokens) / std::max(result.seconds, 1e-9);
   return result;
+}
+
+SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
+                  const runtime::SftSection& options, uint64_t seed, runtime::JsonlWriter* metrics) {
+  std::mt19937_64 rng(seed);
+  return run_sft_loop(
+      policy, options, "sft",
+      [&](int64_t) {
+        std::vector<env::ArithmeticProblem> problems;
+        for (int64_t i = 0; i < options.batch_size; ++i) problems.push_back(task.sample_train(rng));
+        return make_sft_batch(tokenizer, problems, task.config().answer_format);
+      },
+      metrics);
 }
 
 }  // namespace sao::train

@@ -11,6 +11,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace sao::train {
@@ -35,7 +37,14 @@ struct SftResult {
   double tokens_per_second = 0.0;
 };
 
-// Trains `policy` in place. Writes one JSON line per logged step to `metrics`.
+// The one supervised training loop (AdamW, warm-up + cosine, clipping,
+// progress and metrics). `next_batch(step)` supplies the data; `label` names
+// the task in the progress line and the metrics.
+using SftBatchMaker = std::function<SftBatch(int64_t step)>;
+SftResult run_sft_loop(model::CausalLM& policy, const runtime::SftSection& options, const std::string& label,
+                       const SftBatchMaker& next_batch, runtime::JsonlWriter* metrics);
+
+// Trains `policy` in place on arithmetic. Writes one JSON line per logged step to `metrics`.
 SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
                   const runtime::SftSection& options, uint64_t seed, runtime::JsonlWriter* metrics);
 
