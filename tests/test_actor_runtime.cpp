@@ -117,6 +117,11 @@ TEST_CASE("a trajectory staler than max_staleness is dropped and counted") {
 }
 
 TEST_CASE("a weight update reaches every rollout actor and their versions converge") {
+  // Both switch policies: between decode steps, and only when no episode is
+  // mid-turn. doctest runs the whole test once per subcase.
+  std::string weight_switch;
+  SUBCASE("in_flight") { weight_switch = "in_flight"; }
+  SUBCASE("turn_boundary") { weight_switch = "turn_boundary"; }
   System s;
   auto& system = *s.system;
   caf::scoped_actor fake_learner{system};
@@ -136,6 +141,7 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
     config.model = tiny_byte_model();
     config.rollout.episodes_per_actor = 4;
     config.rollout.max_new_tokens = 4;
+    config.rollout.weight_switch = weight_switch;
     config.env = env;
     config.replay = replay;
     config.weight_sync = weight_sync;

@@ -275,6 +275,7 @@ TEST_CASE("maze episodes through env, rollout and weight-sync actors are multi-t
   }
   MESSAGE(received.size() << " trajectories, longest " << max_turns << " turns, " << successes << " solved");
   CHECK(max_turns >= 3);
+  CHECK(successes > 0);  // the warm start solves about half: final rewards of 1 were checked too
 }
 
 TEST_CASE("SAO through the actors on the maze finishes on budget and logs every step") {

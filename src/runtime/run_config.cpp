@@ -227,6 +227,10 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
     const auto overlay = read_json_file(file);
     if (!overlay.is_object()) throw Error("config " + file + ": expected a JSON object at the top level");
     document.merge_patch(overlay);
+    // The default "task" section configures arithmetic; a file that switches
+    // to another environment gives that environment's section whole.
+    const auto env_name = overlay.value("env", nlohmann::json::object()).value("name", std::string("arithmetic"));
+    if (env_name != "arithmetic" && overlay.contains("task")) document["task"] = overlay["task"];
   }
   const std::string source = file.empty() ? "embedded config/default.json" : file;
   for (const auto& assignment : overrides) apply_override(document, assignment);
