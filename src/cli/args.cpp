@@ -48,9 +48,9 @@ ParsedArgs parse_args(const std::string& command, const std::vector<FlagSpec>& s
     }
     auto spec = std::find_if(specs.begin(), specs.end(), [&](const FlagSpec& s) { return s.name == name; });
     if (spec == specs.end()) {
-      throw Error("sao " + command + ": unknown option '" + name + "' (see sao " + command + " --help)");
+      throw Error("unknown option '" + name + "' (see sao " + command + " --help)");
     }
-    if (!spec->repeatable && parsed.has(name)) throw Error("sao " + command + ": " + name + " given twice");
+    if (!spec->repeatable && parsed.has(name)) throw Error(name + " given twice");
     std::string value;
     if (spec->takes_value) {
       if (has_inline) {
@@ -58,10 +58,10 @@ ParsedArgs parse_args(const std::string& command, const std::vector<FlagSpec>& s
       } else if (i + 1 < args.size()) {
         value = args[++i];
       } else {
-        throw Error("sao " + command + ": " + name + " needs a value");
+        throw Error(name + " needs a value");
       }
     } else if (has_inline) {
-      throw Error("sao " + command + ": " + name + " takes no value");
+      throw Error(name + " takes no value");
     }
     parsed.values[name].push_back(value);
   }
