@@ -7,6 +7,7 @@
 #include "train/task_runner.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <chrono>
 #include <filesystem>
@@ -96,6 +97,22 @@ std::vector<double> completion_latencies_ms(const msg::TrainBatch& batch, std::c
   return latencies;
 }
 
+// The drift regime of the most recently finished episode, so metrics.jsonl
+// marks where the environment switched (NaN for environments without one).
+double latest_regime(const msg::TrainBatch& batch) {
+  double regime = std::numeric_limits<double>::quiet_NaN();
+  int64_t latest = std::numeric_limits<int64_t>::min();
+  for (const auto& item : batch.items) {
+    const auto info = nlohmann::json::parse(item.final_info_json, nullptr, /*allow_exceptions=*/false);
+    if (!info.is_object() || !info.contains("regime_index") || !info["regime_index"].is_number()) continue;
+    if (item.finished_at_ns >= latest) {
+      latest = item.finished_at_ns;
+      regime = info["regime_index"].get<double>();
+    }
+  }
+  return regime;
+}
+
 void run_step(Self self, msg::TrainBatch& batch) {
   auto& state = self->state;
   const auto start = std::chrono::steady_clock::now();
@@ -107,6 +124,7 @@ void run_step(Self self, msg::TrainBatch& batch) {
   trajectories.reserve(batch.items.size());
   for (auto& item : batch.items) trajectories.push_back(std::move(item.trajectory));
   const auto latencies = completion_latencies_ms(batch, start);
+  const double regime = latest_regime(batch);
   algo::StepResult result;
   try {
     result = state.learner->step(trajectories);
@@ -125,6 +143,7 @@ void run_step(Self self, msg::TrainBatch& batch) {
   metrics["learner_idle_ms"] = idle_ms;
   metrics["learner_step_ms"] = state.last_step_seconds * 1e3;
   metrics["queued_after"] = static_cast<double>(batch.queued_after);
+  if (!std::isnan(regime)) metrics["env_regime"] = regime;
   double latency_sum = 0.0;
   double latency_max = 0.0;
   for (double latency : latencies) {

@@ -77,6 +77,7 @@ struct TrajectoryMsg {
   int64_t finished_at_ns = 0;  // steady clock when the episode ended
   std::string rollout;         // name of the rollout actor that produced it
   int64_t turns = 0;
+  std::string final_info_json = "{}";  // the environment's info of the last step (e.g. a drift regime)
 };
 
 // Replay's answer to a trajectory: the back-pressure signal for rollouts.
@@ -156,7 +157,8 @@ typename Inspector::result_type inspect(Inspector& f, EnvReply& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TrajectoryMsg& x) {
-  return f(caf::meta::type_name("TrajectoryMsg"), x.trajectory, x.finished_at_ns, x.rollout, x.turns);
+  return f(caf::meta::type_name("TrajectoryMsg"), x.trajectory, x.finished_at_ns, x.rollout, x.turns,
+           x.final_info_json);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplayAck& x) {

@@ -28,6 +28,7 @@ void try_dispatch(Self self) {
     msg::TrajectoryMsg message;
     message.trajectory = std::move(item.trajectory);
     message.finished_at_ns = item.finished_at_ns;
+    message.final_info_json = std::move(item.final_info_json);
     batch.items.push_back(std::move(message));
   }
   batch.dropped_stale = state.buffer->stats().dropped_stale - state.dropped_reported;
@@ -45,7 +46,7 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
   return {
       [self](msg::TrajectoryMsg& message) {
         auto& state = self->state;
-        replay::ReplayItem item{std::move(message.trajectory), message.finished_at_ns};
+        replay::ReplayItem item{std::move(message.trajectory), message.finished_at_ns, std::move(message.final_info_json)};
         const bool accepted = state.buffer->add(std::move(item), state.learner_version);
         try_dispatch(self);
         return msg::ReplayAck{accepted, state.buffer->queued(), state.buffer->full()};

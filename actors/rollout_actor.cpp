@@ -29,6 +29,7 @@ struct EpisodeRow {
   bool lost = false;
   size_t session_row = 0;  // row index inside the DecodeSession
   double accuracy = std::numeric_limits<double>::quiet_NaN();
+  std::string final_info_json = "{}";
 };
 
 int64_t now_ns() {
@@ -135,6 +136,7 @@ void send_trajectory(Self self, EpisodeRow& row, bool terminated) {
   message.finished_at_ns = now_ns();
   message.rollout = state.config.name;
   message.turns = static_cast<int64_t>(row.turns.size());
+  message.final_info_json = row.final_info_json;
   row.state = RowState::kDone;
   ++state.episodes_done;
   self->request(state.config.replay, caf::infinite, std::move(message))
@@ -151,6 +153,7 @@ void on_env_reply(Self self, size_t index, const msg::EnvReply& reply, bool cont
   }
   const bool out_of_turns = static_cast<int64_t>(row.turns.size()) + 1 >= state.config.rollout.max_turns;
   const bool done = reply.terminated || reply.truncated || out_of_turns || context_full;
+  if (done) row.final_info_json = reply.info_json;
   if (!done) {
     row.current.observation = state.tokenizer.encode(reply.observation);
     if (row.current.observation.empty()) row.current.observation.push_back(*state.tokenizer.special_id("<|obs|>"));

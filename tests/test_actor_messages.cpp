@@ -88,7 +88,7 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(reply.truncated);
   CHECK(reply.reward == 0.5);
 
-  sao::msg::TrajectoryMsg trajectory{sample_trajectory(), 123456789, "rollout-3", 2};
+  sao::msg::TrajectoryMsg trajectory{sample_trajectory(), 123456789, "rollout-3", 2, "{\"regime_index\":1}"};
   auto trajectory_back = round_trip(system, trajectory);
   CHECK(trajectory_back.trajectory.tokens == trajectory.trajectory.tokens);
   CHECK(trajectory_back.trajectory.behaviour_logprobs == trajectory.trajectory.behaviour_logprobs);
@@ -96,6 +96,7 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(trajectory_back.trajectory.truncated);
   CHECK(trajectory_back.trajectory.group_id == trajectory.trajectory.group_id);
   CHECK(trajectory_back.rollout == "rollout-3");
+  CHECK(trajectory_back.final_info_json == "{\"regime_index\":1}");
 
   round_trip(system, sao::msg::ReplayAck{true, 17, false});
   sao::msg::TrainBatch batch{{trajectory, trajectory}, 3, 9};
@@ -115,6 +116,6 @@ TEST_CASE("a NaN accuracy survives the wire") {
   System s;
   auto trajectory = sample_trajectory();
   trajectory.accuracy = std::nan("");
-  auto back = round_trip(*s.system, sao::msg::TrajectoryMsg{trajectory, 1, "r", 1});
+  auto back = round_trip(*s.system, sao::msg::TrajectoryMsg{trajectory, 1, "r", 1, "{}"});
   CHECK(std::isnan(back.trajectory.accuracy));
 }

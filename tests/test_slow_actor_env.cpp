@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <mutex>
 #include <unistd.h>
@@ -322,5 +323,37 @@ TEST_CASE("an external environment process (guess_number.py) through the actors 
   const auto summary = nlohmann::json::parse(outcome.summary_json);
   MESSAGE("summary: " << summary.dump());
   CHECK(summary["episodes_lost"].get<int64_t>() == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a drifting environment's regime switches show in metrics.jsonl at the configured steps") {
+  const auto dir = fresh_dir("drift");
+  auto overrides = tiny_model_overrides(dir.string());
+  overrides.push_back("env.name=\"drift\"");
+  overrides.push_back(
+      "task={\"name\":\"drift\",\"min_digits\":1,\"max_digits\":1,\"operators\":\"+\",\"test_fraction\":0.2,"
+      "\"test_size\":20,\"switch_every\":4,\"regimes\":[\"plain\",\"reversed\"]}");
+  overrides.push_back("rollout.max_turns=1");
+  overrides.push_back("rollout.episodes_per_actor=8");
+  overrides.push_back("replay.max_batch=8");
+  overrides.push_back("replay.capacity=8");
+  overrides.push_back("train.steps=12");
+  const auto config = sao::runtime::load_run_config("", overrides);
+  sao::model::CausalLM policy(config.model);  // the regime, not the reward, is under test
+  sao::model::init_weights(*policy, 1);
+  const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
+  CHECK(outcome.reason == "budget");
+  CHECK(outcome.actors_left_running == 0);
+  const auto steps = step_lines(dir);
+  REQUIRE(steps.size() == 12);
+  std::set<double> regimes;
+  for (const auto& line : steps) {
+    REQUIRE(line.contains("env_regime"));
+    regimes.insert(line["env_regime"].get<double>());
+  }
+  // Learner steps 0-3 are regime 0, 4-7 regime 1, 8-11 regime 0 again; the
+  // env actors hear of each step after it, so both regimes must appear.
+  CHECK(regimes == std::set<double>{0.0, 1.0});
+  CHECK(steps.front()["env_regime"] == 0.0);
   fs::remove_all(dir);
 }

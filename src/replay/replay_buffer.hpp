@@ -32,6 +32,7 @@ struct ReplayConfig {
 struct ReplayItem {
   algo::Trajectory trajectory;
   int64_t finished_at_ns = 0;  // steady-clock time the episode ended (rollout_to_learner_ms)
+  std::string final_info_json = "{}";  // environment info of the last step, passed through to metrics
 };
 
 struct ReplayStats {
