@@ -122,8 +122,9 @@ void finish(Self self, const std::string& reason) {
                 .then(
                     [self, reason](const std::string& summary) {
                       shutdown_children(self);
-                      self->send(self->state.config.reply_to,
-                                 msg::RunFinished{self->state.steps, self->state.policy_version, reason + "\n" + summary});
+                      self->send(
+                          self->state.config.reply_to,
+                          msg::RunFinished{self->state.steps, self->state.policy_version, reason + "\n" + summary});
                       self->quit();
                     },
                     [self, reason](const caf::error&) {
@@ -212,12 +213,12 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
                                  {"rollouts", static_cast<double>(state.rollouts.size())},
                                  {"envs", static_cast<double>(state.envs.size())}}};
       },
-      [self](atoms::versions_atom) {
-        return self->delegate(self->state.weight_sync, atoms::versions_atom_v);
-      },
+      [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); },
   };
 }
 
-caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) { return system.spawn(coordinator_actor, std::move(config)); }
+caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) {
+  return system.spawn(coordinator_actor, std::move(config));
+}
 
 }  // namespace sao::actors

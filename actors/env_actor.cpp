@@ -33,7 +33,9 @@ msg::EnvReply to_reply(int64_t episode_id, const env::EnvStep& step) {
   return reply;
 }
 
-bool expired(int64_t deadline_unix_ms) { return deadline_unix_ms > 0 && unix_time_ms() > deadline_unix_ms; }
+bool expired(int64_t deadline_unix_ms) {
+  return deadline_unix_ms > 0 && unix_time_ms() > deadline_unix_ms;
+}
 
 std::unique_ptr<env::Environment> acquire(EnvActorState& state) {
   if (!state.idle.empty()) {
@@ -115,6 +117,8 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
   };
 }
 
-caf::actor spawn_env_actor(caf::actor_system& system, EnvActorConfig config) { return system.spawn<caf::detached>(env_actor, std::move(config)); }
+caf::actor spawn_env_actor(caf::actor_system& system, EnvActorConfig config) {
+  return system.spawn<caf::detached>(env_actor, std::move(config));
+}
 
 }  // namespace sao::actors

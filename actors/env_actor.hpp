@@ -14,9 +14,9 @@
 namespace sao::actors {
 
 struct EnvActorConfig {
-  std::string name;             // e.g. "env-0"
-  std::string environment;      // registry name
-  nlohmann::json env_config;    // the environment's config section
+  std::string name;           // e.g. "env-0"
+  std::string environment;    // registry name
+  nlohmann::json env_config;  // the environment's config section
 };
 
 // Spawns the actor (state and behaviour are private to the .cpp).

@@ -7,9 +7,9 @@
 #include "train/task_runner.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <chrono>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -39,12 +39,28 @@ using Self = caf::stateful_actor<LearnerActorState>*;
 
 // The public metrics.jsonl keys (README): every step line carries all of
 // them; a number that is undefined for this step or algorithm is null.
-constexpr const char* kStepMetricKeys[] = {
-    "step",         "policy_version",       "wall_time_s",          "trajectories",   "tokens",
-    "reward_mean",  "accuracy",             "policy_loss",          "value_loss",     "explained_variance",
-    "entropy",      "dis_reject_low_frac",  "dis_reject_high_frac", "ratio_mean",     "ratio_max",
-    "staleness_mean", "staleness_max",      "dropped_stale",        "grad_norm",      "learner_idle_ms",
-    "rollout_to_learner_ms", "tokens_per_s"};
+constexpr const char* kStepMetricKeys[] = {"step",
+                                           "policy_version",
+                                           "wall_time_s",
+                                           "trajectories",
+                                           "tokens",
+                                           "reward_mean",
+                                           "accuracy",
+                                           "policy_loss",
+                                           "value_loss",
+                                           "explained_variance",
+                                           "entropy",
+                                           "dis_reject_low_frac",
+                                           "dis_reject_high_frac",
+                                           "ratio_mean",
+                                           "ratio_max",
+                                           "staleness_mean",
+                                           "staleness_max",
+                                           "dropped_stale",
+                                           "grad_norm",
+                                           "learner_idle_ms",
+                                           "rollout_to_learner_ms",
+                                           "tokens_per_s"};
 
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -90,8 +106,7 @@ std::string save_checkpoint(Self self) {
 
 // Latency from each trajectory's completion to this step's start, in ms.
 std::vector<double> completion_latencies_ms(const msg::TrainBatch& batch, std::chrono::steady_clock::time_point start) {
-  const int64_t start_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+  const int64_t start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
   std::vector<double> latencies;
   for (const auto& item : batch.items) latencies.push_back(static_cast<double>(start_ns - item.finished_at_ns) / 1e6);
   return latencies;
@@ -220,6 +235,8 @@ caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, Learne
   };
 }
 
-caf::actor spawn_learner_actor(caf::actor_system& system, LearnerActorConfig config) { return system.spawn<caf::detached>(learner_actor, std::move(config)); }
+caf::actor spawn_learner_actor(caf::actor_system& system, LearnerActorConfig config) {
+  return system.spawn<caf::detached>(learner_actor, std::move(config));
+}
 
 }  // namespace sao::actors

@@ -32,7 +32,8 @@ typename Inspector::result_type inspect(Inspector& f, Trajectory& x) {
   uint64_t accuracy_bits = 0;
   std::memcpy(&accuracy_bits, &x.accuracy, sizeof(accuracy_bits));
   return f(caf::meta::type_name("Trajectory"), x.tokens, x.action_mask, x.behaviour_logprobs, x.policy_versions,
-           x.rewards, x.terminated, x.truncated, x.group_id, accuracy_bits, caf::meta::load_callback([&]() -> caf::error {
+           x.rewards, x.terminated, x.truncated, x.group_id, accuracy_bits,
+           caf::meta::load_callback([&]() -> caf::error {
              std::memcpy(&x.accuracy, &accuracy_bits, sizeof(accuracy_bits));
              return caf::none;
            }));

@@ -71,7 +71,8 @@ void on_step(Self self, const msg::StepReport& report) {
   state.dropped_stale += static_cast<int64_t>(get("dropped_stale"));
   state.last_step = report.step;
   const double reward = get("reward_mean");
-  if (std::isfinite(reward)) state.reward_ema = std::isnan(state.reward_ema) ? reward : 0.9 * state.reward_ema + 0.1 * reward;
+  if (std::isfinite(reward))
+    state.reward_ema = std::isnan(state.reward_ema) ? reward : 0.9 * state.reward_ema + 0.1 * reward;
   const int64_t every = std::max<int64_t>(1, state.config.total_steps / 50);
   if (report.step % every == 0 || report.step == state.config.total_steps) {
     state.progress->print(report.step,
@@ -88,16 +89,20 @@ void on_step(Self self, const msg::StepReport& report) {
 caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, MetricsActorConfig config) {
   auto& state = self->state;
   state.config = std::move(config);
-  state.writer = std::make_unique<runtime::JsonlWriter>(
-      (std::filesystem::path(state.config.run_dir) / "metrics.jsonl").string());
+  state.writer =
+      std::make_unique<runtime::JsonlWriter>((std::filesystem::path(state.config.run_dir) / "metrics.jsonl").string());
   state.progress = std::make_unique<runtime::ProgressLine>("train", state.config.total_steps);
   return {
       [self](const msg::StepReport& report) { on_step(self, report); },
       [self](const msg::EvalReport& report) {
         auto& st = self->state;
         st.last_accuracy = report.accuracy;
-        nlohmann::json line = {{"eval", true},         {"step", report.step},   {"policy_version", report.policy_version},
-                               {"accuracy", report.accuracy}, {"total", report.total}, {"split", report.split},
+        nlohmann::json line = {{"eval", true},
+                               {"step", report.step},
+                               {"policy_version", report.policy_version},
+                               {"accuracy", report.accuracy},
+                               {"total", report.total},
+                               {"split", report.split},
                                {"wall_time_s", st.progress->elapsed_seconds()}};
         if (!std::isfinite(report.accuracy)) line["accuracy"] = nullptr;
         st.writer->write(line);
@@ -129,6 +134,8 @@ caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, Metric
   };
 }
 
-caf::actor spawn_metrics_actor(caf::actor_system& system, MetricsActorConfig config) { return system.spawn(metrics_actor, std::move(config)); }
+caf::actor spawn_metrics_actor(caf::actor_system& system, MetricsActorConfig config) {
+  return system.spawn(metrics_actor, std::move(config));
+}
 
 }  // namespace sao::actors

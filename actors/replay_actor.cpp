@@ -46,7 +46,8 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
   return {
       [self](msg::TrajectoryMsg& message) {
         auto& state = self->state;
-        replay::ReplayItem item{std::move(message.trajectory), message.finished_at_ns, std::move(message.final_info_json)};
+        replay::ReplayItem item{std::move(message.trajectory), message.finished_at_ns,
+                                std::move(message.final_info_json)};
         const bool accepted = state.buffer->add(std::move(item), state.learner_version);
         try_dispatch(self);
         return msg::ReplayAck{accepted, state.buffer->queued(), state.buffer->full()};
@@ -76,6 +77,8 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
   };
 }
 
-caf::actor spawn_replay_actor(caf::actor_system& system, replay::ReplayConfig config, caf::actor learner) { return system.spawn(replay_actor, config, std::move(learner)); }
+caf::actor spawn_replay_actor(caf::actor_system& system, replay::ReplayConfig config, caf::actor learner) {
+  return system.spawn(replay_actor, config, std::move(learner));
+}
 
 }  // namespace sao::actors

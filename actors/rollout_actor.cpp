@@ -88,8 +88,8 @@ bool any_generating(const RolloutActorState& state) {
 
 void apply_weights(Self self, const msg::PolicyWeights& weights) {
   auto& state = self->state;
-  model::load_blobs_into_module(*state.policy, weights.tensors, state.config.name + ": weights v" +
-                                                                    std::to_string(weights.version));
+  model::load_blobs_into_module(*state.policy, weights.tensors,
+                                state.config.name + ": weights v" + std::to_string(weights.version));
   state.version = weights.version;
   ++state.weight_switches;
   self->send(state.config.weight_sync, msg::VersionAck{state.config.name, state.version});
@@ -139,8 +139,9 @@ void send_trajectory(Self self, EpisodeRow& row, bool terminated) {
   message.final_info_json = row.final_info_json;
   row.state = RowState::kDone;
   ++state.episodes_done;
-  self->request(state.config.replay, caf::infinite, std::move(message))
-      .then([self](const msg::ReplayAck& ack) { self->state.replay_full = ack.full; });
+  self->request(state.config.replay, caf::infinite, std::move(message)).then([self](const msg::ReplayAck& ack) {
+    self->state.replay_full = ack.full;
+  });
 }
 
 void on_env_reply(Self self, size_t index, const msg::EnvReply& reply, bool context_full) {
@@ -378,6 +379,8 @@ caf::behavior rollout_actor(caf::stateful_actor<RolloutActorState>* self, Rollou
   };
 }
 
-caf::actor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config) { return system.spawn<caf::detached>(rollout_actor, std::move(config)); }
+caf::actor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config) {
+  return system.spawn<caf::detached>(rollout_actor, std::move(config));
+}
 
 }  // namespace sao::actors

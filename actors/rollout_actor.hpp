@@ -22,7 +22,7 @@ struct RolloutActorConfig {
   int64_t index = 0;
   model::ModelConfig model;
   runtime::RolloutSection rollout;
-  int64_t group_size = 1;  // G episodes share a prompt (GRPO)
+  int64_t group_size = 1;    // G episodes share a prompt (GRPO)
   bool synchronous = false;  // one batch per weight version (batch barrier)
   uint64_t seed = 1;
   caf::actor env;

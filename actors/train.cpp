@@ -31,12 +31,13 @@ TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM poli
             if (newline != std::string::npos) outcome.summary_json = done.reason.substr(newline + 1);
             finished = true;
           },
-          caf::after(std::chrono::milliseconds(200)) >> [&] {
-            if (stop_requested != nullptr && stop_requested->load() && !stop_sent) {
-              self->send(coordinator, atoms::stop_atom_v);
-              stop_sent = true;
-            }
-          });
+          caf::after(std::chrono::milliseconds(200)) >>
+              [&] {
+                if (stop_requested != nullptr && stop_requested->load() && !stop_sent) {
+                  self->send(coordinator, atoms::stop_atom_v);
+                  stop_sent = true;
+                }
+              });
     }
     // Give exiting actors a moment (an env stuck in a slow call finishes it
     // first), then count what is still alive (should be 0).

@@ -66,6 +66,8 @@ caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
   };
 }
 
-caf::actor spawn_weight_sync_actor(caf::actor_system& system) { return system.spawn(weight_sync_actor); }
+caf::actor spawn_weight_sync_actor(caf::actor_system& system) {
+  return system.spawn(weight_sync_actor);
+}
 
 }  // namespace sao::actors

@@ -10,10 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
       }
       const auto step = record["step"].get<int64_t>();
       if (static_cast<int64_t>(rewards.size()) < step) rewards.resize(static_cast<size_t>(step), 0.0);
-      rewards[static_cast<size_t>(step - 1)] = record["reward_mean"].is_number() ? record["reward_mean"].get<double>() : 0.0;
+      rewards[static_cast<size_t>(step - 1)] =
+          record["reward_mean"].is_number() ? record["reward_mean"].get<double>() : 0.0;
     }
     const auto n = static_cast<int64_t>(rewards.size());
     // Step line k (1-based) is the learner's k-th update, trained on episodes

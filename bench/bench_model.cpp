@@ -21,11 +21,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 // Matmul FLOPs per token of a forward pass: 2 * (weights used in matmuls)
 // plus attention scores and mixing over `context` keys.
 double forward_flops_per_token(const sao::model::ModelConfig& config, double context) {
-  const double matmul_weights = static_cast<double>(config.parameter_count()) -
-                                static_cast<double>(config.num_hidden_layers * 2 * config.hidden_size +
-                                                    config.hidden_size) -  // norms are not matmuls
-                                (config.tie_word_embeddings ? 0.0  // a tied embedding is the LM head matmul
-                                                            : static_cast<double>(config.vocab_size * config.hidden_size));
+  const double matmul_weights =
+      static_cast<double>(config.parameter_count()) -
+      static_cast<double>(config.num_hidden_layers * 2 * config.hidden_size +
+                          config.hidden_size) -  // norms are not matmuls
+      (config.tie_word_embeddings ? 0.0          // a tied embedding is the LM head matmul
+                                  : static_cast<double>(config.vocab_size * config.hidden_size));
   const double attention = 4.0 * static_cast<double>(config.num_hidden_layers * config.hidden_size) * context;
   return 2.0 * matmul_weights + attention;
 }
@@ -86,7 +87,8 @@ void run_benchmarks(int64_t threads, const sao::model::ModelConfig& model_config
   for (const int64_t batch : {8, 64, 256}) {
     sao::model::SamplingConfig sampling;
     sampling.max_new_tokens = 32;  // no stop token: every row decodes the full budget
-    std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch), std::vector<int64_t>{257, 49, 50, 43, 51, 61});
+    std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch),
+                                              std::vector<int64_t>{257, 49, 50, 43, 51, 61});
     sao::model::generate(policy, prompts, sampling, 1);  // warm-up
     const auto start = std::chrono::steady_clock::now();
     const auto outputs = sao::model::generate(policy, prompts, sampling, 2);

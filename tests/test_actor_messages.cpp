@@ -101,7 +101,8 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   round_trip(system, sao::msg::ReplayAck{true, 17, false});
   sao::msg::TrainBatch batch{{trajectory, trajectory}, 3, 9};
   CHECK(round_trip(system, batch).items.size() == 2);
-  auto report = round_trip(system, sao::msg::StepReport{4, 3, {{"reward_mean", 0.25}, {"policy_loss", -1.0}}, {1.5, 2.5}});
+  auto report =
+      round_trip(system, sao::msg::StepReport{4, 3, {{"reward_mean", 0.25}, {"policy_loss", -1.0}}, {1.5, 2.5}});
   CHECK(report.metrics.at("reward_mean") == 0.25);
   CHECK(report.rollout_to_learner_ms == std::vector<double>{1.5, 2.5});
   CHECK(round_trip(system, sao::msg::EvalReport{10, 9, 0.375, 400, "test"}).accuracy == 0.375);

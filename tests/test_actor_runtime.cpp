@@ -77,8 +77,8 @@ TEST_CASE("in SAO mode a single finished trajectory starts a learner step at onc
                    caf::after(2s) >> [] {});
   CHECK(got_batch);
   // The learner is busy now: a second trajectory waits instead of being sent.
-  rollout->request(replay, 2s, trajectory_at_version(0)).receive([](const sao::msg::ReplayAck&) {},
-                                                                   [](const caf::error&) {});
+  rollout->request(replay, 2s, trajectory_at_version(0))
+      .receive([](const sao::msg::ReplayAck&) {}, [](const caf::error&) {});
   bool second_batch = false;
   learner->receive([&](const sao::msg::TrainBatch&) { second_batch = true; }, caf::after(200ms) >> [] {});
   CHECK_FALSE(second_batch);
@@ -98,7 +98,8 @@ TEST_CASE("a trajectory staler than max_staleness is dropped and counted") {
   auto replay = sao::actors::spawn_replay_actor(*s.system, config, learner);
   learner->send(replay, sao::atoms::learner_idle_atom_v, int64_t{5});
   bool accepted = true;
-  rollout->request(replay, 2s, trajectory_at_version(2))  // staleness 3 > 2
+  rollout
+      ->request(replay, 2s, trajectory_at_version(2))  // staleness 3 > 2
       .receive([&](const sao::msg::ReplayAck& ack) { accepted = ack.accepted; }, [](const caf::error&) {});
   CHECK_FALSE(accepted);
   bool got_batch = false;
@@ -120,8 +121,12 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
   // Both switch policies: between decode steps, and only when no episode is
   // mid-turn. doctest runs the whole test once per subcase.
   std::string weight_switch;
-  SUBCASE("in_flight") { weight_switch = "in_flight"; }
-  SUBCASE("turn_boundary") { weight_switch = "turn_boundary"; }
+  SUBCASE("in_flight") {
+    weight_switch = "in_flight";
+  }
+  SUBCASE("turn_boundary") {
+    weight_switch = "turn_boundary";
+  }
   System s;
   auto& system = *s.system;
   caf::scoped_actor fake_learner{system};
@@ -180,16 +185,19 @@ TEST_CASE("an env actor turns environment errors into error replies and stays up
   auto env = sao::actors::spawn_env_actor(*s.system, {"env-0", "arithmetic", nlohmann::json::object()});
   std::string error_text;
   self->request(env, 2s, sao::msg::EnvAction{42, "1"})
-      .receive([](const sao::msg::EnvReply&) {}, [&](const caf::error& error) { error_text = s.system->render(error); });
+      .receive([](const sao::msg::EnvReply&) {},
+               [&](const caf::error& error) { error_text = s.system->render(error); });
   CHECK(error_text.find("env-0: step for unknown episode 42") != std::string::npos);
   bool replied = false;
   self->request(env, 2s, sao::msg::EnvReset{1, 7})
-      .receive([&](const sao::msg::EnvReply& reply) { replied = !reply.observation.empty(); }, [](const caf::error&) {});
+      .receive([&](const sao::msg::EnvReply& reply) { replied = !reply.observation.empty(); },
+               [](const caf::error&) {});
   CHECK(replied);
   // A request whose caller already gave up is not served.
   error_text.clear();
   self->request(env, 2s, sao::msg::EnvReset{2, 7, sao::actors::unix_time_ms() - 1})
-      .receive([](const sao::msg::EnvReply&) {}, [&](const caf::error& error) { error_text = s.system->render(error); });
+      .receive([](const sao::msg::EnvReply&) {},
+               [&](const caf::error& error) { error_text = s.system->render(error); });
   CHECK(error_text.find("reset request expired") != std::string::npos);
   caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
 }

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-using sao::env::EnvStep;
 using sao::env::Environment;
+using sao::env::EnvStep;
 using sao::env::make_environment;
 
 namespace {
@@ -30,7 +30,9 @@ nlohmann::json config_for(const std::string& name) {
   return nlohmann::json::object();
 }
 
-std::unique_ptr<Environment> make(const std::string& name) { return make_environment(name, config_for(name), "test"); }
+std::unique_ptr<Environment> make(const std::string& name) {
+  return make_environment(name, config_for(name), "test");
+}
 
 std::string record(const EnvStep& step) {
   return step.observation + "|" + std::to_string(step.reward) + "|" + (step.terminated ? "T" : "-") +
@@ -194,8 +196,7 @@ TEST_CASE("example environment: demonstrations replay through the environment") 
 }
 
 TEST_CASE("example environment: config errors name the key") {
-  CHECK_THROWS_WITH_AS(make_environment("example", {{"turnz", 3}}, "cfg.task"), doctest::Contains("turnz"),
-                       sao::Error);
+  CHECK_THROWS_WITH_AS(make_environment("example", {{"turnz", 3}}, "cfg.task"), doctest::Contains("turnz"), sao::Error);
   CHECK_THROWS_WITH_AS(make_environment("example", {{"turns", 0}}, "cfg.task"), doctest::Contains("cfg.task.turns"),
                        sao::Error);
   CHECK_THROWS_WITH_AS(make_environment("example", {{"turns", "3"}}, "cfg.task"), doctest::Contains("turns"),

@@ -8,11 +8,11 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 using sao::env::ExternalConfig;

@@ -120,8 +120,8 @@ TEST_CASE("maze: bumps, invalid actions, the turn limit and shaping") {
   }
   CHECK(total == doctest::Approx(1.0 + 0.1 * static_cast<double>(distance)));
 
-  CHECK_THROWS_WITH_AS(sao::env::make_maze_environment({{"size", 11}}, "cfg.task"),
-                       doctest::Contains("cfg.task.size"), sao::Error);
+  CHECK_THROWS_WITH_AS(sao::env::make_maze_environment({{"size", 11}}, "cfg.task"), doctest::Contains("cfg.task.size"),
+                       sao::Error);
   CHECK_THROWS_WITH_AS(sao::env::make_maze_environment({{"wals", 3}}, "cfg.task"), doctest::Contains("wals"),
                        sao::Error);
 }
@@ -154,8 +154,18 @@ TEST_CASE("episode SFT: the token layout is the rollout's, with loss on trained 
   episode.prompt = "ab";
   episode.turns = {{"N", "xy", true}, {"E", "", false}, {"S", "", true}};
   const auto tokenized = sao::train::tokenize_episode(tokenizer, episode);
-  const std::vector<int64_t> expected = {ByteTokenizer::kBos, 'a', 'b', 'N', ByteTokenizer::kEos, 'x', 'y', 'E',
-                                         ByteTokenizer::kEos, ByteTokenizer::kObs, 'S', ByteTokenizer::kEos};
+  const std::vector<int64_t> expected = {ByteTokenizer::kBos,
+                                         'a',
+                                         'b',
+                                         'N',
+                                         ByteTokenizer::kEos,
+                                         'x',
+                                         'y',
+                                         'E',
+                                         ByteTokenizer::kEos,
+                                         ByteTokenizer::kObs,
+                                         'S',
+                                         ByteTokenizer::kEos};
   CHECK(tokenized.tokens == expected);
   CHECK(tokenized.trained == std::vector<uint8_t>{0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1});
 

@@ -35,7 +35,9 @@ CausalLM tiny_policy(uint64_t seed = 7) {
   return policy;
 }
 
-torch::Tensor ids_tensor(const std::vector<int64_t>& ids) { return torch::tensor(ids, torch::kInt64).unsqueeze(0); }
+torch::Tensor ids_tensor(const std::vector<int64_t>& ids) {
+  return torch::tensor(ids, torch::kInt64).unsqueeze(0);
+}
 
 }  // namespace
 

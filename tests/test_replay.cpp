@@ -122,6 +122,5 @@ TEST_CASE("bad replay configs name the key") {
   config = ReplayConfig{};
   config.group_size = 8;
   config.min_batch = 4;
-  CHECK_THROWS_WITH(config.validate("replay"),
-                    "replay: min_batch and max_batch must be multiples of group_size (8)");
+  CHECK_THROWS_WITH(config.validate("replay"), "replay: min_batch and max_batch must be multiples of group_size (8)");
 }

@@ -28,8 +28,7 @@ std::string temp_path(const std::string& stem) {
   static std::atomic<int> counter{0};
   const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
   return (fs::temp_directory_path() / ("sao_st_" + stem + "_" + std::to_string(::getpid()) + "_" +
-                                       std::to_string(stamp) + "_" + std::to_string(counter++) +
-                                       ".safetensors"))
+                                       std::to_string(stamp) + "_" + std::to_string(counter++) + ".safetensors"))
       .string();
 }
 
@@ -243,8 +242,8 @@ TEST_CASE("malformed files fail with the file and the problem named") {
     CHECK(msg.find("needs 12 bytes but data_offsets span 8") != std::string::npos);
   }
   SUBCASE("overlapping offsets") {
-    const std::string header = std::string("{\"a\":") + good_entry +
-                               R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+    const std::string header =
+        std::string("{\"a\":") + good_entry + R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
     write_bytes(file.path, hand_file(header, good_data));
     const auto msg = error_of([&] { load_safetensors(file.path); });
     CHECK(msg.find(file.path) != std::string::npos);
@@ -294,7 +293,8 @@ TEST_CASE("load_into_module") {
   }
   SUBCASE("floating dtypes are converted to the parameter dtype") {
     NamedTensors halves;
-    for (const auto& [name, t] : sao::model::named_tensors_of(*source)) halves.emplace_back(name, t.to(torch::kBFloat16));
+    for (const auto& [name, t] : sao::model::named_tensors_of(*source))
+      halves.emplace_back(name, t.to(torch::kBFloat16));
     save_safetensors(file.path, halves);
     load_into_module(*target, file.path);
     CHECK((target->proj->weight.scalar_type() == torch::kFloat32));

@@ -21,13 +21,13 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <set>
 #include <fstream>
 #include <mutex>
-#include <unistd.h>
+#include <set>
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -62,9 +62,9 @@ std::vector<std::string> tiny_model_overrides(const std::string& run_dir) {
 // The maze (5x5, 3..6 moves, turn limit = distance + 4 <= 10), the agentic preset.
 sao::runtime::RunConfig maze_config(const std::string& run_dir, const std::vector<std::string>& extra) {
   auto overrides = tiny_model_overrides(run_dir);
-  for (const char* item : {"env.name=\"maze\"", "task={\"name\":\"maze\",\"heldout_size\":40}", "sft.steps=80",
-                           "rollout.max_turns=10", "rollout.episodes_per_actor=16", "learner.dis_eps_low=0.8",
-                           "learner.dis_eps_high=3.0"}) {
+  for (const char* item :
+       {"env.name=\"maze\"", "task={\"name\":\"maze\",\"heldout_size\":40}", "sft.steps=80", "rollout.max_turns=10",
+        "rollout.episodes_per_actor=16", "learner.dis_eps_low=0.8", "learner.dis_eps_high=3.0"}) {
     overrides.emplace_back(item);
   }
   overrides.insert(overrides.end(), extra.begin(), extra.end());
@@ -292,8 +292,8 @@ TEST_CASE("SAO through the actors on the maze finishes on budget and logs every 
   for (const auto& line : steps) {
     CHECK(line["trajectories"].get<int64_t>() >= 1);
     CHECK(line["reward_mean"].is_number());
-    max_tokens_per_episode = std::max(max_tokens_per_episode, line["tokens"].get<int64_t>() /
-                                                                   line["trajectories"].get<int64_t>());
+    max_tokens_per_episode =
+        std::max(max_tokens_per_episode, line["tokens"].get<int64_t>() / line["trajectories"].get<int64_t>());
   }
   // A one-turn episode would be ~11 tokens (BOS, 8-byte prompt, action, EOS).
   CHECK(max_tokens_per_episode > 20);

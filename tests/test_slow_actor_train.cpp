@@ -22,12 +22,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kRequiredKeys[] = {"step",         "policy_version",       "wall_time_s",          "trajectories",
-                               "tokens",       "reward_mean",          "accuracy",             "policy_loss",
-                               "value_loss",   "explained_variance",   "entropy",              "dis_reject_low_frac",
-                               "dis_reject_high_frac", "ratio_mean",   "ratio_max",            "staleness_mean",
-                               "staleness_max", "dropped_stale",       "grad_norm",            "learner_idle_ms",
-                               "rollout_to_learner_ms", "tokens_per_s"};
+const char* kRequiredKeys[] = {"step",
+                               "policy_version",
+                               "wall_time_s",
+                               "trajectories",
+                               "tokens",
+                               "reward_mean",
+                               "accuracy",
+                               "policy_loss",
+                               "value_loss",
+                               "explained_variance",
+                               "entropy",
+                               "dis_reject_low_frac",
+                               "dis_reject_high_frac",
+                               "ratio_mean",
+                               "ratio_max",
+                               "staleness_mean",
+                               "staleness_max",
+                               "dropped_stale",
+                               "grad_norm",
+                               "learner_idle_ms",
+                               "rollout_to_learner_ms",
+                               "tokens_per_s"};
 
 // 1-digit addition on a tiny model: learnable in seconds, so RL has signal.
 sao::runtime::RunConfig easy_config(const std::string& run_dir, const std::vector<std::string>& extra) {
@@ -156,9 +172,9 @@ TEST_CASE("SAO through the actors raises reward on an easy task and writes every
 
 TEST_CASE("GRPO-sync never mixes policy versions within a batch") {
   const auto dir = fresh_dir("grpo_sync");
-  auto config = easy_config(dir.string(), {"train.steps=8", "train.mode=\"sync\"", "learner.algorithm=\"grpo\"",
-                                           "learner.group_size=4", "rollout.num_actors=2",
-                                           "rollout.episodes_per_actor=8"});
+  auto config =
+      easy_config(dir.string(), {"train.steps=8", "train.mode=\"sync\"", "learner.algorithm=\"grpo\"",
+                                 "learner.group_size=4", "rollout.num_actors=2", "rollout.episodes_per_actor=8"});
   CHECK(config.replay.synchronous);
   CHECK(config.replay.max_batch == 16);
   auto policy = warm_start(config);
@@ -211,8 +227,8 @@ TEST_CASE("a stop request ends the run with a final checkpoint") {
   // Resume: the learner continues from its saved step count to the new budget.
   auto resumed_config = easy_config(dir.string(), {"train.steps=" + std::to_string(outcome.steps + 5)});
   auto resumed_policy = sao::model::load_policy_checkpoint((dir / "checkpoint" / "policy").string());
-  const auto resumed = sao::actors::run_training(resumed_config, resumed_policy,
-                                                 (dir / "checkpoint" / "learner").string(), nullptr);
+  const auto resumed =
+      sao::actors::run_training(resumed_config, resumed_policy, (dir / "checkpoint" / "learner").string(), nullptr);
   CHECK(resumed.reason == "budget");
   CHECK(resumed.steps == outcome.steps + 5);
   CHECK(resumed.policy_version == outcome.policy_version + 5);

@@ -69,7 +69,7 @@ TEST_CASE("vocabulary layout and special_id lookups") {
   CHECK(tok.bos_id() == 257);
   CHECK(tok.eos_id() == 258);
   const std::vector<std::pair<std::string, int64_t>> expected = {
-      {"<|pad|>", 256}, {"<|bos|>", 257},       {"<|eos|>", 258}, {"<|user|>", 259},
+      {"<|pad|>", 256},       {"<|bos|>", 257},  {"<|eos|>", 258}, {"<|user|>", 259},
       {"<|assistant|>", 260}, {"<|tool|>", 261}, {"<|obs|>", 262}, {"<|sep|>", 263}};
   for (const auto& [name, id] : expected) {
     CAPTURE(name);

@@ -9,9 +9,9 @@
 namespace sao::cli {
 
 struct FlagSpec {
-  std::string name;       // "--config"
-  bool takes_value;       // false for switches such as --json
-  bool repeatable;        // --set may be given many times
+  std::string name;  // "--config"
+  bool takes_value;  // false for switches such as --json
+  bool repeatable;   // --set may be given many times
   std::string help;
 };
 

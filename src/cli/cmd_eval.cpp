@@ -27,8 +27,8 @@ int run_eval(const Args& args) {
   nlohmann::json document = info.contains("run_config") ? info["run_config"] : runtime::default_config_document();
   if (parsed.has("--config")) document.merge_patch(runtime::read_json_file(parsed.get("--config")));
   for (const auto& assignment : parsed.all("--set")) runtime::apply_override(document, assignment);
-  const auto config = runtime::parse_run_config(document, parsed.has("--config") ? parsed.get("--config")
-                                                                                 : checkpoint + "/sao.json");
+  const auto config =
+      runtime::parse_run_config(document, parsed.has("--config") ? parsed.get("--config") : checkpoint + "/sao.json");
   runtime::configure_threads(config.threads.torch_intra_op);
   const auto result = train::evaluate_heldout(policy, config, info.value("step", int64_t{0}));
   print_eval_result(result, checkpoint);

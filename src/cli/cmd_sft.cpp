@@ -37,13 +37,19 @@ int run_sft(const Args& args) {
   const auto result = train::run_warm_start(policy, config, &metrics);
   const std::string checkpoint = (std::filesystem::path(config.run.dir) / "sft").string();
   model::save_policy_checkpoint(checkpoint, policy,
-                                {{"tokenizer", "byte"}, {"stage", "sft"}, {"step", result.steps},
-                                 {"policy_version", 0}, {"run_config", config.document}});
+                                {{"tokenizer", "byte"},
+                                 {"stage", "sft"},
+                                 {"step", result.steps},
+                                 {"policy_version", 0},
+                                 {"run_config", config.document}});
   std::printf("sft: %lld steps in %.1f s (%.0f tokens/s), final loss %.4f, saved %s\n",
               static_cast<long long>(result.steps), result.seconds, result.tokens_per_second, result.final_loss,
               checkpoint.c_str());
   const auto eval = train::evaluate_heldout(policy, config, /*learner_step=*/0);
-  metrics.write({{"eval", true}, {"split", "test"}, {"stage", "sft"}, {"accuracy", eval.accuracy},
+  metrics.write({{"eval", true},
+                 {"split", "test"},
+                 {"stage", "sft"},
+                 {"accuracy", eval.accuracy},
                  {"wall_time_s", result.seconds + eval.seconds}});
   print_eval_result(eval, checkpoint);
   return 0;

@@ -19,7 +19,9 @@ namespace sao::cli {
 namespace {
 std::atomic<bool> g_stop_requested{false};
 
-extern "C" void request_stop(int) { g_stop_requested.store(true); }
+extern "C" void request_stop(int) {
+  g_stop_requested.store(true);
+}
 
 // The warm start: the configured checkpoint, or RUN_DIR/sft (trained now if missing).
 model::CausalLM warm_start_policy(const runtime::RunConfig& config) {
@@ -35,8 +37,11 @@ model::CausalLM warm_start_policy(const runtime::RunConfig& config) {
   runtime::JsonlWriter metrics((std::filesystem::path(config.run.dir) / "sft_metrics.jsonl").string());
   const auto result = train::run_warm_start(policy, config, &metrics);
   model::save_policy_checkpoint(sft_dir, policy,
-                                {{"tokenizer", "byte"}, {"stage", "sft"}, {"step", result.steps},
-                                 {"policy_version", 0}, {"run_config", config.document}});
+                                {{"tokenizer", "byte"},
+                                 {"stage", "sft"},
+                                 {"step", result.steps},
+                                 {"policy_version", 0},
+                                 {"run_config", config.document}});
   std::fprintf(stderr, "train: SFT took %.1f s, saved %s\n", result.seconds, sft_dir.c_str());
   return policy;
 }
@@ -55,8 +60,9 @@ int run_train(const Args& args) {
   config.train.steps = parsed.get_int("--steps", config.train.steps);
   write_resolved_config(config);
   if (!config.rollout.temperature_is_policy()) {
-    std::fprintf(stderr, "train: WARNING: rollouts sample with temperature %.3g, top_k %lld, top_p %.3g; the recorded "
-                         "log-probs are of that distribution, not the policy's own\n",
+    std::fprintf(stderr,
+                 "train: WARNING: rollouts sample with temperature %.3g, top_k %lld, top_p %.3g; the recorded "
+                 "log-probs are of that distribution, not the policy's own\n",
                  config.rollout.temperature, static_cast<long long>(config.rollout.top_k), config.rollout.top_p);
   }
   std::string resume_from;

@@ -48,8 +48,12 @@ int64_t pow10(int exponent) {
 }
 
 // Smallest number with `digits` digits; 0 is the smallest 1-digit number.
-int64_t lowest_with_digits(int digits) { return digits == 1 ? 0 : pow10(digits - 1); }
-int64_t highest_with_digits(int digits) { return pow10(digits) - 1; }
+int64_t lowest_with_digits(int digits) {
+  return digits == 1 ? 0 : pow10(digits - 1);
+}
+int64_t highest_with_digits(int digits) {
+  return pow10(digits) - 1;
+}
 
 bool is_ascii_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
@@ -93,8 +97,8 @@ void validate_digits(const ArithmeticConfig& config) {
     config_error("max_digits", "must be <= 9, got " + std::to_string(config.max_digits));
   }
   if (config.max_digits < config.min_digits) {
-    config_error("max_digits", "must be >= task.min_digits (" + std::to_string(config.min_digits) +
-                                   "), got " + std::to_string(config.max_digits));
+    config_error("max_digits", "must be >= task.min_digits (" + std::to_string(config.min_digits) + "), got " +
+                                   std::to_string(config.max_digits));
   }
 }
 
@@ -102,8 +106,8 @@ void validate_operators(const ArithmeticConfig& config) {
   if (config.operators.empty()) config_error("operators", "must not be empty (use some of \"+-*\")");
   for (char op : config.operators) {
     if (op != '+' && op != '-' && op != '*') {
-      config_error("operators", "unsupported operator '" + std::string(1, op) + "' in \"" +
-                                    config.operators + "\" (allowed: + - *)");
+      config_error("operators", "unsupported operator '" + std::string(1, op) + "' in \"" + config.operators +
+                                    "\" (allowed: + - *)");
     }
   }
 }
@@ -152,18 +156,25 @@ std::string ArithmeticProblem::prompt() const {
   return std::to_string(a) + op + std::to_string(b) + "=";
 }
 
-std::string ArithmeticProblem::answer() const { return std::to_string(result()); }
+std::string ArithmeticProblem::answer() const {
+  return std::to_string(result());
+}
 
 int64_t ArithmeticProblem::result() const {
   int64_t out = 0;
   bool overflow = false;
   switch (op) {
-    case '+': overflow = __builtin_add_overflow(a, b, &out); break;
-    case '-': overflow = __builtin_sub_overflow(a, b, &out); break;
-    case '*': overflow = __builtin_mul_overflow(a, b, &out); break;
+    case '+':
+      overflow = __builtin_add_overflow(a, b, &out);
+      break;
+    case '-':
+      overflow = __builtin_sub_overflow(a, b, &out);
+      break;
+    case '*':
+      overflow = __builtin_mul_overflow(a, b, &out);
+      break;
     default:
-      throw sao::Error("ArithmeticProblem::result: unknown operator '" + std::string(1, op) + "' in " +
-                       prompt());
+      throw sao::Error("ArithmeticProblem::result: unknown operator '" + std::string(1, op) + "' in " + prompt());
   }
   if (overflow) throw sao::Error("ArithmeticProblem::result: int64 overflow in " + prompt());
   return out;

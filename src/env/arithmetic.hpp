@@ -42,9 +42,7 @@ struct ArithmeticProblem {
   std::string answer() const;  // canonical decimal: "46", "-7"
   int64_t result() const;      // throws sao::Error on an unknown op or overflow
 
-  bool operator==(const ArithmeticProblem& other) const {
-    return a == other.a && op == other.op && b == other.b;
-  }
+  bool operator==(const ArithmeticProblem& other) const { return a == other.a && op == other.op && b == other.b; }
   bool operator!=(const ArithmeticProblem& other) const { return !(*this == other); }
   bool operator<(const ArithmeticProblem& other) const;
 };

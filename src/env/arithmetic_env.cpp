@@ -24,7 +24,8 @@ EnvStep ArithmeticEnvironment::step(const std::string& action) {
   EnvStep result;
   result.reward = correct ? 1.0 : 0.0;
   result.terminated = true;
-  result.info = {{"accuracy", correct ? 1.0 : 0.0}, {"answer", ArithmeticTask::target_text(problem_, task_.config().answer_format)}};
+  result.info = {{"accuracy", correct ? 1.0 : 0.0},
+                 {"answer", ArithmeticTask::target_text(problem_, task_.config().answer_format)}};
   return result;
 }
 

@@ -53,7 +53,9 @@ std::vector<int64_t> DriftEnvironment::switch_steps(int64_t total_steps) const {
   return steps;
 }
 
-void DriftEnvironment::on_training_step(int64_t learner_step) { learner_step_ = learner_step; }
+void DriftEnvironment::on_training_step(int64_t learner_step) {
+  learner_step_ = learner_step;
+}
 
 EnvStep DriftEnvironment::start(const ArithmeticProblem& problem) {
   problem_ = problem;

@@ -86,7 +86,9 @@ uint64_t hash_text(const std::string& text) {
   return mix64(h);
 }
 
-double hash_unit(uint64_t hash) { return static_cast<double>(hash >> 11) * 0x1.0p-53; }
+double hash_unit(uint64_t hash) {
+  return static_cast<double>(hash >> 11) * 0x1.0p-53;
+}
 
 std::string trim_ascii(const std::string& text) {
   const char* space = " \t\r\n\f\v";

@@ -65,9 +65,9 @@ struct EnvStep {
 
 // Sizes the runtime needs to budget the context; 0 means "not stated".
 struct EnvLimits {
-  int64_t max_turns = 0;               // the environment ends every episode within this many steps
-  int64_t max_action_bytes = 0;        // longer actions are never correct (set rollout.max_new_tokens >= this + 1)
-  int64_t max_observation_bytes = 0;   // longest observation text, reset's included
+  int64_t max_turns = 0;              // the environment ends every episode within this many steps
+  int64_t max_action_bytes = 0;       // longer actions are never correct (set rollout.max_new_tokens >= this + 1)
+  int64_t max_observation_bytes = 0;  // longest observation text, reset's included
 };
 
 // A demonstration for the supervised warm start, as text. The token layout

@@ -74,7 +74,9 @@ EnvStep ExampleEnvironment::start(Words words) {
   return result;
 }
 
-EnvStep ExampleEnvironment::reset(uint64_t seed) { return start(sample_train(seed)); }
+EnvStep ExampleEnvironment::reset(uint64_t seed) {
+  return start(sample_train(seed));
+}
 
 EnvStep ExampleEnvironment::reset_heldout(int64_t index) {
   if (index < 0 || index >= heldout_size()) {
@@ -145,7 +147,8 @@ ExampleConfig example_config_from_json(const nlohmann::json& config, const std::
   if (!(result.test_fraction > 0 && result.test_fraction < 1)) {
     throw Error(where + ".test_fraction: must be in (0, 1)");
   }
-  if (result.heldout_size < 0 || result.heldout_size > 10000) throw Error(where + ".heldout_size: must be in [0, 10000]");
+  if (result.heldout_size < 0 || result.heldout_size > 10000)
+    throw Error(where + ".heldout_size: must be in [0, 10000]");
   return result;
 }
 

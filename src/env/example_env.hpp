@@ -68,9 +68,9 @@ class ExampleEnvironment final : public Environment {
   ExampleConfig config_;
   std::vector<Words> heldout_;  // fixed, built once from a constant seed
   Words words_;
-  size_t turn_ = 0;             // index of the word being asked
+  size_t turn_ = 0;  // index of the word being asked
   int64_t correct_ = 0;
-  bool open_ = false;           // an episode is running
+  bool open_ = false;  // an episode is running
   int64_t learner_step_ = 0;
 };
 

@@ -44,15 +44,17 @@ std::string basename_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void set_nonblocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 }  // namespace
 
 ExternalEnvironment::ExternalEnvironment(ExternalConfig config) : config_(std::move(config)) {
   label_ = config_.label;
   if (label_.empty()) {
-    label_ = config_.command.empty() ? config_.address
-                                     : basename_of(config_.command.size() > 1 ? config_.command.back()
-                                                                              : config_.command.front());
+    label_ = config_.command.empty()
+                 ? config_.address
+                 : basename_of(config_.command.size() > 1 ? config_.command.back() : config_.command.front());
   }
 }
 
@@ -273,8 +275,10 @@ void ExternalEnvironment::send_line(const std::string& line, int64_t deadline_ms
       pollfd item{fd_, POLLOUT, 0};
       if (left <= 0 || ::poll(&item, 1, static_cast<int>(left)) == 0) {
         ++timeouts_;
-        fail(what, "could not send the request within " + std::to_string(config_.timeout_ms) + " ms (timeouts: " +
-                       std::to_string(timeouts_) + ")", true);
+        fail(what,
+             "could not send the request within " + std::to_string(config_.timeout_ms) +
+                 " ms (timeouts: " + std::to_string(timeouts_) + ")",
+             true);
       }
       continue;
     }
@@ -320,8 +324,10 @@ nlohmann::json ExternalEnvironment::call(nlohmann::json request) {
   std::string line;
   if (!read_line(line, deadline, what)) {
     ++timeouts_;
-    fail(what, "no reply within " + std::to_string(config_.timeout_ms) + " ms (timeouts: " +
-                   std::to_string(timeouts_) + "); the process is stopped and restarts at the next reset", true);
+    fail(what,
+         "no reply within " + std::to_string(config_.timeout_ms) + " ms (timeouts: " + std::to_string(timeouts_) +
+             "); the process is stopped and restarts at the next reset",
+         true);
   }
   auto reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (reply.is_discarded()) {
@@ -340,8 +346,10 @@ nlohmann::json ExternalEnvironment::call(nlohmann::json request) {
   auto require = [&](const char* key, bool ok, const char* type) {
     if (!reply.contains(key)) fail(what, std::string("reply has no \"") + key + "\": " + quote(line), true);
     if (!ok) {
-      fail(what, std::string("\"") + key + "\" must be " + type + ", got " + reply[key].type_name() + " " +
-                     quote(reply[key].dump()), true);
+      fail(what,
+           std::string("\"") + key + "\" must be " + type + ", got " + reply[key].type_name() + " " +
+               quote(reply[key].dump()),
+           true);
     }
   };
   require("observation", reply.contains("observation") && reply["observation"].is_string(), "a string");

@@ -26,7 +26,9 @@ int move_index(char move) {
   return -1;
 }
 
-std::string signed_digit(int64_t value) { return (value < 0 ? "-" : "+") + std::to_string(std::llabs(value)); }
+std::string signed_digit(int64_t value) {
+  return (value < 0 ? "-" : "+") + std::to_string(std::llabs(value));
+}
 }  // namespace
 
 bool MazeLayout::open(int64_t row, int64_t col) const {
@@ -79,7 +81,8 @@ char maze_expert_move(const MazeLayout& layout, const std::vector<int64_t>& dist
   int best = -1, best_score = -1;
   for (int m = 0; m < 4; ++m) {
     const int64_t r = row + kRowStep[m], c = col + kColStep[m];
-    if (!layout.open(r, c) || distances[static_cast<size_t>(r * layout.size + c)] != distances[static_cast<size_t>(at)] - 1) {
+    if (!layout.open(r, c) ||
+        distances[static_cast<size_t>(r * layout.size + c)] != distances[static_cast<size_t>(at)] - 1) {
       continue;
     }
     const bool vertical = kRowStep[m] != 0;
@@ -152,13 +155,14 @@ EnvStep MazeEnvironment::start(MazeLayout layout) {
   open_ = true;
   EnvStep result;
   result.observation = maze_observation(layout_, position_);
-  result.info = {{"episode_key", layout_.key()},
-                 {"distance", distances_[static_cast<size_t>(position_)]},
-                 {"turn_limit", limit_}};
+  result.info = {
+      {"episode_key", layout_.key()}, {"distance", distances_[static_cast<size_t>(position_)]}, {"turn_limit", limit_}};
   return result;
 }
 
-EnvStep MazeEnvironment::reset(uint64_t seed) { return start(sample_train(seed)); }
+EnvStep MazeEnvironment::reset(uint64_t seed) {
+  return start(sample_train(seed));
+}
 
 EnvStep MazeEnvironment::reset_heldout(int64_t index) {
   if (index < 0 || index >= heldout_size()) {
@@ -188,8 +192,12 @@ EnvStep MazeEnvironment::step(const std::string& action) {
     open_ = false;
     result.terminated = true;
     result.reward += success ? 1.0 : 0.0;
-    result.info = {{"success", success ? 1 : 0}, {"accuracy", success ? 1.0 : 0.0}, {"turns", turns_},
-                   {"bumps", bumps_},           {"invalid", invalid_},                {"timeout", !success}};
+    result.info = {{"success", success ? 1 : 0},
+                   {"accuracy", success ? 1.0 : 0.0},
+                   {"turns", turns_},
+                   {"bumps", bumps_},
+                   {"invalid", invalid_},
+                   {"timeout", !success}};
   } else {
     result.observation = maze_observation(layout_, position_);
   }
@@ -254,7 +262,8 @@ MazeConfig maze_config_from_json(const nlohmann::json& config, const std::string
   if (result.max_distance < result.min_distance) throw Error(where + ".max_distance: must be >= min_distance");
   if (result.slack < 0) throw Error(where + ".slack: must be >= 0");
   if (!(result.test_fraction > 0 && result.test_fraction < 1)) throw Error(where + ".test_fraction: must be in (0, 1)");
-  if (result.heldout_size < 0 || result.heldout_size > 100000) throw Error(where + ".heldout_size: must be in [0, 100000]");
+  if (result.heldout_size < 0 || result.heldout_size > 100000)
+    throw Error(where + ".heldout_size: must be in [0, 100000]");
   if (!std::isfinite(result.shaping)) throw Error(where + ".shaping: must be finite");
   if (!(result.sft_noise >= 0 && result.sft_noise < 1)) throw Error(where + ".sft_noise: must be in [0, 1)");
   return result;

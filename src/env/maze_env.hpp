@@ -64,7 +64,7 @@ struct MazeLayout {
   bool open(int64_t row, int64_t col) const;
   // Shortest-path distance to the goal from every cell; -1 where unreachable.
   std::vector<int64_t> distances() const;
-  std::string key() const;              // stable identity, e.g. for the split
+  std::string key() const;               // stable identity, e.g. for the split
   std::string render(int64_t at) const;  // rows of '#', '.', 'A' (agent), 'G'
 };
 

@@ -52,8 +52,7 @@ void write_directory_atomically(const std::string& dir, const std::function<void
 void save_policy_checkpoint(const std::string& dir, const CausalLM& policy, const nlohmann::json& info) {
   write_directory_atomically(dir, [&](const std::string& staging) {
     write_json(fs::path(staging) / "config.json", model_config_to_json(policy->config()));
-    save_safetensors((fs::path(staging) / "model.safetensors").string(), named_tensors_of(*policy),
-                     {{"format", "pt"}});
+    save_safetensors((fs::path(staging) / "model.safetensors").string(), named_tensors_of(*policy), {{"format", "pt"}});
     nlohmann::json sao_info = info;
     sao_info["tokenizer"] = info.value("tokenizer", "byte");
     write_json(fs::path(staging) / "sao.json", sao_info);

@@ -19,10 +19,14 @@ void SamplingConfig::validate(const std::string& source) const {
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kRunning: return "running";
-    case FinishReason::kStopToken: return "stop_token";
-    case FinishReason::kMaxNewTokens: return "max_new_tokens";
-    case FinishReason::kContextFull: return "context_full";
+    case FinishReason::kRunning:
+      return "running";
+    case FinishReason::kStopToken:
+      return "stop_token";
+    case FinishReason::kMaxNewTokens:
+      return "max_new_tokens";
+    case FinishReason::kContextFull:
+      return "context_full";
   }
   return "unknown";
 }

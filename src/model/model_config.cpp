@@ -24,7 +24,8 @@ void ModelConfig::validate(const std::string& source) const {
   require(num_attention_heads > 0 && hidden_size % num_attention_heads == 0, source,
           "hidden_size (" + std::to_string(hidden_size) + ") must be a multiple of num_attention_heads (" +
               std::to_string(num_attention_heads) + ")");
-  require(head_dim() % 2 == 0, source, "head_dim (hidden_size / num_attention_heads) must be even for rotary embeddings");
+  require(head_dim() % 2 == 0, source,
+          "head_dim (hidden_size / num_attention_heads) must be even for rotary embeddings");
   require(num_key_value_heads > 0 && num_attention_heads % num_key_value_heads == 0, source,
           "num_attention_heads (" + std::to_string(num_attention_heads) +
               ") must be a multiple of num_key_value_heads (" + std::to_string(num_key_value_heads) + ")");
@@ -35,8 +36,8 @@ void ModelConfig::validate(const std::string& source) const {
 
 int64_t ModelConfig::parameter_count() const {
   const int64_t kv_dim = num_key_value_heads * head_dim();
-  const int64_t attention = hidden_size * hidden_size * 2 + hidden_size * kv_dim * 2 +
-                            (attention_bias ? hidden_size + 2 * kv_dim : 0);
+  const int64_t attention =
+      hidden_size * hidden_size * 2 + hidden_size * kv_dim * 2 + (attention_bias ? hidden_size + 2 * kv_dim : 0);
   const int64_t mlp = 3 * hidden_size * intermediate_size;
   const int64_t norms = 2 * hidden_size;
   const int64_t embedding = vocab_size * hidden_size;
@@ -44,8 +45,7 @@ int64_t ModelConfig::parameter_count() const {
          (tie_word_embeddings ? 0 : embedding);
 }
 
-ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source,
-                                   bool allow_unknown_keys) {
+ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source, bool allow_unknown_keys) {
   ModelConfig config;
   runtime::JsonReader reader(json, source);
   reader.read("model_type", config.model_type);

@@ -34,8 +34,7 @@ struct ModelConfig {
 
 // Reads HF-style keys; unknown keys are an error unless `allow_unknown_keys`
 // (real HF configs carry many keys this runtime does not use).
-ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source,
-                                   bool allow_unknown_keys);
+ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source, bool allow_unknown_keys);
 nlohmann::json model_config_to_json(const ModelConfig& config);
 
 }  // namespace sao::model

@@ -8,8 +8,8 @@
 
 #include "runtime/error.hpp"
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -43,19 +43,22 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"F64", torch::kFloat64}, {"F32", torch::kFloat32}, {"F16", torch::kHalf},
-    {"BF16", torch::kBFloat16}, {"I64", torch::kInt64}, {"I32", torch::kInt32},
-    {"I16", torch::kInt16},    {"I8", torch::kInt8},     {"U8", torch::kUInt8},
-    {"BOOL", torch::kBool},
+    {"F64", torch::kFloat64}, {"F32", torch::kFloat32}, {"F16", torch::kHalf},  {"BF16", torch::kBFloat16},
+    {"I64", torch::kInt64},   {"I32", torch::kInt32},   {"I16", torch::kInt16}, {"I8", torch::kInt8},
+    {"U8", torch::kUInt8},    {"BOOL", torch::kBool},
 };
 
-std::string where(const std::string& path) { return "checkpoint " + path + ": "; }
+std::string where(const std::string& path) {
+  return "checkpoint " + path + ": ";
+}
 
 std::string where(const std::string& path, const std::string& tensor) {
   return where(path) + "tensor '" + tensor + "': ";
 }
 
-[[noreturn]] void fail(const std::string& message) { throw Error(message); }
+[[noreturn]] void fail(const std::string& message) {
+  throw Error(message);
+}
 
 std::string shape_string(torch::IntArrayRef shape) {
   std::ostringstream out;
@@ -81,8 +84,7 @@ struct TensorEntry {
   std::uint64_t end;
 };
 
-torch::ScalarType parse_dtype(const std::string& path, const std::string& name,
-                              const nlohmann::json& value) {
+torch::ScalarType parse_dtype(const std::string& path, const std::string& name, const nlohmann::json& value) {
   if (!value.is_string()) fail(where(path, name) + "\"dtype\" must be a string, got " + value.dump());
   const auto text = value.get<std::string>();
   for (const auto& d : kDtypes)
@@ -91,8 +93,7 @@ torch::ScalarType parse_dtype(const std::string& path, const std::string& name,
        "\" (supported: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
 }
 
-std::vector<int64_t> parse_shape(const std::string& path, const std::string& name,
-                                 const nlohmann::json& value) {
+std::vector<int64_t> parse_shape(const std::string& path, const std::string& name, const nlohmann::json& value) {
   if (!value.is_array()) fail(where(path, name) + "\"shape\" must be an array, got " + value.dump());
   std::vector<int64_t> shape;
   for (const auto& dim : value) {
@@ -106,10 +107,8 @@ std::vector<int64_t> parse_shape(const std::string& path, const std::string& nam
 
 std::pair<std::uint64_t, std::uint64_t> parse_offsets(const std::string& path, const std::string& name,
                                                       const nlohmann::json& value) {
-  if (!value.is_array() || value.size() != 2 || !value[0].is_number_unsigned() ||
-      !value[1].is_number_unsigned())
-    fail(where(path, name) + "\"data_offsets\" must be [begin, end] of non-negative integers, got " +
-         value.dump());
+  if (!value.is_array() || value.size() != 2 || !value[0].is_number_unsigned() || !value[1].is_number_unsigned())
+    fail(where(path, name) + "\"data_offsets\" must be [begin, end] of non-negative integers, got " + value.dump());
   const auto begin = value[0].get<std::uint64_t>();
   const auto end = value[1].get<std::uint64_t>();
   if (begin > end) fail(where(path, name) + "data_offsets " + value.dump() + " has begin > end");
@@ -128,11 +127,10 @@ std::optional<std::uint64_t> byte_size(const std::vector<int64_t>& shape, torch:
   return bytes;
 }
 
-const nlohmann::json& required_field(const std::string& path, const std::string& name,
-                                     const nlohmann::json& entry, const char* field) {
+const nlohmann::json& required_field(const std::string& path, const std::string& name, const nlohmann::json& entry,
+                                     const char* field) {
   const auto it = entry.find(field);
-  if (it == entry.end())
-    fail(where(path, name) + "missing \"" + field + "\" in header entry " + entry.dump());
+  if (it == entry.end()) fail(where(path, name) + "missing \"" + field + "\" in header entry " + entry.dump());
   return *it;
 }
 
@@ -141,17 +139,15 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
   if (!entry.is_object()) fail(where(path, name) + "header entry must be a JSON object, got " + entry.dump());
   TensorEntry parsed{name, parse_dtype(path, name, required_field(path, name, entry, "dtype")),
                      parse_shape(path, name, required_field(path, name, entry, "shape")), 0, 0};
-  std::tie(parsed.begin, parsed.end) =
-      parse_offsets(path, name, required_field(path, name, entry, "data_offsets"));
+  std::tie(parsed.begin, parsed.end) = parse_offsets(path, name, required_field(path, name, entry, "data_offsets"));
   if (parsed.end > data_bytes)
-    fail(where(path, name) + "data_offsets end " + std::to_string(parsed.end) +
-         " is beyond the data section of " + std::to_string(data_bytes) +
-         " bytes (file truncated or offsets corrupt)");
+    fail(where(path, name) + "data_offsets end " + std::to_string(parsed.end) + " is beyond the data section of " +
+         std::to_string(data_bytes) + " bytes (file truncated or offsets corrupt)");
   const auto expected = byte_size(parsed.shape, parsed.dtype);
   const auto actual = parsed.end - parsed.begin;
   if (!expected || *expected != actual)
-    fail(where(path, name) + "shape " + shape_string(parsed.shape) + " of " + dtype_name(parsed.dtype) +
-         " needs " + (expected ? std::to_string(*expected) : std::string("an overflowing number of")) +
+    fail(where(path, name) + "shape " + shape_string(parsed.shape) + " of " + dtype_name(parsed.dtype) + " needs " +
+         (expected ? std::to_string(*expected) : std::string("an overflowing number of")) +
          " bytes but data_offsets span " + std::to_string(actual) + " bytes");
   return parsed;
 }
@@ -322,12 +318,10 @@ void check_assignable(const std::string& path, const std::string& name, const to
   if (!target.sizes().equals(source.sizes()))
     fail(where(path, name) + "expected shape " + shape_string(target.sizes()) + " but file has " +
          shape_string(source.sizes()));
-  const bool both_floating = c10::isFloatingType(target.scalar_type()) &&
-                             c10::isFloatingType(source.scalar_type());
+  const bool both_floating = c10::isFloatingType(target.scalar_type()) && c10::isFloatingType(source.scalar_type());
   if (!both_floating && target.scalar_type() != source.scalar_type())
-    fail(where(path, name) + "wrong dtype: module expects " + dtype_name(target.scalar_type()) +
-         " but file has " + dtype_name(source.scalar_type()) +
-         " (only floating types are converted into each other)");
+    fail(where(path, name) + "wrong dtype: module expects " + dtype_name(target.scalar_type()) + " but file has " +
+         dtype_name(source.scalar_type()) + " (only floating types are converted into each other)");
 }
 
 }  // namespace
@@ -398,7 +392,8 @@ LoadReport load_into_module(torch::nn::Module& module, const std::string& path, 
         report.skipped.push_back(name);
         continue;
       }
-      fail(where(path, name) + "missing tensor: the module has it but the checkpoint does not"
+      fail(where(path, name) +
+           "missing tensor: the module has it but the checkpoint does not"
            " (wrong checkpoint, or pass its prefix in skip_prefixes if it is meant to stay fresh)");
     }
     check_assignable(path, name, target, it->second);
@@ -409,7 +404,8 @@ LoadReport load_into_module(torch::nn::Module& module, const std::string& path, 
   for (const auto& [name, tensor] : file.tensors) {
     if (claimed.count(name)) continue;
     if (strict)
-      fail(where(path, name) + "unexpected tensor: the checkpoint has it but the module does not"
+      fail(where(path, name) +
+           "unexpected tensor: the checkpoint has it but the module does not"
            " (architecture mismatch? load with strict=false to ignore)");
     report.unexpected.push_back(name);
   }
@@ -429,7 +425,9 @@ NamedTensors named_tensors_of(const torch::nn::Module& module) {
   return result;
 }
 
-std::string safetensors_dtype_name(torch::ScalarType type) { return dtype_name(type); }
+std::string safetensors_dtype_name(torch::ScalarType type) {
+  return dtype_name(type);
+}
 
 std::optional<torch::ScalarType> scalar_type_from_safetensors_name(const std::string& name) {
   for (const auto& d : kDtypes) {

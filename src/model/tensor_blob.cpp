@@ -40,8 +40,7 @@ std::vector<TensorBlob> module_to_blobs(const torch::nn::Module& module) {
   return blobs;
 }
 
-void load_blobs_into_module(torch::nn::Module& module, const std::vector<TensorBlob>& blobs,
-                            const std::string& where) {
+void load_blobs_into_module(torch::nn::Module& module, const std::vector<TensorBlob>& blobs, const std::string& where) {
   std::map<std::string, torch::Tensor> targets;
   for (const auto& [name, tensor] : named_tensors_of(module)) targets[name] = tensor;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;

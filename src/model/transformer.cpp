@@ -246,18 +246,23 @@ ValueModel clone_value_model(const ValueModel& value_model) {
 
 const char* param_group_name(ParamGroup group) {
   switch (group) {
-    case ParamGroup::kAttention: return "attention";
-    case ParamGroup::kMlp: return "mlp";
-    case ParamGroup::kNorm: return "norm";
-    case ParamGroup::kEmbedding: return "embedding";
-    case ParamGroup::kHead: return "head";
+    case ParamGroup::kAttention:
+      return "attention";
+    case ParamGroup::kMlp:
+      return "mlp";
+    case ParamGroup::kNorm:
+      return "norm";
+    case ParamGroup::kEmbedding:
+      return "embedding";
+    case ParamGroup::kHead:
+      return "head";
   }
   return "unknown";
 }
 
 ParamGroup param_group_from_name(const std::string& name) {
-  for (auto group : {ParamGroup::kAttention, ParamGroup::kMlp, ParamGroup::kNorm, ParamGroup::kEmbedding,
-                     ParamGroup::kHead}) {
+  for (auto group :
+       {ParamGroup::kAttention, ParamGroup::kMlp, ParamGroup::kNorm, ParamGroup::kEmbedding, ParamGroup::kHead}) {
     if (name == param_group_name(group)) return group;
   }
   throw Error("unknown parameter group '" + name + "' (known: attention, mlp, norm, embedding, head)");

@@ -51,8 +51,8 @@ class AttentionImpl : public torch::nn::Module {
   explicit AttentionImpl(const ModelConfig& config);
   // x [B, T, D]; positions [B, T]; visible [B, 1, T, S_total] bool; when
   // cache_keys/values are given the new keys are appended to them.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions,
-                        const torch::Tensor& visible, torch::Tensor* cache_keys, torch::Tensor* cache_values);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& visible,
+                        torch::Tensor* cache_keys, torch::Tensor* cache_values);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:

@@ -19,7 +19,9 @@ void ReplayConfig::validate(const std::string& where) const {
   }
 }
 
-ReplayBuffer::ReplayBuffer(ReplayConfig config) : config_(config) { config_.validate("replay"); }
+ReplayBuffer::ReplayBuffer(ReplayConfig config) : config_(config) {
+  config_.validate("replay");
+}
 
 int64_t ReplayBuffer::staleness(const algo::Trajectory& trajectory, int64_t learner_version) {
   return learner_version - trajectory.oldest_version();

@@ -20,18 +20,18 @@
 namespace sao::replay {
 
 struct ReplayConfig {
-  int64_t min_batch = 1;       // SAO: step as soon as one trajectory waits
-  int64_t max_batch = 64;      // trajectories per learner step at most
-  int64_t max_staleness = 4;   // -1: never drop
-  int64_t capacity = 256;      // rollouts pause while this many wait
-  int64_t group_size = 1;      // > 1: trajectories enter the queue as complete groups (GRPO)
-  bool synchronous = false;    // batch barrier: hand out exactly max_batch, all of one version
+  int64_t min_batch = 1;      // SAO: step as soon as one trajectory waits
+  int64_t max_batch = 64;     // trajectories per learner step at most
+  int64_t max_staleness = 4;  // -1: never drop
+  int64_t capacity = 256;     // rollouts pause while this many wait
+  int64_t group_size = 1;     // > 1: trajectories enter the queue as complete groups (GRPO)
+  bool synchronous = false;   // batch barrier: hand out exactly max_batch, all of one version
   void validate(const std::string& where) const;
 };
 
 struct ReplayItem {
   algo::Trajectory trajectory;
-  int64_t finished_at_ns = 0;  // steady-clock time the episode ended (rollout_to_learner_ms)
+  int64_t finished_at_ns = 0;          // steady-clock time the episode ended (rollout_to_learner_ms)
   std::string final_info_json = "{}";  // environment info of the last step, passed through to metrics
 };
 
@@ -53,7 +53,7 @@ class ReplayBuffer {
   std::vector<ReplayItem> take_batch(int64_t learner_version);
   bool ready(int64_t learner_version) const;
 
-  int64_t queued() const;          // trajectories waiting in complete groups
+  int64_t queued() const;           // trajectories waiting in complete groups
   int64_t pending_partial() const;  // trajectories in incomplete groups
   bool full() const { return queued() + pending_partial() >= config_.capacity; }
   const ReplayStats& stats() const { return stats_; }
@@ -66,8 +66,8 @@ class ReplayBuffer {
   void drop_stale_groups(int64_t learner_version);
 
   ReplayConfig config_;
-  std::deque<std::vector<ReplayItem>> groups_;              // complete groups, oldest first
-  std::map<int64_t, std::vector<ReplayItem>> partial_;      // group id -> members so far
+  std::deque<std::vector<ReplayItem>> groups_;          // complete groups, oldest first
+  std::map<int64_t, std::vector<ReplayItem>> partial_;  // group id -> members so far
   ReplayStats stats_;
 };
 

@@ -34,8 +34,7 @@ void JsonReader::reject_unknown_keys() const {
 }
 
 void JsonReader::fail_type(const char* key, const char* expected, const nlohmann::json& value) const {
-  throw Error(where_ + "." + key + ": expected " + expected + ", got " + value.type_name() + " " +
-              value.dump());
+  throw Error(where_ + "." + key + ": expected " + expected + ", got " + value.type_name() + " " + value.dump());
 }
 
 void JsonReader::check_type(const char* key, const nlohmann::json& value, bool&) const {

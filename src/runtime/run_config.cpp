@@ -13,7 +13,9 @@
 
 namespace sao::runtime {
 
-nlohmann::json default_config_document() { return nlohmann::json::parse(build_info::kDefaultConfigJson); }
+nlohmann::json default_config_document() {
+  return nlohmann::json::parse(build_info::kDefaultConfigJson);
+}
 
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
@@ -119,8 +121,8 @@ void read_rollout(JsonReader reader, RolloutSection& rollout) {
   if (rollout.max_turns < 1) throw Error(where + ".max_turns: must be >= 1");
   if (rollout.env_timeout_ms < 1) throw Error(where + ".env_timeout_ms: must be >= 1");
   if (rollout.weight_switch != "in_flight" && rollout.weight_switch != "turn_boundary") {
-    throw Error(where + ".weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" +
-                rollout.weight_switch + "\"");
+    throw Error(where + ".weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" + rollout.weight_switch +
+                "\"");
   }
   model::SamplingConfig sampling;
   sampling.temperature = rollout.temperature;
@@ -174,8 +176,7 @@ void derive_dependent_settings(RunConfig& config) {
   }
   if (config.train.mode == "sync") {
     config.replay.synchronous = true;
-    config.replay.min_batch = config.replay.max_batch =
-        config.rollout.num_actors * config.rollout.episodes_per_actor;
+    config.replay.min_batch = config.replay.max_batch = config.rollout.num_actors * config.rollout.episodes_per_actor;
     config.replay.max_staleness = 0;
     config.replay.capacity = std::max(config.replay.capacity, config.replay.max_batch);
   }
@@ -194,8 +195,8 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   read_run(root.section("run"), config.run);
   read_threads(root.section("threads"), config.threads);
   root.section("model");  // marks the key as known and checks it is an object
-  config.model = model::model_config_from_json(document.value("model", nlohmann::json::object()),
-                                               source + ": model", /*allow_unknown_keys=*/false);
+  config.model = model::model_config_from_json(document.value("model", nlohmann::json::object()), source + ": model",
+                                               /*allow_unknown_keys=*/false);
   root.section("task");  // marks the key as known and checks it is an object
   root.section("env");
   read_env(JsonReader(document.value("env", nlohmann::json::object()), source + ".env"), config.env);

@@ -63,7 +63,7 @@ struct RolloutSection {
   int64_t top_k = 0;
   double top_p = 1.0;
   std::string weight_switch = "in_flight";  // "in_flight" (between decode steps) | "turn_boundary"
-  int64_t env_timeout_ms = 5000;    // a reset/step slower than this loses the episode
+  int64_t env_timeout_ms = 5000;            // a reset/step slower than this loses the episode
   bool temperature_is_policy() const { return temperature == 1.0 && top_k == 0 && top_p >= 1.0; }
 };
 
@@ -74,12 +74,12 @@ struct EnvSection {
 };
 
 struct TrainSection {
-  std::string mode = "async";       // "async" (SAO, GRPO-async) | "sync" (batch barrier)
-  int64_t steps = 200;              // learner steps in the run
-  int64_t eval_every = 25;          // held-out evaluation every N learner steps (0: start and end only)
-  int64_t checkpoint_every = 100;   // 0: only the final checkpoint
-  std::string init_checkpoint;      // policy to start from; empty: RUN_DIR/sft, trained first if missing
-  int64_t scheduler_threads = 2;    // CAF worker threads for the light actors
+  std::string mode = "async";      // "async" (SAO, GRPO-async) | "sync" (batch barrier)
+  int64_t steps = 200;             // learner steps in the run
+  int64_t eval_every = 25;         // held-out evaluation every N learner steps (0: start and end only)
+  int64_t checkpoint_every = 100;  // 0: only the final checkpoint
+  std::string init_checkpoint;     // policy to start from; empty: RUN_DIR/sft, trained first if missing
+  int64_t scheduler_threads = 2;   // CAF worker threads for the light actors
 };
 
 struct RunConfig {
@@ -87,8 +87,8 @@ struct RunConfig {
   RunSection run;
   ThreadsSection threads;
   model::ModelConfig model;
-  env::ArithmeticConfig task;     // parsed "task" section when env.name is "arithmetic"
-  nlohmann::json task_document;    // the raw "task" section: the environment's config
+  env::ArithmeticConfig task;    // parsed "task" section when env.name is "arithmetic"
+  nlohmann::json task_document;  // the raw "task" section: the environment's config
   bool is_arithmetic() const { return env.name == "arithmetic"; }
   SftSection sft;
   EvalSection eval;

@@ -24,7 +24,9 @@ std::string real_path(const std::string& path) {
   return realpath(path.c_str(), buffer) != nullptr ? std::string(buffer) : path;
 }
 
-bool contains(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
+bool contains(const std::string& text, const char* needle) {
+  return text.find(needle) != std::string::npos;
+}
 }  // namespace
 
 std::vector<std::string> loaded_shared_libraries() {

@@ -31,9 +31,8 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids, bool skip_spe
   for (size_t pos = 0; pos < ids.size(); ++pos) {
     const int64_t id = ids[pos];
     if (id < 0 || id >= kVocabSize) {
-      throw sao::Error("ByteTokenizer::decode: token id " + std::to_string(id) + " at position " +
-                       std::to_string(pos) + " is outside the vocabulary [0, " +
-                       std::to_string(kVocabSize) + ")");
+      throw sao::Error("ByteTokenizer::decode: token id " + std::to_string(id) + " at position " + std::to_string(pos) +
+                       " is outside the vocabulary [0, " + std::to_string(kVocabSize) + ")");
     }
     if (id < kNumBytes) {
       text.push_back(static_cast<char>(static_cast<unsigned char>(id)));

@@ -25,21 +25,21 @@
 namespace sao::train {
 
 struct EpisodeEvalOptions {
-  double temperature = 0.0;     // 0 = greedy
-  int64_t max_new_tokens = 8;   // per turn
-  int64_t max_turns = 0;        // 0: the environment's limits().max_turns, or 64 if it states none
-  int64_t batch_size = 64;      // episodes decoded together
-  int64_t episodes = 0;         // 0: the whole held-out split; else the first N of it
-  int64_t learner_step = -1;    // >= 0: passed to on_training_step before the episodes (drifting envs)
+  double temperature = 0.0;    // 0 = greedy
+  int64_t max_new_tokens = 8;  // per turn
+  int64_t max_turns = 0;       // 0: the environment's limits().max_turns, or 64 if it states none
+  int64_t batch_size = 64;     // episodes decoded together
+  int64_t episodes = 0;        // 0: the whole held-out split; else the first N of it
+  int64_t learner_step = -1;   // >= 0: passed to on_training_step before the episodes (drifting envs)
   int64_t sample_transcripts = 3;
 };
 
 struct EpisodeEvalResult {
   int64_t episodes = 0;
   int64_t successes = 0;
-  int64_t errors = 0;          // episodes whose environment threw
+  int64_t errors = 0;  // episodes whose environment threw
   double success_rate = 0.0;
-  double mean_reward = 0.0;    // mean over episodes of the summed per-turn rewards
+  double mean_reward = 0.0;  // mean over episodes of the summed per-turn rewards
   double mean_turns = 0.0;
   double seconds = 0.0;
   std::vector<std::string> samples;  // "obs0 | action -> obs1 | ... => success" for the first few

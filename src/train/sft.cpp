@@ -42,9 +42,9 @@ SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector
 
 torch::Tensor sft_loss(const torch::Tensor& logits, const SftBatch& batch) {
   const int64_t steps = batch.input_ids.size(1) - 1;
-  auto log_probs = torch::log_softmax(logits.narrow(1, 0, steps), -1);                     // [B, T-1, V]
-  auto targets = batch.input_ids.narrow(1, 1, steps).unsqueeze(-1);                         // [B, T-1, 1]
-  auto token_nll = -log_probs.gather(-1, targets).squeeze(-1);                              // [B, T-1]
+  auto log_probs = torch::log_softmax(logits.narrow(1, 0, steps), -1);  // [B, T-1, V]
+  auto targets = batch.input_ids.narrow(1, 1, steps).unsqueeze(-1);     // [B, T-1, 1]
+  auto token_nll = -log_probs.gather(-1, targets).squeeze(-1);          // [B, T-1]
   auto mask = batch.target_mask.to(token_nll.dtype());
   return (token_nll * mask).sum() / mask.sum().clamp_min(1.0);
 }
@@ -88,8 +88,12 @@ SftResult run_sft_loop(model::CausalLM& policy, const runtime::SftSection& optio
       progress.print(step + 1, {{"loss", result.final_loss}, {"lr", learning_rate}, {"grad_norm", grad_norm}}, rate,
                      "tok");
       if (metrics != nullptr) {
-        metrics->write({{"sft_step", step + 1}, {"task", label}, {"loss", result.final_loss},
-                        {"learning_rate", learning_rate}, {"grad_norm", grad_norm}, {"tokens_per_s", rate},
+        metrics->write({{"sft_step", step + 1},
+                        {"task", label},
+                        {"loss", result.final_loss},
+                        {"learning_rate", learning_rate},
+                        {"grad_norm", grad_norm},
+                        {"tokens_per_s", rate},
                         {"wall_time_s", progress.elapsed_seconds()}});
       }
       tokens_since_log = 0;
