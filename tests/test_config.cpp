@@ -110,3 +110,9 @@ TEST_CASE("derived settings: GRPO needs whole groups per rollout batch") {
   CHECK(error_of(document).find("rollout.episodes_per_actor (32) must be a multiple of learner.group_size (5)") !=
         std::string::npos);
 }
+
+TEST_CASE("a model vocabulary smaller than the tokenizer's is refused") {
+  auto document = default_config_document();
+  document["model"]["vocab_size"] = 100;
+  CHECK(error_of(document) == "test.json: model.vocab_size 100 is smaller than the byte tokenizer's 264");
+}

@@ -1,9 +1,7 @@
 // `sao sft`: supervised warm start from scratch, then held-out evaluation.
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
-#include "model/checkpoint.hpp"
 #include "runtime/error.hpp"
-#include "tokenizer/byte_tokenizer.hpp"
 #include "train/task_runner.hpp"
 
 #include <cstdio>
@@ -22,30 +20,18 @@ int run_sft(const Args& args) {
   auto config = load_config_from_args(parsed);
   config.sft.steps = parsed.get_int("--steps", config.sft.steps);
   write_resolved_config(config);
-  const tokenizer::ByteTokenizer tokenizer;
-  if (config.model.vocab_size < tokenizer.vocab_size()) {
-    throw Error(config.source + ": model.vocab_size " + std::to_string(config.model.vocab_size) +
-                " is smaller than the byte tokenizer's " + std::to_string(tokenizer.vocab_size()));
-  }
-  model::CausalLM policy(config.model);
-  model::init_weights(*policy, static_cast<uint64_t>(config.run.seed));
   std::fprintf(stderr, "sft: %lld parameters, task %s, %lld steps of batch %lld, run dir %s\n",
                static_cast<long long>(config.model.parameter_count()), config.env.name.c_str(),
                static_cast<long long>(config.sft.steps), static_cast<long long>(config.sft.batch_size),
                config.run.dir.c_str());
-  runtime::JsonlWriter metrics((std::filesystem::path(config.run.dir) / "sft_metrics.jsonl").string());
-  const auto result = train::run_warm_start(policy, config, &metrics);
+  train::SftResult result;
+  auto policy = sft_from_scratch(config, &result);
   const std::string checkpoint = (std::filesystem::path(config.run.dir) / "sft").string();
-  model::save_policy_checkpoint(checkpoint, policy,
-                                {{"tokenizer", "byte"},
-                                 {"stage", "sft"},
-                                 {"step", result.steps},
-                                 {"policy_version", 0},
-                                 {"run_config", config.document}});
   std::printf("sft: %lld steps in %.1f s (%.0f tokens/s), final loss %.4f, saved %s\n",
               static_cast<long long>(result.steps), result.seconds, result.tokens_per_second, result.final_loss,
               checkpoint.c_str());
   const auto eval = train::evaluate_heldout(policy, config, /*learner_step=*/0);
+  runtime::JsonlWriter metrics((std::filesystem::path(config.run.dir) / "sft_metrics.jsonl").string());
   metrics.write({{"eval", true},
                  {"split", "test"},
                  {"stage", "sft"},

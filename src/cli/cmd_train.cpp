@@ -32,16 +32,8 @@ model::CausalLM warm_start_policy(const runtime::RunConfig& config) {
     return model::load_policy_checkpoint(sft_dir);
   }
   std::fprintf(stderr, "train: no warm start at %s, running SFT first\n", sft_dir.c_str());
-  model::CausalLM policy(config.model);
-  model::init_weights(*policy, static_cast<uint64_t>(config.run.seed));
-  runtime::JsonlWriter metrics((std::filesystem::path(config.run.dir) / "sft_metrics.jsonl").string());
-  const auto result = train::run_warm_start(policy, config, &metrics);
-  model::save_policy_checkpoint(sft_dir, policy,
-                                {{"tokenizer", "byte"},
-                                 {"stage", "sft"},
-                                 {"step", result.steps},
-                                 {"policy_version", 0},
-                                 {"run_config", config.document}});
+  train::SftResult result;
+  auto policy = sft_from_scratch(config, &result);
   std::fprintf(stderr, "train: SFT took %.1f s, saved %s\n", result.seconds, sft_dir.c_str());
   return policy;
 }

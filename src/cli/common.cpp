@@ -1,6 +1,7 @@
 // Shared subcommand helpers; see common.hpp.
 #include "cli/common.hpp"
 
+#include "model/checkpoint.hpp"
 #include "runtime/system_info.hpp"
 
 #include <nlohmann/json.hpp>
@@ -30,6 +31,21 @@ void write_resolved_config(const runtime::RunConfig& config) {
   std::filesystem::create_directories(config.run.dir);
   std::ofstream out(std::filesystem::path(config.run.dir) / "config.json");
   out << config.document.dump(2) << "\n";
+}
+
+model::CausalLM sft_from_scratch(const runtime::RunConfig& config, train::SftResult* result) {
+  model::CausalLM policy(config.model);
+  model::init_weights(*policy, static_cast<uint64_t>(config.run.seed));
+  const auto run_dir = std::filesystem::path(config.run.dir);
+  runtime::JsonlWriter metrics((run_dir / "sft_metrics.jsonl").string());
+  *result = train::run_warm_start(policy, config, &metrics);
+  model::save_policy_checkpoint((run_dir / "sft").string(), policy,
+                                {{"tokenizer", "byte"},
+                                 {"stage", "sft"},
+                                 {"step", result->steps},
+                                 {"policy_version", 0},
+                                 {"run_config", config.document}});
+  return policy;
 }
 
 void print_eval_result(const train::HeldoutResult& result, const std::string& checkpoint) {

@@ -362,10 +362,8 @@ nlohmann::json ExternalEnvironment::call(nlohmann::json request) {
   return reply;
 }
 
-EnvStep ExternalEnvironment::begin_episode(nlohmann::json request) {
-  episode_open_ = false;
-  ensure_connected();
-  const auto reply = call(std::move(request));
+// `reply` has passed the field checks of call().
+EnvStep ExternalEnvironment::open_or_close_episode(const nlohmann::json& reply) {
   EnvStep result;
   result.observation = reply["observation"].get<std::string>();
   result.reward = reply["reward"].get<double>();
@@ -374,6 +372,12 @@ EnvStep ExternalEnvironment::begin_episode(nlohmann::json request) {
   if (reply.contains("info")) result.info = reply["info"];
   episode_open_ = !result.done();
   return result;
+}
+
+EnvStep ExternalEnvironment::begin_episode(nlohmann::json request) {
+  episode_open_ = false;
+  ensure_connected();
+  return open_or_close_episode(call(std::move(request)));
 }
 
 EnvStep ExternalEnvironment::reset(uint64_t seed) {
@@ -392,15 +396,7 @@ EnvStep ExternalEnvironment::step(const std::string& action) {
   if (!episode_open_) {
     throw Error("external env '" + label_ + "': step() called before reset() or after the episode ended");
   }
-  const auto reply = call({{"method", "step"}, {"action", action}});
-  EnvStep result;
-  result.observation = reply["observation"].get<std::string>();
-  result.reward = reply["reward"].get<double>();
-  result.terminated = reply["terminated"].get<bool>();
-  result.truncated = reply["truncated"].get<bool>();
-  if (reply.contains("info")) result.info = reply["info"];
-  episode_open_ = !result.done();
-  return result;
+  return open_or_close_episode(call({{"method", "step"}, {"action", action}}));
 }
 
 EnvLimits ExternalEnvironment::limits() const {

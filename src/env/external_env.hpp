@@ -79,6 +79,7 @@ class ExternalEnvironment final : public Environment {
   nlohmann::json stats() const;
 
  private:
+  EnvStep open_or_close_episode(const nlohmann::json& reply);
   EnvStep begin_episode(nlohmann::json request);
   nlohmann::json call(nlohmann::json request);
   void ensure_connected();

@@ -6,6 +6,7 @@
 #include "runtime/error.hpp"
 #include "runtime/json_reader.hpp"
 #include "sao/build_info.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -197,6 +198,10 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   root.section("model");  // marks the key as known and checks it is an object
   config.model = model::model_config_from_json(document.value("model", nlohmann::json::object()), source + ": model",
                                                /*allow_unknown_keys=*/false);
+  if (config.model.vocab_size < tokenizer::ByteTokenizer::kVocabSize) {
+    throw Error(source + ": model.vocab_size " + std::to_string(config.model.vocab_size) +
+                " is smaller than the byte tokenizer's " + std::to_string(tokenizer::ByteTokenizer::kVocabSize));
+  }
   root.section("task");  // marks the key as known and checks it is an object
   root.section("env");
   read_env(JsonReader(document.value("env", nlohmann::json::object()), source + ".env"), config.env);
