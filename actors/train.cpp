@@ -1,10 +1,13 @@
 // One-process RL run; see train.hpp.
 #include "actors/train.hpp"
 
+#include "actors/console_server.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/messages.hpp"
 
 #include <chrono>
+#include <cstdio>
+#include <memory>
 #include <thread>
 
 namespace sao::actors {
@@ -19,6 +22,15 @@ TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM poli
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
     auto coordinator = spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self});
+    std::unique_ptr<ConsoleServer> console;
+    if (config.console.enabled) {
+      try {
+        console = std::make_unique<ConsoleServer>(system, coordinator, config.console, config.run.dir);
+      } catch (const std::exception& error) {
+        // Training matters more than watching it: say why, and go on without.
+        std::fprintf(stderr, "console: disabled for this run: %s\n", error.what());
+      }
+    }
     bool finished = false;
     bool stop_sent = false;
     while (!finished) {
@@ -39,6 +51,7 @@ TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM poli
                 }
               });
     }
+    console.reset();  // no requests into a system that is shutting down
     // Give exiting actors a moment (an env stuck in a slow call finishes it
     // first), then count what is still alive (should be 0).
     for (int i = 0; i < 250 && system.registry().running() > 1; ++i) {

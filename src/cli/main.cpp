@@ -24,6 +24,10 @@ const std::vector<Command>& commands() {
       {"sft", "supervised warm start: train the policy from scratch, save it, report held-out accuracy",
        sao::cli::run_sft},
       {"eval", "held-out pass@1 of a checkpoint (also printed as one JSON line)", sao::cli::run_eval},
+      {"console", "attach to a running run: live actor table, metrics, pause/resume, set knobs, checkpoint, stop",
+       sao::cli::run_console},
+      {"plot", "PNG learning curves of one or more runs (reward, accuracy, staleness, DIS rejection)",
+       sao::cli::run_plot},
       {"doctor", "print the build, the BLAS actually loaded, thread counts, CAF and CUDA/NCCL status",
        sao::cli::run_doctor},
   };
