@@ -151,6 +151,18 @@ TEST_CASE("run metrics: a bad line is named by file and line number") {
                        (file + ": not found (is " + dir.string() + " a run directory?)").c_str(), Error);
 }
 
+TEST_CASE("series of several seeds: mean and min/max band, aligned to the shortest run") {
+  const double nan = std::nan("");
+  const auto summary = sao::runtime::summarize_runs({{0, 10, 20}, {0, 12}}, {{0.1, 0.5, 0.9}, {0.3, nan}});
+  CHECK(all_nan_or_equal(summary.x, {0, 11}));
+  CHECK(all_nan_or_equal(summary.mean, {0.2, 0.5}));
+  CHECK(all_nan_or_equal(summary.low, {0.1, 0.5}));
+  CHECK(all_nan_or_equal(summary.high, {0.3, 0.5}));
+  CHECK_THROWS_WITH_AS(sao::runtime::summarize_runs({}, {}), "summarize_runs: no runs", Error);
+  CHECK_THROWS_WITH_AS(sao::runtime::summarize_runs({{1}}, {}),
+                       "summarize_runs: x and y series of different run counts", Error);
+}
+
 TEST_CASE("nice ticks") {
   using sao::runtime::nice_ticks;
   CHECK(nice_ticks(0, 1, 5) == std::vector<double>{0, 0.2, 0.4, 0.6000000000000001, 0.8, 1});
@@ -162,7 +174,8 @@ TEST_CASE("nice ticks") {
 
 TEST_CASE("plots are PNG files of the laid-out size; mismatched series are refused") {
   const auto dir = fresh_dir("plot");
-  sao::runtime::PlotPanel panel{"reward", "learner step", {{"run-a", {0, 1, 2}, {0.1, std::nan(""), 0.4}}}};
+  sao::runtime::PlotPanel panel{
+      "reward", "learner step", {{"run-a", {0, 1, 2}, {0.1, std::nan(""), 0.4}, {0.0, 0.1, 0.3}, {0.2, 0.3, 0.5}}}};
   const auto path = (dir / "sub" / "curves.png").string();
   sao::runtime::write_plot_png(path, {panel, panel, panel}, sao::runtime::PlotLayout{2, 300, 200});
   std::ifstream png(path, std::ios::binary);
@@ -178,7 +191,12 @@ TEST_CASE("plots are PNG files of the laid-out size; mismatched series are refus
   };
   CHECK(be32(16) == 600);  // 2 columns x 300
   CHECK(be32(20) == 400);  // 2 rows x 200
-  sao::runtime::PlotPanel bad{"bad", "step", {{"run-b", {0, 1}, {0.5}}}};
+  sao::runtime::PlotPanel bad{"bad", "step", {{"run-b", {0, 1}, {0.5}, {}, {}}}};
   CHECK_THROWS_WITH_AS(sao::runtime::write_plot_png(path, {bad}, {}),
                        ("plot " + path + ": panel 'bad' series 'run-b' has 2 x values and 1 y values").c_str(), Error);
+  sao::runtime::PlotPanel bad_band{"bad", "step", {{"run-c", {0, 1}, {0.5, 0.6}, {0.4}, {0.7, 0.8}}}};
+  CHECK_THROWS_WITH_AS(
+      sao::runtime::write_plot_png(path, {bad_band}, {}),
+      ("plot " + path + ": panel 'bad' series 'run-c' has a band whose length differs from its 2 x values").c_str(),
+      Error);
 }

@@ -78,6 +78,10 @@ void draw_panel(cairo_t* cr, const PlotPanel& panel, double x0, double y0, doubl
       if (!std::isfinite(series.y[i])) continue;
       xs.add(series.x[i]);
       ys.add(series.y[i]);
+      if (!series.band_low.empty()) {
+        ys.add(series.band_low[i]);
+        ys.add(series.band_high[i]);
+      }
     }
   }
   if (xs.empty()) {
@@ -140,6 +144,25 @@ void draw_panel(cairo_t* cr, const PlotPanel& panel, double x0, double y0, doubl
   for (size_t s = 0; s < panel.series.size(); ++s) {
     const auto& series = panel.series[s];
     const auto* colour = kPalette[s % (sizeof(kPalette) / sizeof(kPalette[0]))];
+    if (!series.band_low.empty()) {
+      // The band as one polygon: along the top edge, back along the bottom.
+      cairo_set_source_rgba(cr, colour[0], colour[1], colour[2], 0.18);
+      bool started = false;
+      for (size_t i = 0; i < series.x.size(); ++i) {
+        if (!std::isfinite(series.band_high[i])) continue;
+        if (started) {
+          cairo_line_to(cr, X(series.x[i]), Y(series.band_high[i]));
+        } else {
+          cairo_move_to(cr, X(series.x[i]), Y(series.band_high[i]));
+          started = true;
+        }
+      }
+      for (size_t i = series.x.size(); i-- > 0;) {
+        if (std::isfinite(series.band_low[i])) cairo_line_to(cr, X(series.x[i]), Y(series.band_low[i]));
+      }
+      cairo_close_path(cr);
+      cairo_fill(cr);
+    }
     cairo_set_source_rgb(cr, colour[0], colour[1], colour[2]);
     cairo_set_line_width(cr, 2);
     bool drawing = false;
@@ -181,6 +204,12 @@ void write_plot_png(const std::string& path, const std::vector<PlotPanel>& panel
   if (panels.empty()) throw Error("plot " + path + ": no panels");
   for (const auto& panel : panels) {
     for (const auto& series : panel.series) {
+      const bool band_ok = (series.band_low.empty() && series.band_high.empty()) ||
+                           (series.band_low.size() == series.x.size() && series.band_high.size() == series.x.size());
+      if (!band_ok) {
+        throw Error("plot " + path + ": panel '" + panel.title + "' series '" + series.label +
+                    "' has a band whose length differs from its " + std::to_string(series.x.size()) + " x values");
+      }
       if (series.x.size() != series.y.size()) {
         throw Error("plot " + path + ": panel '" + panel.title + "' series '" + series.label + "' has " +
                     std::to_string(series.x.size()) + " x values and " + std::to_string(series.y.size()) + " y values");

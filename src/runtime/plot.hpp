@@ -12,6 +12,9 @@ struct PlotSeries {
   std::string label;
   std::vector<double> x;
   std::vector<double> y;  // non-finite values are gaps
+  // Optional shaded band (e.g. min..max over seeds): empty, or one value per x.
+  std::vector<double> band_low;
+  std::vector<double> band_high;
 };
 
 struct PlotPanel {
@@ -31,8 +34,8 @@ struct PlotLayout {
 std::vector<double> nice_ticks(double lo, double hi, int target);
 
 // Writes the panels into one PNG at `path` (parent directories created).
-// Throws sao::Error naming the path when a panel has a series whose x and y
-// lengths differ or the file cannot be written.
+// Throws sao::Error naming the path when a panel has a series whose x, y or
+// band lengths differ or the file cannot be written.
 void write_plot_png(const std::string& path, const std::vector<PlotPanel>& panels, const PlotLayout& layout);
 
 }  // namespace sao::runtime

@@ -3,6 +3,7 @@
 
 #include "runtime/error.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <filesystem>
@@ -96,6 +97,33 @@ std::vector<double> eval_axis(const RunMetrics& run, const std::string& axis) {
     result.push_back(axis == "step" ? step : x);
   }
   return result;
+}
+
+SeriesSummary summarize_runs(const std::vector<std::vector<double>>& xs, const std::vector<std::vector<double>>& ys) {
+  if (xs.empty()) throw Error("summarize_runs: no runs");
+  if (xs.size() != ys.size()) throw Error("summarize_runs: x and y series of different run counts");
+  size_t length = std::numeric_limits<size_t>::max();
+  for (size_t r = 0; r < xs.size(); ++r) length = std::min({length, xs[r].size(), ys[r].size()});
+  SeriesSummary summary;
+  for (size_t i = 0; i < length; ++i) {
+    double x_sum = 0.0, y_sum = 0.0;
+    double low = kNaN, high = kNaN;
+    size_t finite = 0;
+    for (size_t r = 0; r < xs.size(); ++r) {
+      x_sum += xs[r][i];
+      const double y = ys[r][i];
+      if (!std::isfinite(y)) continue;
+      y_sum += y;
+      low = finite == 0 ? y : std::min(low, y);
+      high = finite == 0 ? y : std::max(high, y);
+      ++finite;
+    }
+    summary.x.push_back(x_sum / static_cast<double>(xs.size()));
+    summary.mean.push_back(finite == 0 ? kNaN : y_sum / static_cast<double>(finite));
+    summary.low.push_back(low);
+    summary.high.push_back(high);
+  }
+  return summary;
 }
 
 }  // namespace sao::runtime

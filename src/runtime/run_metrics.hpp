@@ -39,4 +39,13 @@ std::vector<double> step_axis(const RunMetrics& run, const std::string& axis);
 // step line at or before their step; step 0 maps to 0).
 std::vector<double> eval_axis(const RunMetrics& run, const std::string& axis);
 
+// Several runs of one variant (seeds) as one curve: runs are aligned by
+// index up to the shortest; x is the mean x, `mean` the mean of the finite
+// y values, `low`/`high` their min/max (NaN where no run has a value).
+// Throws sao::Error when there are no runs or xs and ys differ in count.
+struct SeriesSummary {
+  std::vector<double> x, mean, low, high;
+};
+SeriesSummary summarize_runs(const std::vector<std::vector<double>>& xs, const std::vector<std::vector<double>>& ys);
+
 }  // namespace sao::runtime
