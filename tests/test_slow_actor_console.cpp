@@ -6,8 +6,12 @@
 // Prometheus text; and the dashboard renders its charts and actor table
 // with data in headless Chromium (screenshot kept as a test artifact).
 #include "actors/train.hpp"
+#include "env/arithmetic.hpp"
+#include "model/checkpoint.hpp"
 #include "model/transformer.hpp"
 #include "runtime/run_config.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
+#include "train/sft.hpp"
 
 #include <doctest/doctest.h>
 #include <httplib.h>
@@ -50,7 +54,7 @@ sao::runtime::RunConfig tiny_config(const std::string& run_dir) {
                                                "rollout.episodes_per_actor=8",
                                                "rollout.num_actors=" + std::to_string(kRollouts),
                                                "train.steps=1000000",  // ends by the console's stop
-                                               "train.eval_every=0",
+                                               "train.eval_every=10",
                                                "train.checkpoint_every=0",
                                                "console.port=0",
                                            });
@@ -60,6 +64,21 @@ struct CommandResult {
   int exit_code = -1;
   std::string output;
 };
+
+// A warm start trained once and saved; every run loads its own copy, so the
+// charts (and the README's screenshot) show a policy that earns reward.
+sao::model::CausalLM warm_policy(const sao::runtime::RunConfig& config) {
+  static const std::string saved = [&] {
+    const auto dir = (fs::temp_directory_path() / ("sao_slow_console_sft_" + std::to_string(::getpid()))).string();
+    sao::model::CausalLM policy(config.model);
+    sao::model::init_weights(*policy, 3);
+    sao::train::run_sft(policy, sao::env::ArithmeticTask(config.task), sao::tokenizer::ByteTokenizer(), config.sft, 1,
+                        nullptr);
+    sao::model::save_policy_checkpoint(dir, policy, {{"tokenizer", "byte"}, {"stage", "sft"}});
+    return dir;
+  }();
+  return sao::model::load_policy_checkpoint(saved);
+}
 
 CommandResult run_command(const std::string& command) {
   CommandResult result;
@@ -151,8 +170,7 @@ TEST_CASE("the console watches and steers a live run") {
   fs::remove_all(dir);
   const std::string run_dir = dir.string();
   const auto config = tiny_config(run_dir);
-  sao::model::CausalLM policy(config.model);
-  sao::model::init_weights(*policy, 3);
+  auto policy = warm_policy(config);
   std::atomic<bool> stop_requested{false};
   auto run =
       std::async(std::launch::async, [&] { return sao::actors::run_training(config, policy, "", &stop_requested); });
@@ -298,6 +316,9 @@ TEST_CASE("the console watches and steers a live run") {
   }
 
   SUBCASE("the dashboard renders charts and the actor table in headless Chromium") {
+    // Enough steps for the charts to show a trend in the screenshot.
+    REQUIRE(eventually(
+        [&] { return get_json(client, "/api/metrics?since=999999999")["latest"]["step"].get<int64_t>() >= 40; }, 90s));
     const std::string url = "http://" + endpoint.host + ":" + std::to_string(endpoint.port) + "/";
     const std::string chromium =
         "chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars "
