@@ -80,7 +80,7 @@ per_update=(--set replay.min_batch=64 --set replay.max_batch=64 --set rollout.ep
 if ! $report_only; then
   if wants compare || wants ablations; then
     arith_sft=$(warm_start arith "")
-    arith=(--set train.steps=100 --set train.eval_every=20)
+    arith=(--set train.steps=300 --set train.eval_every=50)
     for seed in $(seq 1 "$seeds"); do
       if wants compare || wants ablations; then
         run arith sao "$seed" "" "$arith_sft" "${arith[@]}" "${per_update[@]}"
