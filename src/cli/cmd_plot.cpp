@@ -72,7 +72,6 @@ runtime::PlotSeries series_for(const RunGroup& group, const Curve& curve, const 
     ys.push_back(std::move(y));
   }
   auto summary = runtime::summarize_runs(xs, ys);
-  series.label += " (mean of " + std::to_string(group.runs.size()) + ", band min-max)";
   series.x = std::move(summary.x);
   series.y = std::move(summary.mean);
   series.band_low = std::move(summary.low);
@@ -151,6 +150,8 @@ int run_plot(const Args& args) {
   std::vector<runtime::PlotPanel> panels;
   for (const auto* curve : selected) {
     runtime::PlotPanel panel{curve->title, axis == "step" ? "learner step" : axis, {}};
+    const bool seeds = std::any_of(groups.begin(), groups.end(), [](const RunGroup& g) { return g.runs.size() > 1; });
+    if (seeds) panel.title += " - mean over seeds, band min..max";
     for (const auto& group : groups)
       panel.series.push_back(series_for(group, *curve, axis, static_cast<size_t>(window)));
     if (!parsed.has("--overview-only")) {

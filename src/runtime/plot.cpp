@@ -63,7 +63,7 @@ struct Range {
 };
 
 void draw_panel(cairo_t* cr, const PlotPanel& panel, double x0, double y0, double width, double height) {
-  const double left = x0 + 64, right = x0 + width - 16, top = y0 + 30, bottom = y0 + height - 58;
+  const double left = x0 + 64, right = x0 + width - 16, top = y0 + 30, bottom = y0 + height - 74;
   cairo_set_source_rgb(cr, 0.1, 0.12, 0.18);
   cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
   cairo_set_font_size(cr, 14);
@@ -141,6 +141,7 @@ void draw_panel(cairo_t* cr, const PlotPanel& panel, double x0, double y0, doubl
   cairo_show_text(cr, panel.x_label.c_str());
 
   double legend_x = left;
+  double legend_y = bottom + 46;
   for (size_t s = 0; s < panel.series.size(); ++s) {
     const auto& series = panel.series[s];
     const auto* colour = kPalette[s % (sizeof(kPalette) / sizeof(kPalette[0]))];
@@ -188,12 +189,18 @@ void draw_panel(cairo_t* cr, const PlotPanel& panel, double x0, double y0, doubl
         cairo_fill(cr);
       }
     }
-    cairo_rectangle(cr, legend_x, bottom + 40, 14, 4);
+    // Legend entries flow left to right and wrap onto a second row.
+    cairo_text_extents(cr, series.label.c_str(), &extents);
+    if (legend_x > left && legend_x + 18 + extents.x_advance > right) {
+      legend_x = left;
+      legend_y += 16;
+    }
+    cairo_set_source_rgb(cr, colour[0], colour[1], colour[2]);
+    cairo_rectangle(cr, legend_x, legend_y - 6, 14, 4);
     cairo_fill(cr);
     cairo_set_source_rgb(cr, 0.1, 0.12, 0.18);
-    cairo_move_to(cr, legend_x + 18, bottom + 46);
+    cairo_move_to(cr, legend_x + 18, legend_y);
     cairo_show_text(cr, series.label.c_str());
-    cairo_text_extents(cr, series.label.c_str(), &extents);
     legend_x += 30 + extents.x_advance;
   }
 }
