@@ -190,7 +190,8 @@ def stability_rows(runs):
         ent = [e for e in entropy if e is not None]
         grads = [g for g in grad if g is not None]
         accuracies = ", ".join(f"{e['step']}: {e['accuracy']:.3f}" for e in run["evals"] if number(e["accuracy"]) is not None)
-        rows.append((variant, len(steps), ent[:50], ent[-50:], grads, smoothed, collapse, accuracies))
+        trajectories = sum(s.get("trajectories") or 0 for s in steps)
+        rows.append((variant, len(steps), ent[:50], ent[-50:], grads, smoothed, collapse, accuracies, trajectories))
     return rows
 
 
@@ -349,17 +350,22 @@ def main():
 
     if "stability" in found:
         md += ["## Stability: 1,000 learner steps on the maze", "", f"Paper: {PAPER['stability']}", "",
-               "| variant | steps | entropy, first 50 steps | entropy, last 50 | grad norm max | reward (50-step mean) start -> end | collapse (reward < half its peak) | held-out by step |",
-               "|---|---|---|---|---|---|---|---|"]
-        for variant, count, ent_first, ent_last, grads, smoothed, collapse, accuracies in stability_rows(found["stability"]):
+               "Both use the same staleness limit (4). SAO steps on whatever has arrived (min_batch 1, up to 64), GRPO-async",
+               "on exactly one group of 8, so per step they see different numbers of trajectories (columns below); the",
+               "second plot puts both on the trajectories axis.", "",
+               "| variant | steps | trajectories (per step) | entropy, first 50 steps | entropy, last 50 | grad norm max | reward (50-step mean) start -> end | collapse (reward < half its peak) | held-out by step |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        for variant, count, ent_first, ent_last, grads, smoothed, collapse, accuracies, trajectories in stability_rows(found["stability"]):
             valid = [v for v in smoothed if v is not None]
-            md.append(f"| {LABELS.get(variant, variant)} | {count} | {statistics.fmean(ent_first):.3f} | "
+            md.append(f"| {LABELS.get(variant, variant)} | {count} | {trajectories:.0f} ({trajectories / count:.1f}) | {statistics.fmean(ent_first):.3f} | "
                       f"{statistics.fmean(ent_last):.3f} | {max(grads):.2f} | {valid[50 if len(valid) > 50 else 0]:.3f} -> {valid[-1]:.3f} | "
                       f"{'none' if collapse is None else 'at step ' + str(collapse)} | {accuracies} |")
         md.append("")
-        png = os.path.join(images, "stability.png")
-        plot([(v, r) for v, r in found["stability"].items()], png, "step", "reward,accuracy,staleness,dis_rejection", 25)
-        md += [f"![stability]({os.path.relpath(png, os.path.dirname(report))})", ""]
+        for axis in ("step", "trajectories"):
+            png = os.path.join(images, f"stability_{axis}.png")
+            plot([(v, r) for v, r in found["stability"].items()], png, axis,
+                 "reward,accuracy,entropy,grad_norm,staleness,dis_rejection", 25)
+            md += [f"![stability vs {axis}]({os.path.relpath(png, os.path.dirname(report))})", ""]
 
     if "drift" in found:
         md += ["## Online learning: the drifting environment", "", f"Paper: {PAPER['drift']}", "",

@@ -1,6 +1,6 @@
 // `sao plot RUN_DIR [RUN_DIR...]`: learning curves of one or more runs as
-// PNGs (reward, held-out accuracy, staleness, DIS rejection, and an overview
-// of all four), so runs can be compared at a glance and pasted into docs.
+// PNGs (reward, held-out accuracy, staleness, DIS rejection, entropy,
+// gradient norm, and an overview of them all), so runs can be compared at a glance and pasted into docs.
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "runtime/error.hpp"
@@ -34,6 +34,8 @@ const std::vector<Curve>& curves() {
        {"dis_reject_low_frac", "dis_reject_high_frac"},
        false,
        true},
+      {"entropy.png", "policy entropy (moving average)", {"entropy"}, false, true},
+      {"grad_norm.png", "policy gradient norm (moving average)", {"grad_norm"}, false, true},
   };
   return list;
 }
@@ -108,7 +110,8 @@ int run_plot(const Args& args) {
       {"--x", true, false, "x axis: step (default), trajectories, tokens or wall_time_s"},
       {"--smooth", true, false, "moving-average window over steps (default 10; 1 = raw)"},
       {"--label", true, true, "legend label per run, in order (default: the run directory's name)"},
-      {"--panels", true, false, "comma list of reward, accuracy, staleness, dis_rejection (default: all)"},
+      {"--panels", true, false,
+       "comma list of reward, accuracy, staleness, dis_rejection, entropy, grad_norm (default: all)"},
       {"--name", true, false, "file name of the overview PNG (default learning_curves.png)"},
       {"--overview-only", false, false, "write only the overview, not one PNG per panel"},
       {"--help", false, false, "show this help"},
@@ -143,7 +146,8 @@ int run_plot(const Args& args) {
     }
   }
   if (selected.empty())
-    throw Error("--panels " + panels_flag + ": expected reward, accuracy, staleness, dis_rejection");
+    throw Error("--panels " + panels_flag +
+                ": expected reward, accuracy, staleness, dis_rejection, entropy, grad_norm");
   const std::string first_dir = groups[0].runs[0].dir;
   const std::string out = parsed.get("--out", (std::filesystem::path(first_dir) / "plots").string());
 
