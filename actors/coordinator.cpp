@@ -9,6 +9,7 @@
 #include "actors/weight_sync_actor.hpp"
 
 #include <chrono>
+#include <map>
 
 namespace sao::actors {
 
@@ -19,6 +20,11 @@ struct CoordinatorState {
   std::vector<std::chrono::steady_clock::time_point> env_started;
   std::vector<caf::actor> rollouts;
   std::vector<RolloutActorConfig> rollout_configs;
+  // Actors of cluster nodes (actors/cluster.hpp): monitored, never restarted
+  // here (their node rejoins), and told about pauses and the end of the run.
+  std::map<std::string, caf::actor> remote_rollouts;
+  std::map<std::string, caf::actor> remote_envs;
+  int64_t remote_rollouts_lost = 0;
   bool stopping = false;
   int64_t steps = 0;
   int64_t policy_version = 0;
@@ -80,15 +86,10 @@ void start(Self self) {
     state.envs.push_back(spawn_env(self, static_cast<size_t>(i)));
     state.env_started.push_back(std::chrono::steady_clock::time_point{});
   }
-  for (int64_t i = 0; i < run.rollout.num_actors; ++i) {
-    RolloutActorConfig config;
-    config.name = "rollout-" + std::to_string(i);
-    config.index = i;
-    config.model = run.model;
-    config.rollout = run.rollout;
-    config.group_size = run.replay.group_size;
-    config.synchronous = run.replay.synchronous;
-    config.seed = static_cast<uint64_t>(run.run.seed);
+  const int64_t local_rollouts =
+      state.config.local_rollouts < 0 ? run.rollout.num_actors : state.config.local_rollouts;
+  for (int64_t i = 0; i < local_rollouts; ++i) {
+    auto config = rollout_config_from_run(run, "rollout-" + std::to_string(i), i);
     config.replay = state.replay;
     config.weight_sync = state.weight_sync;
     config.coordinator = self;
@@ -98,11 +99,20 @@ void start(Self self) {
   self->send(state.learner, atoms::start_atom_v, state.replay, state.weight_sync, state.metrics, caf::actor{self});
 }
 
+// Local and remote rollout actors.
+std::vector<caf::actor> all_rollouts(const CoordinatorState& state) {
+  std::vector<caf::actor> rollouts = state.rollouts;
+  for (const auto& item : state.remote_rollouts) rollouts.push_back(item.second);
+  return rollouts;
+}
+
 void shutdown_children(Self self) {
   auto& state = self->state;
   std::vector<caf::actor> children = {state.metrics, state.weight_sync, state.learner, state.replay};
   children.insert(children.end(), state.envs.begin(), state.envs.end());
-  children.insert(children.end(), state.rollouts.begin(), state.rollouts.end());
+  const auto rollouts = all_rollouts(state);
+  children.insert(children.end(), rollouts.begin(), rollouts.end());
+  for (const auto& item : state.remote_envs) children.push_back(item.second);
   for (auto& child : children) {
     if (!child) continue;
     self->demonitor(child);
@@ -114,7 +124,7 @@ void finish(Self self, const std::string& reason) {
   auto& state = self->state;
   if (state.stopping) return;
   state.stopping = true;
-  for (auto& rollout : state.rollouts) self->send(rollout, atoms::pause_atom_v);
+  for (auto& rollout : all_rollouts(state)) self->send(rollout, atoms::pause_atom_v);
   self->request(state.learner, caf::infinite, atoms::stop_atom_v)
       .then(
           [self, reason](const msg::EvalReport&) {
@@ -143,6 +153,30 @@ void finish(Self self, const std::string& reason) {
           });
 }
 
+// A cluster node's actor ended (its node stopped, crashed or disconnected).
+// The episodes its rollout had in flight are gone: counted as one batch.
+bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why) {
+  auto& state = self->state;
+  for (auto it = state.remote_envs.begin(); it != state.remote_envs.end(); ++it) {
+    if (it->second.address() != down.source) continue;
+    std::fprintf(stderr, "coordinator: remote %s left (%s)\n", it->first.c_str(), why.c_str());
+    state.remote_envs.erase(it);
+    return true;
+  }
+  for (auto it = state.remote_rollouts.begin(); it != state.remote_rollouts.end(); ++it) {
+    if (it->second.address() != down.source) continue;
+    const int64_t in_flight = state.config.run.rollout.episodes_per_actor;
+    std::fprintf(stderr, "coordinator: remote %s left (%s); counting its %lld in-flight episodes as lost\n",
+                 it->first.c_str(), why.c_str(), static_cast<long long>(in_flight));
+    ++state.remote_rollouts_lost;
+    state.episodes_lost += in_flight;
+    for (int64_t i = 0; i < in_flight; ++i) self->send(state.metrics, msg::EpisodeLost{it->first, "node lost"});
+    state.remote_rollouts.erase(it);
+    return true;
+  }
+  return false;
+}
+
 void on_down(Self self, const caf::down_msg& down) {
   auto& state = self->state;
   if (state.stopping) return;
@@ -161,6 +195,7 @@ void on_down(Self self, const caf::down_msg& down) {
     self->send(state.metrics, atoms::register_atom_v, std::string("rollout_restart"));
     return;
   }
+  if (on_remote_down(self, down, why)) return;
   if (state.learner.address() == down.source) {
     std::fprintf(stderr, "coordinator: the learner exited (%s); ending the run\n", why.c_str());
     state.stopping = true;
@@ -168,6 +203,15 @@ void on_down(Self self, const caf::down_msg& down) {
     self->send(state.config.reply_to, msg::RunFinished{state.steps, state.policy_version, "learner failed: " + why});
     self->quit();
   }
+}
+void register_remote(Self self, std::map<std::string, caf::actor>& registry, const std::string& name,
+                     const caf::actor& actor) {
+  // A node that rejoins under its old name replaces its previous actor.
+  auto it = registry.find(name);
+  if (it != registry.end()) self->demonitor(it->second);
+  registry[name] = actor;
+  self->monitor(actor);
+  std::fprintf(stderr, "coordinator: remote %s joined\n", name.c_str());
 }
 }  // namespace
 
@@ -182,6 +226,7 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
         self->state.policy_version = report.policy_version;
         // Drifting environments change their rule with the learner's progress.
         for (auto& env : self->state.envs) self->send(env, atoms::train_step_atom_v, report.step);
+        for (auto& item : self->state.remote_envs) self->send(item.second, atoms::train_step_atom_v, report.step);
         if (report.step >= self->state.config.run.train.steps) finish(self, "budget");
       },
       [self](const msg::EpisodeLost& lost) {
@@ -195,10 +240,10 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
       },
       [self](atoms::stop_atom) { finish(self, "stopped on request"); },
       [self](atoms::pause_atom) {
-        for (auto& rollout : self->state.rollouts) self->send(rollout, atoms::pause_atom_v);
+        for (auto& rollout : all_rollouts(self->state)) self->send(rollout, atoms::pause_atom_v);
       },
       [self](atoms::resume_atom) {
-        for (auto& rollout : self->state.rollouts) self->send(rollout, atoms::resume_atom_v);
+        for (auto& rollout : all_rollouts(self->state)) self->send(rollout, atoms::resume_atom_v);
       },
       [self](atoms::status_atom) {
         const auto& state = self->state;
@@ -211,9 +256,24 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
                                  {"env_restarts", static_cast<double>(state.env_restarts)},
                                  {"rollout_restarts", static_cast<double>(state.rollout_restarts)},
                                  {"rollouts", static_cast<double>(state.rollouts.size())},
+                                 {"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
+                                 {"remote_rollouts_lost", static_cast<double>(state.remote_rollouts_lost)},
+                                 {"remote_envs", static_cast<double>(state.remote_envs.size())},
                                  {"envs", static_cast<double>(state.envs.size())}}};
       },
       [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); },
+      // Cluster: the actors a joining node talks to, then its actors' registration.
+      [self](atoms::join_atom) -> caf::result<caf::actor, caf::actor> {
+        return {self->state.replay, self->state.weight_sync};
+      },
+      [self](atoms::join_atom, atoms::rollout_atom, const std::string& name, const caf::actor& rollout) {
+        register_remote(self, self->state.remote_rollouts, "rollout " + name, rollout);
+        if (self->state.stopping) self->send(rollout, atoms::pause_atom_v);
+      },
+      [self](atoms::join_atom, atoms::env_atom, const std::string& name, const caf::actor& env) {
+        register_remote(self, self->state.remote_envs, "env " + name, env);
+        self->send(env, atoms::train_step_atom_v, self->state.steps);
+      },
   };
 }
 

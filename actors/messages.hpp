@@ -235,6 +235,11 @@ CAF_ADD_ATOM(sao, sao::atoms, start_atom, "start")
 CAF_ADD_ATOM(sao, sao::atoms, versions_atom, "versions")
 CAF_ADD_ATOM(sao, sao::atoms, evaluate_atom, "evaluate")
 CAF_ADD_ATOM(sao, sao::atoms, train_step_atom, "trainstep")
+// Cluster (actors/cluster.hpp): a node joins the learner, then registers
+// its rollout and env actors with the coordinator.
+CAF_ADD_ATOM(sao, sao::atoms, join_atom, "join")
+CAF_ADD_ATOM(sao, sao::atoms, rollout_atom, "rollout")
+CAF_ADD_ATOM(sao, sao::atoms, env_atom, "env")
 CAF_END_TYPE_ID_BLOCK(sao)
 
 namespace sao::actors {

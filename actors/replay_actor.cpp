@@ -1,6 +1,7 @@
 // Replay actor behaviour; see replay_actor.hpp.
 #include "actors/replay_actor.hpp"
 
+#include <map>
 #include <memory>
 
 namespace sao::actors {
@@ -11,6 +12,7 @@ struct ReplayActorState {
   bool learner_idle = false;
   int64_t learner_version = 0;
   int64_t dropped_reported = 0;
+  std::map<std::string, int64_t> received_from;  // rollout name -> trajectories (which nodes contribute)
   static inline const char* name = "replay";
 };
 
@@ -46,6 +48,7 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
   return {
       [self](msg::TrajectoryMsg& message) {
         auto& state = self->state;
+        ++state.received_from[message.rollout];
         replay::ReplayItem item{std::move(message.trajectory), message.finished_at_ns,
                                 std::move(message.final_info_json)};
         const bool accepted = state.buffer->add(std::move(item), state.learner_version);
@@ -71,6 +74,9 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
                           {"max_staleness", static_cast<double>(state.buffer->config().max_staleness)}};
         for (const auto& [staleness, count] : stats.staleness_histogram) {
           status.numbers["staleness." + std::to_string(staleness)] = static_cast<double>(count);
+        }
+        for (const auto& [rollout, count] : state.received_from) {
+          status.numbers["from." + rollout] = static_cast<double>(count);
         }
         return status;
       },

@@ -379,6 +379,18 @@ caf::behavior rollout_actor(caf::stateful_actor<RolloutActorState>* self, Rollou
   };
 }
 
+RolloutActorConfig rollout_config_from_run(const runtime::RunConfig& run, std::string name, int64_t index) {
+  RolloutActorConfig config;
+  config.name = std::move(name);
+  config.index = index;
+  config.model = run.model;
+  config.rollout = run.rollout;
+  config.group_size = run.replay.group_size;
+  config.synchronous = run.replay.synchronous;
+  config.seed = static_cast<uint64_t>(run.run.seed);
+  return config;
+}
+
 caf::actor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config) {
   return system.spawn<caf::detached>(rollout_actor, std::move(config));
 }

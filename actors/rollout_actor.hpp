@@ -31,6 +31,11 @@ struct RolloutActorConfig {
   caf::actor coordinator;
 };
 
+// A rollout actor's settings from the run config; the caller fills in the
+// actors it talks to. `index` must be unique across the run (it keys episode
+// and group ids and the sampling seed).
+RolloutActorConfig rollout_config_from_run(const runtime::RunConfig& run, std::string name, int64_t index);
+
 // Spawns the actor (state and behaviour are private to the .cpp).
 caf::actor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config);
 

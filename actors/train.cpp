@@ -3,11 +3,45 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/messages.hpp"
+#include "actors/run_control.hpp"
 
 #include <chrono>
 #include <thread>
 
 namespace sao::actors {
+
+TrainOutcome await_run_finished(caf::scoped_actor& self, const caf::actor& coordinator,
+                                const std::atomic<bool>* stop_requested) {
+  TrainOutcome outcome;
+  bool finished = false;
+  bool stop_sent = false;
+  while (!finished) {
+    self->receive(
+        [&](const msg::RunFinished& done) {
+          outcome.steps = done.steps;
+          outcome.policy_version = done.policy_version;
+          const auto newline = done.reason.find('\n');
+          outcome.reason = done.reason.substr(0, newline);
+          if (newline != std::string::npos) outcome.summary_json = done.reason.substr(newline + 1);
+          finished = true;
+        },
+        caf::after(std::chrono::milliseconds(200)) >>
+            [&] {
+              if (stop_requested != nullptr && stop_requested->load() && !stop_sent) {
+                self->send(coordinator, atoms::stop_atom_v);
+                stop_sent = true;
+              }
+            });
+  }
+  return outcome;
+}
+
+int64_t actors_left_running(caf::actor_system& system) {
+  for (int i = 0; i < 250 && system.registry().running() > 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return static_cast<int64_t>(system.registry().running()) - 1;  // minus the caller's scoped actor
+}
 
 TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                           const std::atomic<bool>* stop_requested) {
@@ -19,32 +53,8 @@ TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM poli
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
     auto coordinator = spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self});
-    bool finished = false;
-    bool stop_sent = false;
-    while (!finished) {
-      self->receive(
-          [&](const msg::RunFinished& done) {
-            outcome.steps = done.steps;
-            outcome.policy_version = done.policy_version;
-            const auto newline = done.reason.find('\n');
-            outcome.reason = done.reason.substr(0, newline);
-            if (newline != std::string::npos) outcome.summary_json = done.reason.substr(newline + 1);
-            finished = true;
-          },
-          caf::after(std::chrono::milliseconds(200)) >>
-              [&] {
-                if (stop_requested != nullptr && stop_requested->load() && !stop_sent) {
-                  self->send(coordinator, atoms::stop_atom_v);
-                  stop_sent = true;
-                }
-              });
-    }
-    // Give exiting actors a moment (an env stuck in a slow call finishes it
-    // first), then count what is still alive (should be 0).
-    for (int i = 0; i < 250 && system.registry().running() > 1; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    outcome.actors_left_running = static_cast<int64_t>(system.registry().running()) - 1;  // minus `self`
+    outcome = await_run_finished(self, coordinator, stop_requested);
+    outcome.actors_left_running = actors_left_running(system);
   }
   return outcome;
 }

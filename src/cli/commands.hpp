@@ -13,5 +13,6 @@ int run_doctor(const Args& args);
 int run_sft(const Args& args);
 int run_eval(const Args& args);
 int run_train(const Args& args);
+int run_node(const Args& args);
 
 }  // namespace sao::cli

@@ -1,0 +1,189 @@
+// Cluster protocol and gatekeeper; see cluster.hpp.
+#include "actors/cluster.hpp"
+
+#include "runtime/error.hpp"
+
+#include <caf/io/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <utility>
+
+namespace sao::actors {
+
+namespace {
+
+template <caf::type_id_t Id>
+void describe_type(std::string& out) {
+  using Type = typename caf::type_by_id<Id>::type;
+  const auto value = std::make_unique<Type>();  // default value; on the heap, which keeps GCC's flow analysis quiet
+  std::vector<char> bytes;
+  caf::binary_serializer sink{nullptr, bytes};
+  if (auto error = sink(*value)) throw Error(std::string("cannot serialise ") + caf::type_name_by_id<Id>::value);
+  out += caf::type_name_by_id<Id>::value;
+  out += '=' + std::to_string(bytes.size()) + ';';
+}
+
+template <caf::type_id_t... Offsets>
+void describe_types(std::string& out, std::integer_sequence<caf::type_id_t, Offsets...>) {
+  (describe_type<caf::id_block::sao::begin + Offsets>(out), ...);
+}
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const unsigned char c : text) {
+    hash ^= c;
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+// Compares without an early exit, so the time taken does not reveal how
+// many leading characters of a guess were right.
+bool same_secret(const std::string& given, const std::string& expected) {
+  if (expected.empty()) return false;
+  unsigned char difference = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) {
+    difference |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
+  }
+  return difference == 0;
+}
+
+struct GatekeeperState {
+  GatekeeperConfig config;
+  int64_t nodes_joined = 0;
+  int64_t refusals = 0;
+  static inline const char* name = "gatekeeper";
+};
+using Self = caf::stateful_actor<GatekeeperState>*;
+
+caf::error refuse(Self self, const std::string& node, const std::string& why) {
+  ++self->state.refusals;
+  std::fprintf(stderr, "gatekeeper: refused node '%s': %s\n", node.c_str(), why.c_str());
+  return caf::make_error(caf::sec::runtime_error, "learner refused the join: " + why);
+}
+
+void write_status_file(const std::string& path, const nlohmann::json& status) {
+  // Written aside and renamed, so a reader never sees half a file.
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << status.dump(2) << "\n";
+  }
+  std::error_code ignored;
+  std::filesystem::rename(temporary, path, ignored);
+}
+
+// Gathers coordinator, weight-sync and replay status into one JSON document:
+// what a script or test reads to see which nodes contribute and what they run.
+void refresh_status(Self self) {
+  const auto timeout = std::chrono::seconds(2);
+  auto& config = self->state.config;
+  self->request(config.coordinator, timeout, atoms::status_atom_v)
+      .then([self, timeout](const msg::ActorStatus& coordinator) {
+        self->request(self->state.config.weight_sync, timeout, atoms::status_atom_v)
+            .then([self, timeout, coordinator](const msg::ActorStatus& weight_sync) {
+              self->request(self->state.config.replay, timeout, atoms::status_atom_v)
+                  .then([self, coordinator, weight_sync](const msg::ActorStatus& replay) {
+                    nlohmann::json status = {{"coordinator", coordinator.numbers},
+                                             {"weight_sync", weight_sync.numbers},
+                                             {"replay", replay.numbers},
+                                             {"nodes_joined", self->state.nodes_joined},
+                                             {"refusals", self->state.refusals}};
+                    write_status_file(self->state.config.status_path, status);
+                  });
+            });
+      });
+}
+
+caf::behavior gatekeeper_actor(Self self, GatekeeperConfig config) {
+  self->state.config = std::move(config);
+  if (!self->state.config.status_path.empty()) self->send(self, caf::tick_atom_v);
+  return {
+      [self](atoms::join_atom, const std::string& node, const std::string& role, const std::string& fingerprint,
+             const std::string& secret) -> caf::result<std::string, int64_t, caf::actor, caf::actor, caf::actor> {
+        auto& state = self->state;
+        if (fingerprint != state.config.fingerprint) {
+          return refuse(self, node,
+                        "build fingerprint mismatch: learner " + state.config.fingerprint + ", node " + fingerprint +
+                            " (the two builds have different message types; build both from the same source)");
+        }
+        if (!same_secret(secret, state.config.secret)) return refuse(self, node, "wrong cluster secret");
+        if (role != "rollout" && role != "env") {
+          return refuse(self, node, "unknown role '" + role + "' (expected rollout or env)");
+        }
+        const int64_t number = ++state.nodes_joined;
+        std::fprintf(stderr, "gatekeeper: node '%s' joined as %s node #%lld\n", node.c_str(), role.c_str(),
+                     static_cast<long long>(number));
+        return {state.config.run_config_json, number, state.config.coordinator, state.config.replay,
+                state.config.weight_sync};
+      },
+      [self](caf::tick_atom) {
+        refresh_status(self);
+        self->delayed_send(self, std::chrono::seconds(1), caf::tick_atom_v);
+      },
+  };
+}
+
+}  // namespace
+
+std::string message_set_fingerprint() {
+  std::string description = "sao-cluster-protocol-1;";
+  describe_types(description, std::make_integer_sequence<caf::type_id_t,
+                                                         caf::id_block::sao::end - caf::id_block::sao::begin>{});
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(description)));
+  return hex;
+}
+
+void enable_cluster_networking(caf::actor_system_config& config) {
+  config.load<caf::io::middleman>();
+  config.set("middleman.app-identifiers", std::vector<std::string>{kClusterAppIdentifier});
+}
+
+std::string describe_error(caf::actor_system& system, const caf::error& error) {
+  const auto& context = error.context();
+  if (error.category() == caf::atom("system") && error.code() == static_cast<uint8_t>(caf::sec::runtime_error) &&
+      context.size() == 1 && context.match_element<std::string>(0)) {
+    return context.get_as<std::string>(0);
+  }
+  return system.render(error);
+}
+
+caf::actor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config) {
+  return system.spawn(gatekeeper_actor, std::move(config));
+}
+
+JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port,
+                        const JoinRequest& request) {
+  JoinResult result;
+  auto gatekeeper = system.middleman().remote_actor(host, port);
+  if (!gatekeeper) {
+    result.error = "cannot reach the learner at " + host + ":" + std::to_string(port) + ": " +
+                   describe_error(system, gatekeeper.error());
+    result.refused = gatekeeper.error() == caf::sec::incompatible_application_ids;
+    return result;
+  }
+  caf::scoped_actor self{system};
+  self->request(*gatekeeper, std::chrono::seconds(10), atoms::join_atom_v, request.node, request.role,
+                request.fingerprint, request.secret)
+      .receive(
+          [&](std::string& config_json, int64_t number, caf::actor& coordinator, caf::actor& replay,
+              caf::actor& weight_sync) {
+            result.ok = true;
+            result.grant = {std::move(config_json), number, std::move(coordinator), std::move(replay),
+                            std::move(weight_sync)};
+          },
+          [&](caf::error& error) {
+            result.error = describe_error(system, error);
+            // A timeout or a dropped connection may heal; an answer from the gatekeeper will not.
+            result.refused = error.category() == caf::atom("system") &&
+                             error.code() == static_cast<uint8_t>(caf::sec::runtime_error);
+          });
+  return result;
+}
+
+}  // namespace sao::actors
