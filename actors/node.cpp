@@ -214,13 +214,14 @@ SessionEnd serve(caf::actor_system& system, caf::scoped_actor& self, const Rollo
         [&](const caf::down_msg& down) {
           const std::string why = system.render(down.reason);
           if (down.source == session.grant.coordinator.address()) {
-            const bool finished = down.reason == caf::exit_reason::normal;
-            std::fprintf(stderr, "node %s: learner's coordinator %s (%s)\n", options.name.c_str(),
-                         finished ? "finished the run" : "is gone", why.c_str());
-            end = finished ? SessionEnd::kRunFinished : SessionEnd::kLearnerLost;
+            if (down.reason == caf::exit_reason::normal) {
+              end = SessionEnd::kRunFinished;
+            } else {
+              std::fprintf(stderr, "node %s: lost the learner (%s)\n", options.name.c_str(), why.c_str());
+              end = SessionEnd::kLearnerLost;
+            }
           } else if (down.reason == caf::exit_reason::user_shutdown) {
             // The coordinator shuts remote actors down this way when the run ends.
-            std::fprintf(stderr, "node %s: the learner ended the run\n", options.name.c_str());
             end = SessionEnd::kRunFinished;
           } else {
             std::fprintf(stderr, "node %s: a local actor exited (%s); restarting this node's actors\n",
@@ -267,6 +268,7 @@ int run_rollout_node(const RolloutNodeOptions& options, const std::atomic<bool>*
     auto session = start_session(system, self, options, std::move(joined.grant));
     const auto end = serve(system, self, options, session, stop_requested);
     stop_session(self, session);
+    if (end == SessionEnd::kRunFinished) std::fprintf(stderr, "node %s: the learner ended the run\n", options.name.c_str());
     if (end == SessionEnd::kRunFinished || end == SessionEnd::kStopRequested) break;
   }
   std::fprintf(stderr, "node %s: stopped\n", options.name.c_str());

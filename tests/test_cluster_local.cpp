@@ -3,8 +3,9 @@
 // the learner steps on trajectories from both nodes and both run the latest
 // policy, that a join with the wrong secret is refused (on both sides), that
 // SIGKILL of a rollout process is survived with its in-flight episodes
-// counted lost, that the restarted process rejoins, and that stopping the
-// cluster leaves no process behind.
+// counted lost, that the restarted process rejoins, that a learner killed and
+// restarted with --resume gets both nodes back without touching them, and
+// that stopping the cluster leaves no process behind.
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -33,7 +34,7 @@ const char* kLearnerArgs =
     " --set task.max_digits=1 --set 'task.operators=\"+\"' --set task.test_size=8"
     " --set sft.steps=20 --set sft.batch_size=16 --set sft.log_every=1000 --set eval.max_new_tokens=4"
     " --set rollout.max_new_tokens=4 --set rollout.episodes_per_actor=8"
-    " --set train.steps=1000000 --set train.eval_every=0 --set train.checkpoint_every=0";
+    " --set train.steps=1000000 --set train.eval_every=0 --set train.checkpoint_every=20";
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
@@ -67,9 +68,17 @@ struct LocalCluster {
   int add_node(const std::string& name) {
     return run(kScript + " add-node --run-dir " + dir.string() + " --name " + name + " >/dev/null");
   }
+  int restart_learner() {
+    return run(kScript + " restart-learner --run-dir " + dir.string() + " >/dev/null 2>&1");
+  }
   int stop() { return run(kScript + " stop --run-dir " + dir.string() + " >/dev/null 2>&1"); }
   pid_t pid_of(const std::string& name) const { return static_cast<pid_t>(std::stol(read_file(state / (name + ".pid")))); }
-  bool alive(const std::string& name) const { return ::kill(pid_of(name), 0) == 0; }
+  // Running and not a zombie (an orphan's zombie lingers where PID 1 does not reap).
+  bool alive(const std::string& name) const {
+    const auto stat = read_file("/proc/" + std::to_string(pid_of(name)) + "/stat");
+    const auto close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+  }
   std::string log(const std::string& name) const { return read_file(state / (name + ".log")); }
   nlohmann::json status() const {
     return nlohmann::json::parse(read_file(dir / "cluster_status.json"), nullptr, /*allow_exceptions=*/false);
@@ -132,6 +141,7 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
   // SIGKILL one rollout process: the learner notices, counts the episodes it
   // had in flight, and keeps stepping on the other node's trajectories.
   REQUIRE(::kill(cluster.pid_of("node-2"), SIGKILL) == 0);
+  for (int i = 0; i < 50 && cluster.alive("node-2"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   REQUIRE(wait_for(cluster, 15, [](const nlohmann::json& s) {
     return number(s, "coordinator", "remote_rollouts_lost") >= 1 && number(s, "coordinator", "remote_rollouts") == 1;
   }));
@@ -149,6 +159,20 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
   REQUIRE(cluster.add_node("node-2") == 0);
   CHECK(wait_for(cluster, 20, [&](const nlohmann::json& s) {
     return number(s, "coordinator", "remote_rollouts") == 2 && number(s, "replay", kNode2) > node2_at_kill;
+  }));
+  CHECK(both_run_latest(cluster, 10));
+
+  // SIGKILL the learner and start it again from its last checkpoint: both
+  // nodes find it again by themselves (their join loop retries with backoff).
+  REQUIRE(::kill(cluster.pid_of("learner"), SIGKILL) == 0);
+  const double steps_at_learner_kill = number(cluster.status(), "coordinator", "steps");
+  fs::remove(cluster.dir / "cluster_status.json");
+  for (int i = 0; i < 50 && cluster.alive("learner"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(cluster.restart_learner() == 0);
+  CHECK(cluster.log("learner").find("node: resuming from") != std::string::npos);
+  CHECK(wait_for(cluster, 30, [&](const nlohmann::json& s) {
+    return number(s, "coordinator", "remote_rollouts") == 2 && s.value("nodes_joined", 0) == 2 &&
+           number(s, "coordinator", "steps") >= steps_at_learner_kill - 20 + 3;
   }));
   CHECK(both_run_latest(cluster, 10));
 
