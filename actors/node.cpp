@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <thread>
 
 namespace sao::actors {
@@ -115,6 +116,7 @@ struct NodeSession {
   JoinGrant grant;
   std::vector<caf::actor> envs;
   std::vector<caf::actor> rollouts;
+  std::set<caf::actor_addr> exited;  // local actors whose down message was already received
   std::vector<caf::actor> local() const {
     std::vector<caf::actor> all = envs;
     all.insert(all.end(), rollouts.begin(), rollouts.end());
@@ -156,14 +158,14 @@ void stop_session(caf::scoped_actor& self, NodeSession& session) {
   auto local = session.local();
   for (auto& actor : local) self->send_exit(actor, caf::exit_reason::user_shutdown);
   // Wait for their down messages, so the next session starts from a clean slate.
-  size_t remaining = local.size();
   bool timed_out = false;
-  while (remaining > 0 && !timed_out) {
-    self->receive([&](const caf::down_msg& down) {
-      for (auto& actor : local) {
-        if (actor && actor.address() == down.source) --remaining;
-      }
-    },
+  while (session.exited.size() < local.size() && !timed_out) {
+    self->receive(
+        [&](const caf::down_msg& down) {
+          for (auto& actor : local) {
+            if (actor.address() == down.source) session.exited.insert(down.source);
+          }
+        },
                   caf::after(std::chrono::seconds(10)) >> [&] { timed_out = true; });
   }
   session = NodeSession{};
@@ -213,6 +215,7 @@ SessionEnd serve(caf::actor_system& system, caf::scoped_actor& self, const Rollo
     self->receive(
         [&](const caf::down_msg& down) {
           const std::string why = system.render(down.reason);
+          if (down.source != session.grant.coordinator.address()) session.exited.insert(down.source);
           if (down.source == session.grant.coordinator.address()) {
             if (down.reason == caf::exit_reason::normal) {
               end = SessionEnd::kRunFinished;
