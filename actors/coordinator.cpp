@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 
 namespace sao::actors {
 
@@ -23,7 +24,11 @@ struct CoordinatorState {
   // Actors of cluster nodes (actors/cluster.hpp): monitored, never restarted
   // here (their node rejoins), and told about pauses and the end of the run.
   std::map<std::string, caf::actor> remote_rollouts;
-  std::map<std::string, caf::actor> remote_envs;
+  std::map<std::string, caf::actor> remote_envs;  // every remote env hears the learner's step
+  // Env nodes' envs serve the rollouts that have none of their own:
+  // rollout -> the env it was given ("" while there is none).
+  std::set<std::string> env_node_envs;
+  std::map<std::string, std::string> env_of_rollout;
   int64_t remote_rollouts_lost = 0;
   bool stopping = false;
   int64_t steps = 0;
@@ -153,6 +158,25 @@ void finish(Self self, const std::string& reason) {
           });
 }
 
+// Gives a rollout without envs of its own the env node env that serves the
+// fewest rollouts, or none (it then idles) while no env node is connected.
+void assign_env_node_env(Self self, const std::string& rollout) {
+  auto& state = self->state;
+  std::map<std::string, int64_t> load;
+  for (const auto& env : state.env_node_envs) load[env] = 0;
+  for (const auto& item : state.env_of_rollout) {
+    if (item.first != rollout && load.count(item.second) > 0) ++load[item.second];
+  }
+  std::string best;
+  for (const auto& [env, served] : load) {
+    if (best.empty() || served < load[best]) best = env;
+  }
+  state.env_of_rollout[rollout] = best;
+  if (best.empty()) std::fprintf(stderr, "coordinator: %s waits for an env node\n", rollout.c_str());
+  self->send(state.remote_rollouts[rollout], atoms::register_atom_v,
+             best.empty() ? caf::actor{} : state.remote_envs[best]);
+}
+
 // A cluster node's actor ended (its node stopped, crashed or disconnected).
 // The episodes its rollout had in flight are gone: counted as one batch.
 bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why) {
@@ -160,7 +184,13 @@ bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why
   for (auto it = state.remote_envs.begin(); it != state.remote_envs.end(); ++it) {
     if (it->second.address() != down.source) continue;
     std::fprintf(stderr, "coordinator: remote %s left (%s)\n", it->first.c_str(), why.c_str());
+    const std::string env = it->first;
     state.remote_envs.erase(it);
+    if (state.env_node_envs.erase(env) > 0) {
+      for (auto& [rollout, assigned] : state.env_of_rollout) {
+        if (assigned == env) assign_env_node_env(self, rollout);
+      }
+    }
     return true;
   }
   for (auto it = state.remote_rollouts.begin(); it != state.remote_rollouts.end(); ++it) {
@@ -171,6 +201,7 @@ bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why
     ++state.remote_rollouts_lost;
     state.episodes_lost += in_flight;
     for (int64_t i = 0; i < in_flight; ++i) self->send(state.metrics, msg::EpisodeLost{it->first, "node lost"});
+    state.env_of_rollout.erase(it->first);
     state.remote_rollouts.erase(it);
     return true;
   }
@@ -259,6 +290,7 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
                                  {"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
                                  {"remote_rollouts_lost", static_cast<double>(state.remote_rollouts_lost)},
                                  {"remote_envs", static_cast<double>(state.remote_envs.size())},
+                                 {"env_node_envs", static_cast<double>(state.env_node_envs.size())},
                                  {"envs", static_cast<double>(state.envs.size())}}};
       },
       [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); },
@@ -266,13 +298,25 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
       [self](atoms::join_atom) -> caf::result<caf::actor, caf::actor> {
         return {self->state.replay, self->state.weight_sync};
       },
-      [self](atoms::join_atom, atoms::rollout_atom, const std::string& name, const caf::actor& rollout) {
-        register_remote(self, self->state.remote_rollouts, "rollout " + name, rollout);
+      // needs_env: the rollout's node has no envs; an env node's env serves it.
+      [self](atoms::join_atom, atoms::rollout_atom, const std::string& name, const caf::actor& rollout,
+             bool needs_env) {
+        const std::string key = "rollout " + name;
+        register_remote(self, self->state.remote_rollouts, key, rollout);
         if (self->state.stopping) self->send(rollout, atoms::pause_atom_v);
+        if (needs_env) assign_env_node_env(self, key);
       },
-      [self](atoms::join_atom, atoms::env_atom, const std::string& name, const caf::actor& env) {
-        register_remote(self, self->state.remote_envs, "env " + name, env);
-        self->send(env, atoms::train_step_atom_v, self->state.steps);
+      // from_env_node: an env node's env, shared by rollouts that need one.
+      [self](atoms::join_atom, atoms::env_atom, const std::string& name, const caf::actor& env, bool from_env_node) {
+        auto& state = self->state;
+        const std::string key = "env " + name;
+        register_remote(self, state.remote_envs, key, env);
+        self->send(env, atoms::train_step_atom_v, state.steps);
+        if (!from_env_node) return;
+        state.env_node_envs.insert(key);
+        for (auto& [rollout, assigned] : state.env_of_rollout) {
+          if (assigned.empty()) assign_env_node_env(self, rollout);
+        }
       },
   };
 }

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -124,7 +126,7 @@ struct NodeSession {
   }
 };
 
-NodeSession start_session(caf::actor_system& system, caf::scoped_actor& self, const RolloutNodeOptions& options,
+NodeSession start_session(caf::actor_system& system, caf::scoped_actor& self, const WorkerNodeOptions& options,
                           JoinGrant grant) {
   const auto document = nlohmann::json::parse(grant.run_config_json);
   const auto run = runtime::parse_run_config(document, "the learner's run config");
@@ -134,19 +136,23 @@ NodeSession start_session(caf::actor_system& system, caf::scoped_actor& self, co
   for (int64_t e = 0; e < options.envs; ++e) {
     const std::string name = options.name + "/env-" + std::to_string(e);
     session.envs.push_back(spawn_env_actor(system, EnvActorConfig{name, run.env.name, run.task_document}));
-    // Registered so that drifting environments hear the learner's step.
-    self->send(coordinator, atoms::join_atom_v, atoms::env_atom_v, name, session.envs.back());
+    // Registered so that drifting environments hear the learner's step; an
+    // env node's envs also serve rollouts that have none.
+    const bool from_env_node = options.role == "env";
+    self->send(coordinator, atoms::join_atom_v, atoms::env_atom_v, name, session.envs.back(), from_env_node);
   }
-  for (int64_t r = 0; r < options.rollouts; ++r) {
+  const int64_t rollouts = options.role == "rollout" ? options.rollouts : 0;
+  for (int64_t r = 0; r < rollouts; ++r) {
     const std::string name = options.name + "/rollout-" + std::to_string(r);
     // Node numbers are unique per learner, so these indices are unique across the run.
     auto config = rollout_config_from_run(run, name, session.grant.node_number * 1000 + r);
-    config.env = session.envs[static_cast<size_t>(r % options.envs)];
+    const bool needs_env = session.envs.empty();  // the coordinator assigns an env node's env
+    if (!needs_env) config.env = session.envs[static_cast<size_t>(r % options.envs)];
     config.replay = session.grant.replay;
     config.weight_sync = session.grant.weight_sync;
     config.coordinator = coordinator;
     session.rollouts.push_back(spawn_rollout_actor(system, config));
-    self->send(coordinator, atoms::join_atom_v, atoms::rollout_atom_v, name, session.rollouts.back());
+    self->send(coordinator, atoms::join_atom_v, atoms::rollout_atom_v, name, session.rollouts.back(), needs_env);
   }
   self->monitor(coordinator);
   for (auto& actor : session.local()) self->monitor(actor);
@@ -171,22 +177,26 @@ void stop_session(caf::scoped_actor& self, NodeSession& session) {
   session = NodeSession{};
 }
 
-// One line per rollout actor on stdout (and the status file): what a person or
+// One line per local actor on stdout (and the status file): what a person or
 // a test watching the node reads to see it contribute.
-void report_status(caf::scoped_actor& self, const RolloutNodeOptions& options, const NodeSession& session) {
+void report_status(caf::scoped_actor& self, const WorkerNodeOptions& options, const NodeSession& session) {
+  static const std::map<std::string, std::vector<std::string>> kShown = {
+      {"rollout", {"policy_version", "episodes_done", "episodes_lost", "tokens_per_s"}},
+      {"env", {"handled", "errors", "open_episodes"}}};
   nlohmann::json status = {{"node", options.name}, {"node_number", session.grant.node_number}};
-  for (const auto& rollout : session.rollouts) {
-    self->request(rollout, std::chrono::seconds(2), atoms::status_atom_v)
+  for (const auto& actor : session.local()) {
+    self->request(actor, std::chrono::seconds(2), atoms::status_atom_v)
         .receive(
             [&](const msg::ActorStatus& reply) {
-              status["rollouts"][reply.name] = reply.numbers;
-              auto number = [&](const char* key) {
+              status["actors"][reply.name] = reply.numbers;
+              std::string line = "node " + options.name + ": " + reply.name;
+              auto shown = kShown.find(reply.kind);
+              if (shown == kShown.end()) return;
+              for (const auto& key : shown->second) {
                 auto it = reply.numbers.find(key);
-                return it == reply.numbers.end() ? 0.0 : it->second;
-              };
-              std::printf("node %s: %s policy_version %.0f episodes_done %.0f episodes_lost %.0f tokens_per_s %.0f\n",
-                          options.name.c_str(), reply.name.c_str(), number("policy_version"), number("episodes_done"),
-                          number("episodes_lost"), number("tokens_per_s"));
+                if (it != reply.numbers.end()) line += " " + key + " " + std::to_string(std::llround(it->second));
+              }
+              std::printf("%s\n", line.c_str());
             },
             [&](const caf::error&) {});
   }
@@ -206,7 +216,7 @@ bool sleep_unless_stopped(double seconds, const std::atomic<bool>* stop_requeste
 enum class SessionEnd { kRunFinished, kLearnerLost, kLocalFailure, kStopRequested };
 
 // Runs one joined session until something ends it.
-SessionEnd serve(caf::actor_system& system, caf::scoped_actor& self, const RolloutNodeOptions& options,
+SessionEnd serve(caf::actor_system& system, caf::scoped_actor& self, const WorkerNodeOptions& options,
                  NodeSession& session, const std::atomic<bool>* stop_requested) {
   const auto status_every = std::chrono::seconds(2);
   auto next_status = std::chrono::steady_clock::now() + status_every;
@@ -245,14 +255,19 @@ SessionEnd serve(caf::actor_system& system, caf::scoped_actor& self, const Rollo
 
 }  // namespace
 
-int run_rollout_node(const RolloutNodeOptions& options, const std::atomic<bool>* stop_requested) {
-  if (options.secret.empty()) throw Error("rollout node: a shared secret is required");
-  if (options.rollouts < 1 || options.envs < 1) throw Error("rollout node: --rollouts and --envs must be >= 1");
+int run_worker_node(const WorkerNodeOptions& options, const std::atomic<bool>* stop_requested) {
+  const std::string what = options.role + " node";
+  if (options.role != "rollout" && options.role != "env") throw Error("node: unknown role '" + options.role + "'");
+  if (options.secret.empty()) throw Error(what + ": a shared secret is required");
+  if (options.role == "rollout" && (options.rollouts < 1 || options.envs < 0)) {
+    throw Error("rollout node: --rollouts must be >= 1 and --envs >= 0");
+  }
+  if (options.role == "env" && options.envs < 1) throw Error("env node: --envs must be >= 1");
   caf::actor_system_config system_config;
   configure_system(system_config, options.scheduler_threads);
   caf::actor_system system{system_config};
   caf::scoped_actor self{system};
-  const JoinRequest request{options.name, "rollout", message_set_fingerprint(), options.secret};
+  const JoinRequest request{options.name, options.role, message_set_fingerprint(), options.secret};
   double backoff = 0.25;
   while (stop_requested == nullptr || !stop_requested->load()) {
     auto joined = join_learner(system, options.learner_host, options.learner_port, request);
@@ -265,9 +280,9 @@ int run_rollout_node(const RolloutNodeOptions& options, const std::atomic<bool>*
       continue;
     }
     backoff = 0.25;
-    std::fprintf(stderr, "node %s: joined the learner at %s:%u as node #%lld with %lld rollout actor(s)\n",
-                 options.name.c_str(), options.learner_host.c_str(), static_cast<unsigned>(options.learner_port),
-                 static_cast<long long>(joined.grant.node_number), static_cast<long long>(options.rollouts));
+    std::fprintf(stderr, "node %s: joined the learner at %s:%u as %s node #%lld\n", options.name.c_str(),
+                 options.learner_host.c_str(), static_cast<unsigned>(options.learner_port), options.role.c_str(),
+                 static_cast<long long>(joined.grant.node_number));
     auto session = start_session(system, self, options, std::move(joined.grant));
     const auto end = serve(system, self, options, session, stop_requested);
     stop_session(self, session);

@@ -1,8 +1,9 @@
 // Cluster nodes (`sao node`). A learner node runs the coordinator, learner,
 // replay, weight-sync and metrics actors and publishes the gatekeeper
-// (actors/cluster.hpp); rollout nodes join it, run rollout and env actors
+// (actors/cluster.hpp); rollout nodes join it, run rollout (and env) actors
 // locally, and rejoin with backoff whenever they lose the learner (a learner
-// restarted with --resume gets its rollouts back without touching them).
+// restarted with --resume gets its rollouts back without touching them). Env
+// nodes join the same way and offer env actors to rollouts that have none.
 // CAF-free header, like train.hpp, so the CLI need not include the framework.
 #pragma once
 
@@ -38,21 +39,24 @@ TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM 
                               const std::string& resume_from, const LearnerNodeOptions& options,
                               const std::atomic<bool>* stop_requested);
 
-struct RolloutNodeOptions {
-  std::string name;  // unique per node; its actors are "<name>/rollout-<i>", "<name>/env-<i>"
+struct WorkerNodeOptions {
+  std::string role = "rollout";  // "rollout" | "env"
+  std::string name;              // unique per node; its actors are "<name>/rollout-<i>", "<name>/env-<i>"
   std::string learner_host;
   uint16_t learner_port = 7420;
   std::string secret;
-  int64_t rollouts = 1;  // rollout actors on this node
-  int64_t envs = 1;      // env actors on this node (rollout i uses env i % envs)
+  int64_t rollouts = 1;  // rollout actors on this node (role rollout)
+  // Env actors on this node. Rollout node: rollout i uses env i % envs; 0 =
+  // use env nodes' envs (the coordinator assigns one). Env node: >= 1.
+  int64_t envs = 1;
   int64_t scheduler_threads = 2;
   double retry_max_seconds = 10.0;  // backoff cap between join attempts
   std::string status_file;          // this node's status, rewritten every status interval ("" = none)
 };
 
-// Joins the learner and contributes trajectories until the learner ends the
-// run (exit code 0), a stop is requested (0), or the learner refuses the join
-// (2: wrong secret or incompatible build; retrying would not help).
-int run_rollout_node(const RolloutNodeOptions& options, const std::atomic<bool>* stop_requested);
+// Joins the learner and serves it (rollouts or envs) until the learner ends
+// the run (exit code 0), a stop is requested (0), or the learner refuses the
+// join (2: wrong secret or incompatible build; retrying would not help).
+int run_worker_node(const WorkerNodeOptions& options, const std::atomic<bool>* stop_requested);
 
 }  // namespace sao::actors

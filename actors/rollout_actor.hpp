@@ -25,7 +25,7 @@ struct RolloutActorConfig {
   int64_t group_size = 1;    // G episodes share a prompt (GRPO)
   bool synchronous = false;  // one batch per weight version (batch barrier)
   uint64_t seed = 1;
-  caf::actor env;
+  caf::actor env;  // may start null (a cluster rollout served by env nodes): it waits for one
   caf::actor replay;
   caf::actor weight_sync;
   caf::actor coordinator;

@@ -49,10 +49,14 @@ int run(const std::string& command) {
 }
 
 struct LocalCluster {
-  fs::path dir = fs::temp_directory_path() / ("sao_cluster_" + std::to_string(::getpid()));
-  fs::path state = dir / "cluster";
+  fs::path dir;
+  fs::path state;
 
-  LocalCluster() { fs::remove_all(dir); }
+  explicit LocalCluster(const std::string& name)
+      : dir(fs::temp_directory_path() / ("sao_cluster_" + name + "_" + std::to_string(::getpid()))),
+        state(dir / "cluster") {
+    fs::remove_all(dir);
+  }
   ~LocalCluster() {
     stop();
     // Whatever survived a failed check must not outlive the test.
@@ -61,12 +65,13 @@ struct LocalCluster {
     }
     fs::remove_all(dir);
   }
-  int start(int rollouts) {
+  int start(int rollouts, int env_nodes = 0) {
     return run(kScript + " start --detach --run-dir " + dir.string() + " --rollouts " + std::to_string(rollouts) +
-               " --sao " + SAO_BINARY + " --" + kLearnerArgs + " >" + (dir.string() + ".start.log") + " 2>&1");
+               " --env-nodes " + std::to_string(env_nodes) + " --sao " + SAO_BINARY + " --" + kLearnerArgs + " >" +
+               (dir.string() + ".start.log") + " 2>&1");
   }
-  int add_node(const std::string& name) {
-    return run(kScript + " add-node --run-dir " + dir.string() + " --name " + name + " >/dev/null");
+  int add_node(const std::string& name, const std::string& role = "rollout") {
+    return run(kScript + " add-node --run-dir " + dir.string() + " --name " + name + " --role " + role + " >/dev/null");
   }
   int restart_learner() {
     return run(kScript + " restart-learner --run-dir " + dir.string() + " >/dev/null 2>&1");
@@ -78,6 +83,9 @@ struct LocalCluster {
     const auto stat = read_file("/proc/" + std::to_string(pid_of(name)) + "/stat");
     const auto close = stat.rfind(')');
     return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+  }
+  void await_exit(const std::string& name) const {
+    for (int i = 0; i < 50 && alive(name); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::string log(const std::string& name) const { return read_file(state / (name + ".log")); }
   nlohmann::json status() const {
@@ -115,7 +123,7 @@ bool both_run_latest(const LocalCluster& cluster, double seconds) {
 }  // namespace
 
 TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKILL and rejoin") {
-  LocalCluster cluster;
+  LocalCluster cluster("rollouts");
   REQUIRE(cluster.start(2) == 0);
 
   INFO("learner log:\n" << cluster.log("learner"));
@@ -141,7 +149,7 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
   // SIGKILL one rollout process: the learner notices, counts the episodes it
   // had in flight, and keeps stepping on the other node's trajectories.
   REQUIRE(::kill(cluster.pid_of("node-2"), SIGKILL) == 0);
-  for (int i = 0; i < 50 && cluster.alive("node-2"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  cluster.await_exit("node-2");
   REQUIRE(wait_for(cluster, 15, [](const nlohmann::json& s) {
     return number(s, "coordinator", "remote_rollouts_lost") >= 1 && number(s, "coordinator", "remote_rollouts") == 1;
   }));
@@ -167,7 +175,7 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
   REQUIRE(::kill(cluster.pid_of("learner"), SIGKILL) == 0);
   const double steps_at_learner_kill = number(cluster.status(), "coordinator", "steps");
   fs::remove(cluster.dir / "cluster_status.json");
-  for (int i = 0; i < 50 && cluster.alive("learner"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  cluster.await_exit("learner");
   REQUIRE(cluster.restart_learner() == 0);
   CHECK(cluster.log("learner").find("node: resuming from") != std::string::npos);
   CHECK(wait_for(cluster, 30, [&](const nlohmann::json& s) {
@@ -183,4 +191,42 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
   CHECK_FALSE(cluster.alive("node-2"));
   CHECK(cluster.log("learner").find("node: finished (stopped on request)") != std::string::npos);
   CHECK(cluster.log("node-1").find("node node-1: the learner ended the run") != std::string::npos);
+}
+
+TEST_CASE("local cluster: an env process serves a rollout process that has no envs, which waits while it is gone") {
+  LocalCluster cluster("envs");
+  REQUIRE(cluster.start(1, 1) == 0);
+  INFO("learner log:\n" << cluster.log("learner"));
+  REQUIRE(wait_for(cluster, 40, [](const nlohmann::json& s) {
+    return number(s, "coordinator", "env_node_envs") == 1 && number(s, "coordinator", "steps") >= 3 &&
+           number(s, "replay", kNode1) > 0;
+  }));
+  // The rollout node runs no env of its own: the env node's env did the work.
+  // (Its status file is rewritten every 2 s.)
+  bool env_served = false;
+  for (int i = 0; i < 50 && !env_served; ++i) {
+    const auto status = nlohmann::json::parse(read_file(cluster.state / "env-1.status.json"), nullptr, false);
+    env_served = status.is_object() && number(status.value("actors", nlohmann::json::object()), "env-1/env-0",
+                                              "handled") > 0;
+    if (!env_served) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  CHECK(env_served);
+  CHECK(cluster.log("node-1").find("/env-") == std::string::npos);
+
+  // Without an env node the rollout has nothing to play against: it waits.
+  REQUIRE(::kill(cluster.pid_of("env-1"), SIGKILL) == 0);
+  cluster.await_exit("env-1");
+  REQUIRE(wait_for(cluster, 15, [](const nlohmann::json& s) { return number(s, "coordinator", "env_node_envs") == 0; }));
+  CHECK(cluster.log("learner").find("rollout node-1/rollout-0 waits for an env node") != std::string::npos);
+
+  // A new env process gets it going again.
+  const double before = number(cluster.status(), "replay", kNode1);
+  REQUIRE(cluster.add_node("env-1", "env") == 0);
+  CHECK(wait_for(cluster, 20, [&](const nlohmann::json& s) {
+    return number(s, "coordinator", "env_node_envs") == 1 && number(s, "replay", kNode1) >= before + 16;
+  }));
+  CHECK(cluster.stop() == 0);
+  CHECK_FALSE(cluster.alive("learner"));
+  CHECK_FALSE(cluster.alive("node-1"));
+  CHECK_FALSE(cluster.alive("env-1"));
 }

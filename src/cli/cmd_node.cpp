@@ -67,12 +67,15 @@ int run_learner(const ParsedArgs& parsed) {
   return report_training_outcome(outcome, config, "node");
 }
 
-int run_rollout(const ParsedArgs& parsed) {
-  if (!parsed.has("--join")) throw Error("node --role rollout: --join HOST:PORT (the learner's address) is required");
+// A rollout or env node.
+int run_worker(const ParsedArgs& parsed, const std::string& role) {
+  if (!parsed.has("--join")) throw Error("node --role " + role + ": --join HOST:PORT (the learner's address) is required");
   for (const char* learner_only : {"--listen", "--port-file", "--local-rollouts", "--steps", "--resume"}) {
     if (parsed.has(learner_only)) throw Error(std::string(learner_only) + " is for --role learner");
   }
-  actors::RolloutNodeOptions options;
+  if (role == "env" && parsed.has("--rollouts")) throw Error("--rollouts is for --role rollout");
+  actors::WorkerNodeOptions options;
+  options.role = role;
   const auto learner = actors::parse_host_port(parsed.get("--join"), "--join");
   options.learner_host = learner.host;
   options.learner_port = learner.port;
@@ -86,32 +89,33 @@ int run_rollout(const ParsedArgs& parsed) {
   runtime::configure_threads(config.threads.train_intra_op);
   options.scheduler_threads = config.train.scheduler_threads;
   const auto* stop_requested = install_stop_handlers();
-  return actors::run_rollout_node(options, stop_requested);
+  return actors::run_worker_node(options, stop_requested);
 }
 
 }  // namespace
 
 int run_node(const Args& args) {
   auto specs = training_flags();
-  specs.push_back({"--role", true, false, "learner | rollout"});
+  specs.push_back({"--role", true, false, "learner | rollout | env"});
   specs.push_back({"--listen", true, false, "learner: ADDR:PORT to accept nodes on (default 127.0.0.1:7420; port 0 = any)"});
   specs.push_back({"--port-file", true, false, "learner: write the port actually bound to this file"});
   specs.push_back({"--local-rollouts", true, false, "learner: rollout actors in the learner process (default 0)"});
-  specs.push_back({"--join", true, false, "rollout: the learner's HOST:PORT"});
-  specs.push_back({"--name", true, false, "rollout: unique node name (default HOSTNAME-PID)"});
+  specs.push_back({"--join", true, false, "rollout/env: the learner's HOST:PORT"});
+  specs.push_back({"--name", true, false, "rollout/env: unique node name (default HOSTNAME-PID)"});
   specs.push_back({"--rollouts", true, false, "rollout: rollout actors on this node (default 1)"});
-  specs.push_back({"--envs", true, false, "rollout: env actors on this node (default 1)"});
-  specs.push_back({"--status-file", true, false, "rollout: rewrite this node's status JSON here every 2 s"});
+  specs.push_back(
+      {"--envs", true, false, "rollout/env: env actors on this node (default 1; rollout 0 = use env nodes)"});
+  specs.push_back({"--status-file", true, false, "rollout/env: rewrite this node's status JSON here every 2 s"});
   specs.push_back({"--secret-file", true, false, "shared cluster secret (first line); else $SAO_CLUSTER_SECRET"});
   const auto parsed = parse_args("node", specs, args);
   if (parsed.has("--help")) {
-    std::printf("usage: sao node --role learner|rollout [options]\n%s", flags_help(specs).c_str());
+    std::printf("usage: sao node --role learner|rollout|env [options]\n%s", flags_help(specs).c_str());
     return 0;
   }
   const auto role = parsed.get("--role");
   if (role == "learner") return run_learner(parsed);
-  if (role == "rollout") return run_rollout(parsed);
-  throw Error("node: --role must be learner or rollout, got '" + role + "'");
+  if (role == "rollout" || role == "env") return run_worker(parsed, role);
+  throw Error("node: --role must be learner, rollout or env, got '" + role + "'");
 }
 
 }  // namespace sao::cli

@@ -24,7 +24,7 @@ const std::vector<Command>& commands() {
       {"sft", "supervised warm start: train the policy from scratch, save it, report held-out accuracy",
        sao::cli::run_sft},
       {"eval", "held-out pass@1 of a checkpoint (also printed as one JSON line)", sao::cli::run_eval},
-      {"node", "one process of a cluster run: --role learner (listens) or rollout (joins)", sao::cli::run_node},
+      {"node", "one process of a cluster run: --role learner (listens), rollout or env (join it)", sao::cli::run_node},
       {"doctor", "print the build, the BLAS actually loaded, thread counts, CAF and CUDA/NCCL status",
        sao::cli::run_doctor},
   };
