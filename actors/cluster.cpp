@@ -66,17 +66,6 @@ caf::error refuse(Self self, const std::string& node, const std::string& why) {
   return caf::make_error(caf::sec::runtime_error, "learner refused the join: " + why);
 }
 
-void write_status_file(const std::string& path, const nlohmann::json& status) {
-  // Written aside and renamed, so a reader never sees half a file.
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary);
-    out << status.dump(2) << "\n";
-  }
-  std::error_code ignored;
-  std::filesystem::rename(temporary, path, ignored);
-}
-
 // Gathers coordinator, weight-sync and replay status into one JSON document:
 // what a script or test reads to see which nodes contribute and what they run.
 void refresh_status(Self self) {
@@ -93,7 +82,7 @@ void refresh_status(Self self) {
                                              {"replay", replay.numbers},
                                              {"nodes_joined", self->state.nodes_joined},
                                              {"refusals", self->state.refusals}};
-                    write_status_file(self->state.config.status_path, status);
+                    write_file_atomically(self->state.config.status_path, status.dump(2));
                   });
             });
       });
@@ -130,10 +119,20 @@ caf::behavior gatekeeper_actor(Self self, GatekeeperConfig config) {
 
 }  // namespace
 
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << text << "\n";
+  }
+  std::error_code ignored;  // a status file that cannot be written must not stop the run
+  std::filesystem::rename(temporary, path, ignored);
+}
+
 std::string message_set_fingerprint() {
   std::string description = "sao-cluster-protocol-1;";
-  describe_types(description, std::make_integer_sequence<caf::type_id_t,
-                                                         caf::id_block::sao::end - caf::id_block::sao::begin>{});
+  describe_types(description,
+                 std::make_integer_sequence<caf::type_id_t, caf::id_block::sao::end - caf::id_block::sao::begin>{});
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(description)));
   return hex;
@@ -157,8 +156,7 @@ caf::actor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config) 
   return system.spawn(gatekeeper_actor, std::move(config));
 }
 
-JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port,
-                        const JoinRequest& request) {
+JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port, const JoinRequest& request) {
   JoinResult result;
   auto gatekeeper = system.middleman().remote_actor(host, port);
   if (!gatekeeper) {

@@ -36,6 +36,10 @@ void enable_cluster_networking(caf::actor_system_config& config);
 // caf::make_error(sec::runtime_error, "..."), else CAF's rendering.
 std::string describe_error(caf::actor_system& system, const caf::error& error);
 
+// Writes `text` beside `path` and renames it into place, so a reader (a
+// script polling a status file) never sees half a file.
+void write_file_atomically(const std::string& path, const std::string& text);
+
 struct GatekeeperConfig {
   std::string secret;       // shared secret every joining node must present
   std::string fingerprint;  // message_set_fingerprint() (a test may pass another)
@@ -69,7 +73,6 @@ struct JoinResult {
   std::string error;
   JoinGrant grant;
 };
-JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port,
-                        const JoinRequest& request);
+JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port, const JoinRequest& request);
 
 }  // namespace sao::actors

@@ -91,8 +91,7 @@ void start(Self self) {
     state.envs.push_back(spawn_env(self, static_cast<size_t>(i)));
     state.env_started.push_back(std::chrono::steady_clock::time_point{});
   }
-  const int64_t local_rollouts =
-      state.config.local_rollouts < 0 ? run.rollout.num_actors : state.config.local_rollouts;
+  const int64_t local_rollouts = state.config.local_rollouts < 0 ? run.rollout.num_actors : state.config.local_rollouts;
   for (int64_t i = 0; i < local_rollouts; ++i) {
     auto config = rollout_config_from_run(run, "rollout-" + std::to_string(i), i);
     config.replay = state.replay;

@@ -13,12 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
-#include <map>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <thread>
@@ -31,15 +31,6 @@ void configure_system(caf::actor_system_config& config, int64_t scheduler_thread
   register_message_types(config);
   enable_cluster_networking(config);
   config.set("scheduler.max-threads", static_cast<size_t>(scheduler_threads));
-}
-
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary);
-    out << text << "\n";
-  }
-  std::filesystem::rename(temporary, path);
 }
 
 }  // namespace
@@ -62,9 +53,8 @@ HostPort parse_host_port(const std::string& text, const std::string& flag) {
   return result;
 }
 
-TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM policy,
-                              const std::string& resume_from, const LearnerNodeOptions& options,
-                              const std::atomic<bool>* stop_requested) {
+TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
+                              const LearnerNodeOptions& options, const std::atomic<bool>* stop_requested) {
   if (options.secret.empty()) throw Error("learner node: a shared secret is required");
   caf::actor_system_config system_config;
   configure_system(system_config, config.train.scheduler_threads);
@@ -101,7 +91,7 @@ TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM 
     } else {
       std::fprintf(stderr, "learner node: listening on %s:%u (build fingerprint %s)\n", options.listen_host.c_str(),
                    static_cast<unsigned>(*port), gatekeeper_config.fingerprint.c_str());
-      if (!options.port_file.empty()) write_text_file(options.port_file, std::to_string(*port));
+      if (!options.port_file.empty()) write_file_atomically(options.port_file, std::to_string(*port));
     }
     outcome = await_run_finished(self, coordinator, port ? stop_requested : nullptr);
     self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
@@ -172,7 +162,7 @@ void stop_session(caf::scoped_actor& self, NodeSession& session) {
             if (actor.address() == down.source) session.exited.insert(down.source);
           }
         },
-                  caf::after(std::chrono::seconds(10)) >> [&] { timed_out = true; });
+        caf::after(std::chrono::seconds(10)) >> [&] { timed_out = true; });
   }
   session = NodeSession{};
 }
@@ -201,7 +191,7 @@ void report_status(caf::scoped_actor& self, const WorkerNodeOptions& options, co
             [&](const caf::error&) {});
   }
   std::fflush(stdout);
-  if (!options.status_file.empty()) write_text_file(options.status_file, status.dump(2));
+  if (!options.status_file.empty()) write_file_atomically(options.status_file, status.dump(2));
 }
 
 bool sleep_unless_stopped(double seconds, const std::atomic<bool>* stop_requested) {
@@ -286,7 +276,8 @@ int run_worker_node(const WorkerNodeOptions& options, const std::atomic<bool>* s
     auto session = start_session(system, self, options, std::move(joined.grant));
     const auto end = serve(system, self, options, session, stop_requested);
     stop_session(self, session);
-    if (end == SessionEnd::kRunFinished) std::fprintf(stderr, "node %s: the learner ended the run\n", options.name.c_str());
+    if (end == SessionEnd::kRunFinished)
+      std::fprintf(stderr, "node %s: the learner ended the run\n", options.name.c_str());
     if (end == SessionEnd::kRunFinished || end == SessionEnd::kStopRequested) break;
   }
   std::fprintf(stderr, "node %s: stopped\n", options.name.c_str());

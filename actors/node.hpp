@@ -35,9 +35,8 @@ struct LearnerNodeOptions {
 // Runs the learner side of a cluster run until its step budget or a stop
 // request. RUN_DIR/cluster_status.json is rewritten every second with which
 // rollouts are connected, the version each runs and the trajectories each sent.
-TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM policy,
-                              const std::string& resume_from, const LearnerNodeOptions& options,
-                              const std::atomic<bool>* stop_requested);
+TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
+                              const LearnerNodeOptions& options, const std::atomic<bool>* stop_requested);
 
 struct WorkerNodeOptions {
   std::string role = "rollout";  // "rollout" | "env"

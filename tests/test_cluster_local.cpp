@@ -73,11 +73,11 @@ struct LocalCluster {
   int add_node(const std::string& name, const std::string& role = "rollout") {
     return run(kScript + " add-node --run-dir " + dir.string() + " --name " + name + " --role " + role + " >/dev/null");
   }
-  int restart_learner() {
-    return run(kScript + " restart-learner --run-dir " + dir.string() + " >/dev/null 2>&1");
-  }
+  int restart_learner() { return run(kScript + " restart-learner --run-dir " + dir.string() + " >/dev/null 2>&1"); }
   int stop() { return run(kScript + " stop --run-dir " + dir.string() + " >/dev/null 2>&1"); }
-  pid_t pid_of(const std::string& name) const { return static_cast<pid_t>(std::stol(read_file(state / (name + ".pid")))); }
+  pid_t pid_of(const std::string& name) const {
+    return static_cast<pid_t>(std::stol(read_file(state / (name + ".pid"))));
+  }
   // Running and not a zombie (an orphan's zombie lingers where PID 1 does not reap).
   bool alive(const std::string& name) const {
     const auto stat = read_file("/proc/" + std::to_string(pid_of(name)) + "/stat");
@@ -206,8 +206,8 @@ TEST_CASE("local cluster: an env process serves a rollout process that has no en
   bool env_served = false;
   for (int i = 0; i < 50 && !env_served; ++i) {
     const auto status = nlohmann::json::parse(read_file(cluster.state / "env-1.status.json"), nullptr, false);
-    env_served = status.is_object() && number(status.value("actors", nlohmann::json::object()), "env-1/env-0",
-                                              "handled") > 0;
+    env_served =
+        status.is_object() && number(status.value("actors", nlohmann::json::object()), "env-1/env-0", "handled") > 0;
     if (!env_served) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   CHECK(env_served);
@@ -216,7 +216,8 @@ TEST_CASE("local cluster: an env process serves a rollout process that has no en
   // Without an env node the rollout has nothing to play against: it waits.
   REQUIRE(::kill(cluster.pid_of("env-1"), SIGKILL) == 0);
   cluster.await_exit("env-1");
-  REQUIRE(wait_for(cluster, 15, [](const nlohmann::json& s) { return number(s, "coordinator", "env_node_envs") == 0; }));
+  REQUIRE(
+      wait_for(cluster, 15, [](const nlohmann::json& s) { return number(s, "coordinator", "env_node_envs") == 0; }));
   CHECK(cluster.log("learner").find("rollout node-1/rollout-0 waits for an env node") != std::string::npos);
 
   // A new env process gets it going again.

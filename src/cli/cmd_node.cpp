@@ -69,7 +69,8 @@ int run_learner(const ParsedArgs& parsed) {
 
 // A rollout or env node.
 int run_worker(const ParsedArgs& parsed, const std::string& role) {
-  if (!parsed.has("--join")) throw Error("node --role " + role + ": --join HOST:PORT (the learner's address) is required");
+  if (!parsed.has("--join"))
+    throw Error("node --role " + role + ": --join HOST:PORT (the learner's address) is required");
   for (const char* learner_only : {"--listen", "--port-file", "--local-rollouts", "--steps", "--resume"}) {
     if (parsed.has(learner_only)) throw Error(std::string(learner_only) + " is for --role learner");
   }
@@ -97,7 +98,8 @@ int run_worker(const ParsedArgs& parsed, const std::string& role) {
 int run_node(const Args& args) {
   auto specs = training_flags();
   specs.push_back({"--role", true, false, "learner | rollout | env"});
-  specs.push_back({"--listen", true, false, "learner: ADDR:PORT to accept nodes on (default 127.0.0.1:7420; port 0 = any)"});
+  specs.push_back(
+      {"--listen", true, false, "learner: ADDR:PORT to accept nodes on (default 127.0.0.1:7420; port 0 = any)"});
   specs.push_back({"--port-file", true, false, "learner: write the port actually bound to this file"});
   specs.push_back({"--local-rollouts", true, false, "learner: rollout actors in the learner process (default 0)"});
   specs.push_back({"--join", true, false, "rollout/env: the learner's HOST:PORT"});

@@ -113,8 +113,9 @@ const std::atomic<bool>* install_stop_handlers() {
 
 int report_training_outcome(const actors::TrainOutcome& outcome, const runtime::RunConfig& config,
                             const std::string& command) {
-  std::printf("%s: finished (%s) after %lld learner steps, policy version %lld\n", command.c_str(), outcome.reason.c_str(),
-              static_cast<long long>(outcome.steps), static_cast<long long>(outcome.policy_version));
+  std::printf("%s: finished (%s) after %lld learner steps, policy version %lld\n", command.c_str(),
+              outcome.reason.c_str(), static_cast<long long>(outcome.steps),
+              static_cast<long long>(outcome.policy_version));
   if (!outcome.summary_json.empty()) {
     const auto summary = nlohmann::json::parse(outcome.summary_json, nullptr, /*allow_exceptions=*/false);
     if (summary.is_object() && summary.contains("accuracy_last") && summary["accuracy_last"].is_number()) {
