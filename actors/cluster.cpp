@@ -88,27 +88,58 @@ void refresh_status(Self self) {
       });
 }
 
+using JoinPromise = caf::typed_response_promise<std::string, int64_t, caf::actor, caf::actor, caf::actor>;
+
+// Admits a node unless another process connected now already uses its name
+// (its actors' names, and weight-sync's bookkeeping, would collide). The same
+// process asking again (a rejoin) is fine.
+void admit(Self self, JoinPromise promise, const std::string& node, const std::string& role) {
+  const auto sender = self->current_sender();
+  const caf::node_id joiner = sender ? sender->node() : caf::node_id{};
+  self->request(self->state.config.coordinator, std::chrono::seconds(10), atoms::join_atom_v, node)
+      .then(
+          [self, promise, node, role, joiner](const caf::node_id& holder) mutable {
+            if (holder != caf::node_id{} && holder != joiner) {
+              promise.deliver(refuse(self, node,
+                                     "the name '" + node +
+                                         "' is in use by a connected node (give every node its own --name; a node "
+                                         "restarted under its old name can join once the learner has seen it go)"));
+              return;
+            }
+            auto& state = self->state;
+            const int64_t number = ++state.nodes_joined;
+            std::fprintf(stderr, "gatekeeper: node '%s' joined as %s node #%lld\n", node.c_str(), role.c_str(),
+                         static_cast<long long>(number));
+            promise.deliver(state.config.run_config_json, number, state.config.coordinator, state.config.replay,
+                            state.config.weight_sync);
+          },
+          [self, promise, node](const caf::error& error) mutable {
+            promise.deliver(refuse(self, node, "the coordinator did not answer: " + self->system().render(error)));
+          });
+}
+
 caf::behavior gatekeeper_actor(Self self, GatekeeperConfig config) {
   self->state.config = std::move(config);
   if (!self->state.config.status_path.empty()) self->send(self, caf::tick_atom_v);
   return {
       [self](atoms::join_atom, const std::string& node, const std::string& role, const std::string& fingerprint,
-             const std::string& secret) -> caf::result<std::string, int64_t, caf::actor, caf::actor, caf::actor> {
+             const std::string& secret) {
+        auto promise = self->make_response_promise<std::string, int64_t, caf::actor, caf::actor, caf::actor>();
         auto& state = self->state;
         if (fingerprint != state.config.fingerprint) {
-          return refuse(self, node,
-                        "build fingerprint mismatch: learner " + state.config.fingerprint + ", node " + fingerprint +
-                            " (the two builds have different message types; build both from the same source)");
+          promise.deliver(refuse(self, node,
+                                 "build fingerprint mismatch: learner " + state.config.fingerprint + ", node " +
+                                     fingerprint +
+                                     " (the two builds have different message types; build both from "
+                                     "the same source)"));
+        } else if (!same_secret(secret, state.config.secret)) {
+          promise.deliver(refuse(self, node, "wrong cluster secret"));
+        } else if (role != "rollout" && role != "env") {
+          promise.deliver(refuse(self, node, "unknown role '" + role + "' (expected rollout or env)"));
+        } else {
+          admit(self, promise, node, role);
         }
-        if (!same_secret(secret, state.config.secret)) return refuse(self, node, "wrong cluster secret");
-        if (role != "rollout" && role != "env") {
-          return refuse(self, node, "unknown role '" + role + "' (expected rollout or env)");
-        }
-        const int64_t number = ++state.nodes_joined;
-        std::fprintf(stderr, "gatekeeper: node '%s' joined as %s node #%lld\n", node.c_str(), role.c_str(),
-                     static_cast<long long>(number));
-        return {state.config.run_config_json, number, state.config.coordinator, state.config.replay,
-                state.config.weight_sync};
+        return promise;
       },
       [self](caf::tick_atom) {
         refresh_status(self);

@@ -297,6 +297,17 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
       [self](atoms::join_atom) -> caf::result<caf::actor, caf::actor> {
         return {self->state.replay, self->state.weight_sync};
       },
+      // The process whose actors use a node name now (none: a default
+      // node_id); registry keys are "rollout NAME/rollout-i", "env NAME/env-i".
+      [self](atoms::join_atom, const std::string& node_name) -> caf::node_id {
+        const std::string infix = " " + node_name + "/";
+        for (const auto* registry : {&self->state.remote_rollouts, &self->state.remote_envs}) {
+          for (const auto& [key, actor] : *registry) {
+            if (key.find(infix) == key.find(' ')) return actor.node();
+          }
+        }
+        return caf::node_id{};
+      },
       // needs_env: the rollout's node has no envs; an env node's env serves it.
       [self](atoms::join_atom, atoms::rollout_atom, const std::string& name, const caf::actor& rollout,
              bool needs_env) {

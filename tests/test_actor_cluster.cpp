@@ -14,13 +14,15 @@ namespace {
 struct GatekeeperFixture {
   caf::actor_system_config config;
   std::unique_ptr<caf::actor_system> system;
-  caf::actor stand_in;  // plays coordinator, replay and weight-sync: the gatekeeper only hands them out
+  caf::actor stand_in;  // plays coordinator, replay and weight-sync: the gatekeeper mostly hands them out
   caf::actor gatekeeper;
 
   GatekeeperFixture() {
     sao::actors::register_message_types(config);
     system = std::make_unique<caf::actor_system>(config);
-    stand_in = system->spawn([]() -> caf::behavior { return {[](int) {}}; });
+    // As coordinator it answers "who uses this node name": nobody.
+    stand_in = system->spawn(
+        []() -> caf::behavior { return {[](sao::atoms::join_atom, const std::string&) { return caf::node_id{}; }}; });
     sao::actors::GatekeeperConfig gatekeeper_config;
     gatekeeper_config.secret = "correct horse";
     gatekeeper_config.fingerprint = sao::actors::message_set_fingerprint();

@@ -144,6 +144,13 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
     CHECK(exit_code == 2);
     CHECK(read_file(intruder_log).find("learner refused the join: wrong cluster secret") != std::string::npos);
     CHECK(cluster.log("learner").find("refused node 'intruder': wrong cluster secret") != std::string::npos);
+
+    // A second process under a name in use is refused too.
+    const auto twin_log = cluster.dir / "twin.log";
+    CHECK(run(std::string(SAO_BINARY) + " node --role rollout --name node-1 --join 127.0.0.1:" +
+              std::to_string(std::stoi(read_file(cluster.state / "port"))) + " --secret-file " +
+              (cluster.state / "secret").string() + " >" + twin_log.string() + " 2>&1") == 2);
+    CHECK(read_file(twin_log).find("the name 'node-1' is in use by a connected node") != std::string::npos);
   }
 
   // SIGKILL one rollout process: the learner notices, counts the episodes it
