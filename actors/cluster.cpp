@@ -52,8 +52,19 @@ bool same_secret(const std::string& given, const std::string& expected) {
   return difference == 0;
 }
 
+using JoinPromise = caf::typed_response_promise<std::string, int64_t, caf::actor, caf::actor, caf::actor>;
+
+// A join that passed the checks before the run's actors existed.
+struct PendingJoin {
+  JoinPromise promise;
+  std::string node, role;
+  caf::node_id joiner;
+};
+
 struct GatekeeperState {
   GatekeeperConfig config;
+  caf::actor coordinator, replay, weight_sync;  // set by the start message
+  std::vector<PendingJoin> pending;
   int64_t nodes_joined = 0;
   int64_t refusals = 0;
   static inline const char* name = "gatekeeper";
@@ -70,12 +81,11 @@ caf::error refuse(Self self, const std::string& node, const std::string& why) {
 // what a script or test reads to see which nodes contribute and what they run.
 void refresh_status(Self self) {
   const auto timeout = std::chrono::seconds(2);
-  auto& config = self->state.config;
-  self->request(config.coordinator, timeout, atoms::status_atom_v)
+  self->request(self->state.coordinator, timeout, atoms::status_atom_v)
       .then([self, timeout](const msg::ActorStatus& coordinator) {
-        self->request(self->state.config.weight_sync, timeout, atoms::status_atom_v)
+        self->request(self->state.weight_sync, timeout, atoms::status_atom_v)
             .then([self, timeout, coordinator](const msg::ActorStatus& weight_sync) {
-              self->request(self->state.config.replay, timeout, atoms::status_atom_v)
+              self->request(self->state.replay, timeout, atoms::status_atom_v)
                   .then([self, coordinator, weight_sync](const msg::ActorStatus& replay) {
                     nlohmann::json status = {{"coordinator", coordinator.numbers},
                                              {"weight_sync", weight_sync.numbers},
@@ -88,17 +98,14 @@ void refresh_status(Self self) {
       });
 }
 
-using JoinPromise = caf::typed_response_promise<std::string, int64_t, caf::actor, caf::actor, caf::actor>;
-
 // Admits a node unless another process connected now already uses its name
 // (its actors' names, and weight-sync's bookkeeping, would collide). The same
 // process asking again (a rejoin) is fine.
-void admit(Self self, JoinPromise promise, const std::string& node, const std::string& role) {
-  const auto sender = self->current_sender();
-  const caf::node_id joiner = sender ? sender->node() : caf::node_id{};
-  self->request(self->state.config.coordinator, std::chrono::seconds(10), atoms::join_atom_v, node)
+void admit(Self self, PendingJoin join) {
+  self->request(self->state.coordinator, std::chrono::seconds(10), atoms::join_atom_v, join.node)
       .then(
-          [self, promise, node, role, joiner](const caf::node_id& holder) mutable {
+          [self, promise = join.promise, node = join.node, role = join.role,
+           joiner = join.joiner](const caf::node_id& holder) mutable {
             if (holder != caf::node_id{} && holder != joiner) {
               promise.deliver(refuse(self, node,
                                      "the name '" + node +
@@ -110,18 +117,26 @@ void admit(Self self, JoinPromise promise, const std::string& node, const std::s
             const int64_t number = ++state.nodes_joined;
             std::fprintf(stderr, "gatekeeper: node '%s' joined as %s node #%lld\n", node.c_str(), role.c_str(),
                          static_cast<long long>(number));
-            promise.deliver(state.config.run_config_json, number, state.config.coordinator, state.config.replay,
-                            state.config.weight_sync);
+            promise.deliver(state.config.run_config_json, number, state.coordinator, state.replay, state.weight_sync);
           },
-          [self, promise, node](const caf::error& error) mutable {
+          [self, promise = join.promise, node = join.node](const caf::error& error) mutable {
             promise.deliver(refuse(self, node, "the coordinator did not answer: " + self->system().render(error)));
           });
 }
 
 caf::behavior gatekeeper_actor(Self self, GatekeeperConfig config) {
   self->state.config = std::move(config);
-  if (!self->state.config.status_path.empty()) self->send(self, caf::tick_atom_v);
   return {
+      [self](atoms::start_atom, const caf::actor& coordinator, const caf::actor& replay,
+             const caf::actor& weight_sync) {
+        auto& state = self->state;
+        state.coordinator = coordinator;
+        state.replay = replay;
+        state.weight_sync = weight_sync;
+        for (auto& join : state.pending) admit(self, std::move(join));
+        state.pending.clear();
+        if (!state.config.status_path.empty()) self->send(self, caf::tick_atom_v);
+      },
       [self](atoms::join_atom, const std::string& node, const std::string& role, const std::string& fingerprint,
              const std::string& secret) {
         auto promise = self->make_response_promise<std::string, int64_t, caf::actor, caf::actor, caf::actor>();
@@ -137,7 +152,13 @@ caf::behavior gatekeeper_actor(Self self, GatekeeperConfig config) {
         } else if (role != "rollout" && role != "env") {
           promise.deliver(refuse(self, node, "unknown role '" + role + "' (expected rollout or env)"));
         } else {
-          admit(self, promise, node, role);
+          const auto sender = self->current_sender();
+          PendingJoin join{promise, node, role, sender ? sender->node() : caf::node_id{}};
+          if (state.coordinator) {
+            admit(self, std::move(join));
+          } else {
+            state.pending.push_back(std::move(join));  // the run is still starting
+          }
         }
         return promise;
       },

@@ -44,11 +44,13 @@ struct GatekeeperConfig {
   std::string secret;       // shared secret every joining node must present
   std::string fingerprint;  // message_set_fingerprint() (a test may pass another)
   std::string run_config_json;
-  caf::actor coordinator, replay, weight_sync;
   std::string status_path;  // cluster status JSON rewritten every second ("" = none)
 };
 
-// Spawns the entry actor the learner publishes.
+// Spawns the entry actor the learner publishes. It is published before the
+// run starts (a port in use then stops the learner before it writes
+// anything); joins wait until it gets the run's actors:
+//   (start_atom, coordinator, replay, weight_sync)
 caf::actor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config);
 
 // What a node gets back from a successful join.

@@ -62,41 +62,34 @@ TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM 
   {
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
-    auto coordinator =
-        spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self, options.local_rollouts});
     GatekeeperConfig gatekeeper_config;
     gatekeeper_config.secret = options.secret;
     gatekeeper_config.fingerprint = message_set_fingerprint();
     gatekeeper_config.run_config_json = config.document.dump();
-    gatekeeper_config.coordinator = coordinator;
     gatekeeper_config.status_path = (std::filesystem::path(config.run.dir) / "cluster_status.json").string();
-    self->request(coordinator, std::chrono::seconds(30), atoms::join_atom_v)
+    auto gatekeeper = spawn_gatekeeper(system, gatekeeper_config);
+    // Listen before the run starts: a port in use must not cost a run directory.
+    auto port =
+        system.middleman().publish(gatekeeper, options.listen_port, options.listen_host.c_str(), /*reuse=*/true);
+    if (!port) {
+      self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
+      throw Error("learner node: cannot listen on " + options.listen_host + ":" + std::to_string(options.listen_port) +
+                  ": " + system.render(port.error()));
+    }
+    auto coordinator =
+        spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self, options.local_rollouts});
+    self->request(coordinator, caf::infinite, atoms::join_atom_v)
         .receive(
             [&](caf::actor& replay, caf::actor& weight_sync) {
-              gatekeeper_config.replay = std::move(replay);
-              gatekeeper_config.weight_sync = std::move(weight_sync);
+              self->send(gatekeeper, atoms::start_atom_v, coordinator, replay, weight_sync);
             },
-            [&](caf::error& error) {
-              throw Error("learner node: the coordinator did not start: " + system.render(error));
-            });
-    auto gatekeeper = spawn_gatekeeper(system, gatekeeper_config);
-    auto port = system.middleman().publish(gatekeeper, options.listen_port, options.listen_host.c_str(),
-                                           /*reuse=*/true);
-    std::string listen_error;
-    if (!port) {
-      listen_error = "learner node: cannot listen on " + options.listen_host + ":" +
-                     std::to_string(options.listen_port) + ": " + system.render(port.error());
-      // The coordinator is already running: end it the orderly way before reporting.
-      self->send(coordinator, atoms::stop_atom_v);
-    } else {
-      std::fprintf(stderr, "learner node: listening on %s:%u (build fingerprint %s)\n", options.listen_host.c_str(),
-                   static_cast<unsigned>(*port), gatekeeper_config.fingerprint.c_str());
-      if (!options.port_file.empty()) write_file_atomically(options.port_file, std::to_string(*port));
-    }
-    outcome = await_run_finished(self, coordinator, port ? stop_requested : nullptr);
+            [&](caf::error&) {});  // a coordinator that failed to start reports RunFinished below
+    std::fprintf(stderr, "learner node: listening on %s:%u (build fingerprint %s)\n", options.listen_host.c_str(),
+                 static_cast<unsigned>(*port), gatekeeper_config.fingerprint.c_str());
+    if (!options.port_file.empty()) write_file_atomically(options.port_file, std::to_string(*port));
+    outcome = await_run_finished(self, coordinator, stop_requested);
     self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
     outcome.actors_left_running = actors_left_running(system);
-    if (!listen_error.empty()) throw Error(listen_error);
   }
   return outcome;
 }

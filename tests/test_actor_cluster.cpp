@@ -27,8 +27,8 @@ struct GatekeeperFixture {
     gatekeeper_config.secret = "correct horse";
     gatekeeper_config.fingerprint = sao::actors::message_set_fingerprint();
     gatekeeper_config.run_config_json = R"({"run":{"name":"test"}})";
-    gatekeeper_config.coordinator = gatekeeper_config.replay = gatekeeper_config.weight_sync = stand_in;
     gatekeeper = sao::actors::spawn_gatekeeper(*system, gatekeeper_config);
+    caf::anon_send(gatekeeper, sao::atoms::start_atom_v, stand_in, stand_in, stand_in);
   }
   ~GatekeeperFixture() {
     caf::anon_send_exit(gatekeeper, caf::exit_reason::user_shutdown);

@@ -151,6 +151,17 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
               std::to_string(std::stoi(read_file(cluster.state / "port"))) + " --secret-file " +
               (cluster.state / "secret").string() + " >" + twin_log.string() + " 2>&1") == 2);
     CHECK(read_file(twin_log).find("the name 'node-1' is in use by a connected node") != std::string::npos);
+
+    // A second learner for the same run and port fails to listen before it
+    // starts anything, so the running learner's metrics are untouched.
+    const auto metrics_before = fs::file_size(cluster.dir / "metrics.jsonl");
+    const auto second_log = cluster.dir / "second_learner.log";
+    CHECK(run(std::string(SAO_BINARY) + " node --role learner --run-dir " + cluster.dir.string() +
+              " --listen 127.0.0.1:" + std::to_string(std::stoi(read_file(cluster.state / "port"))) +
+              " --secret-file " + (cluster.state / "secret").string() + kLearnerArgs + " >" + second_log.string() +
+              " 2>&1") == 1);
+    CHECK(read_file(second_log).find("learner node: cannot listen on 127.0.0.1:") != std::string::npos);
+    CHECK(fs::file_size(cluster.dir / "metrics.jsonl") >= metrics_before);
   }
 
   // SIGKILL one rollout process: the learner notices, counts the episodes it
