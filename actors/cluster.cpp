@@ -77,25 +77,42 @@ caf::error refuse(Self self, const std::string& node, const std::string& why) {
   return caf::make_error(caf::sec::runtime_error, "learner refused the join: " + why);
 }
 
-// Gathers coordinator, weight-sync and replay status into one JSON document:
-// what a script or test reads to see which nodes contribute and what they run.
-void refresh_status(Self self) {
-  const auto timeout = std::chrono::seconds(2);
-  self->request(self->state.coordinator, timeout, atoms::status_atom_v)
-      .then([self, timeout](const msg::ActorStatus& coordinator) {
-        self->request(self->state.weight_sync, timeout, atoms::status_atom_v)
-            .then([self, timeout, coordinator](const msg::ActorStatus& weight_sync) {
-              self->request(self->state.replay, timeout, atoms::status_atom_v)
-                  .then([self, coordinator, weight_sync](const msg::ActorStatus& replay) {
-                    nlohmann::json status = {{"coordinator", coordinator.numbers},
-                                             {"weight_sync", weight_sync.numbers},
-                                             {"replay", replay.numbers},
-                                             {"nodes_joined", self->state.nodes_joined},
-                                             {"refusals", self->state.refusals}};
-                    write_file_atomically(self->state.config.status_path, status.dump(2));
-                  });
-            });
+// One section of the cluster status file and the request that fills it.
+struct StatusSource {
+  std::string section;
+  caf::actor actor;
+  caf::message request;
+};
+
+// Asks each source in turn, merging the numbers of its ActorStatus into its
+// section, then writes the file (a source that does not answer skips a beat).
+void collect_status(Self self, std::shared_ptr<const std::vector<StatusSource>> sources, size_t index,
+                    nlohmann::json status) {
+  if (index == sources->size()) {
+    status["nodes_joined"] = self->state.nodes_joined;
+    status["refusals"] = self->state.refusals;
+    write_file_atomically(self->state.config.status_path, status.dump(2));
+    return;
+  }
+  const auto& source = (*sources)[index];
+  self->request(source.actor, std::chrono::seconds(2), source.request)
+      .then([self, sources, index, status](const msg::ActorStatus& reply) mutable {
+        for (const auto& [key, value] : reply.numbers) status[(*sources)[index].section][key] = value;
+        collect_status(self, sources, index + 1, std::move(status));
       });
+}
+
+// The coordinator's and the cluster's numbers, weight-sync's (which version
+// each rollout runs) and replay's (trajectories from each rollout): what a
+// script or test reads to see which nodes contribute and what they run.
+void refresh_status(Self self) {
+  const auto& state = self->state;
+  auto sources = std::make_shared<const std::vector<StatusSource>>(std::vector<StatusSource>{
+      {"coordinator", state.coordinator, caf::make_message(atoms::status_atom_v)},
+      {"coordinator", state.coordinator, caf::make_message(atoms::join_atom_v, atoms::status_atom_v)},
+      {"weight_sync", state.weight_sync, caf::make_message(atoms::status_atom_v)},
+      {"replay", state.replay, caf::make_message(atoms::status_atom_v)}});
+  collect_status(self, std::move(sources), 0, nlohmann::json::object());
 }
 
 // Admits a node unless another process connected now already uses its name

@@ -286,14 +286,21 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
                                  {"env_restarts", static_cast<double>(state.env_restarts)},
                                  {"rollout_restarts", static_cast<double>(state.rollout_restarts)},
                                  {"rollouts", static_cast<double>(state.rollouts.size())},
-                                 {"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
-                                 {"remote_rollouts_lost", static_cast<double>(state.remote_rollouts_lost)},
-                                 {"remote_envs", static_cast<double>(state.remote_envs.size())},
-                                 {"env_node_envs", static_cast<double>(state.env_node_envs.size())},
                                  {"envs", static_cast<double>(state.envs.size())}}};
       },
       [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); },
-      // Cluster: the actors a joining node talks to, then its actors' registration.
+      // Cluster: membership numbers (the gatekeeper's status file), the actors
+      // a joining node talks to, then its actors' registration.
+      [self](atoms::join_atom, atoms::status_atom) {
+        const auto& state = self->state;
+        return msg::ActorStatus{"coordinator",
+                                "cluster",
+                                state.stopping ? "stopping" : "running",
+                                {{"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
+                                 {"remote_rollouts_lost", static_cast<double>(state.remote_rollouts_lost)},
+                                 {"remote_envs", static_cast<double>(state.remote_envs.size())},
+                                 {"env_node_envs", static_cast<double>(state.env_node_envs.size())}}};
+      },
       [self](atoms::join_atom) -> caf::result<caf::actor, caf::actor> {
         return {self->state.replay, self->state.weight_sync};
       },
