@@ -2,11 +2,15 @@
 #include "actors/coordinator.hpp"
 
 #include "actors/env_actor.hpp"
+#include "actors/introspection.hpp"
+#include "actors/introspection_actor.hpp"
 #include "actors/learner_actor.hpp"
 #include "actors/metrics_actor.hpp"
 #include "actors/replay_actor.hpp"
 #include "actors/rollout_actor.hpp"
 #include "actors/weight_sync_actor.hpp"
+#include "runtime/error.hpp"
+#include "runtime/live_knobs.hpp"
 
 #include <chrono>
 #include <map>
@@ -16,7 +20,7 @@ namespace sao::actors {
 
 struct CoordinatorState {
   CoordinatorConfig config;
-  caf::actor metrics, weight_sync, learner, replay;
+  caf::actor metrics, weight_sync, learner, replay, introspection;
   std::vector<caf::actor> envs;
   std::vector<std::chrono::steady_clock::time_point> env_started;
   std::vector<caf::actor> rollouts;
@@ -31,6 +35,8 @@ struct CoordinatorState {
   std::map<std::string, std::string> env_of_rollout;
   int64_t remote_rollouts_lost = 0;
   bool stopping = false;
+  bool rollouts_paused = false;
+  ActorCounters counters;
   int64_t steps = 0;
   int64_t policy_version = 0;
   int64_t episodes_lost = 0;
@@ -66,6 +72,7 @@ void restart_env(Self self, size_t index, const std::string& why) {
   // Many episodes of one batch time out together: restart once per incident.
   if (std::chrono::steady_clock::now() - state.env_started[index] < timeout) return;
   std::fprintf(stderr, "coordinator: restarting env-%zu (%s)\n", index, why.c_str());
+  state.counters.last_error = "env-" + std::to_string(index) + ": " + why;
   self->demonitor(state.envs[index]);
   self->send_exit(state.envs[index], caf::exit_reason::kill);
   state.envs[index] = spawn_env(self, index);
@@ -80,7 +87,8 @@ void restart_env(Self self, size_t index, const std::string& why) {
 void start(Self self) {
   auto& state = self->state;
   const auto& run = state.config.run;
-  state.metrics = spawn_metrics_actor(self->system(), MetricsActorConfig{run.run.dir, run.train.steps});
+  state.metrics = spawn_metrics_actor(self->system(), MetricsActorConfig{run.run.dir, run.train.steps, run.replay});
+  state.introspection = spawn_introspection_actor(self->system(), self);
   state.weight_sync = spawn_weight_sync_actor(self->system());
   state.learner =
       spawn_learner_actor(self->system(), LearnerActorConfig{run, state.config.policy, state.config.resume_from});
@@ -112,7 +120,8 @@ std::vector<caf::actor> all_rollouts(const CoordinatorState& state) {
 
 void shutdown_children(Self self) {
   auto& state = self->state;
-  std::vector<caf::actor> children = {state.metrics, state.weight_sync, state.learner, state.replay};
+  std::vector<caf::actor> children = {state.metrics, state.weight_sync, state.learner, state.replay,
+                                      state.introspection};
   children.insert(children.end(), state.envs.begin(), state.envs.end());
   const auto rollouts = all_rollouts(state);
   children.insert(children.end(), rollouts.begin(), rollouts.end());
@@ -221,6 +230,8 @@ void on_down(Self self, const caf::down_msg& down) {
     if (state.rollouts[i].address() != down.source) continue;
     std::fprintf(stderr, "coordinator: restarting rollout-%zu (exited: %s)\n", i, why.c_str());
     state.rollouts[i] = spawn_rollout(self, i);
+    if (state.rollouts_paused) self->send(state.rollouts[i], atoms::pause_atom_v);
+    state.counters.last_error = "rollout-" + std::to_string(i) + " exited: " + why;
     ++state.rollout_restarts;
     self->send(state.metrics, atoms::register_atom_v, std::string("rollout_restart"));
     return;
@@ -243,6 +254,80 @@ void register_remote(Self self, std::map<std::string, caf::actor>& registry, con
   self->monitor(actor);
   std::fprintf(stderr, "coordinator: remote %s joined\n", name.c_str());
 }
+
+// Every actor of the run with a display name, the coordinator first.
+std::pair<std::vector<caf::actor>, std::vector<std::string>> list_actors(Self self) {
+  auto& state = self->state;
+  std::vector<caf::actor> actors = {self,          state.learner,      state.replay, state.weight_sync,
+                                    state.metrics, state.introspection};
+  std::vector<std::string> names = {"coordinator", "learner", "replay", "weight-sync", "metrics", "introspection"};
+  for (size_t i = 0; i < state.rollouts.size(); ++i) {
+    actors.push_back(state.rollouts[i]);
+    names.push_back(state.rollout_configs[i].name);
+  }
+  for (size_t i = 0; i < state.envs.size(); ++i) {
+    actors.push_back(state.envs[i]);
+    names.push_back("env-" + std::to_string(i));
+  }
+  // Cluster nodes' actors, named "<node>/rollout-<i>", "<node>/env-<i>".
+  for (const auto* registry : {&state.remote_rollouts, &state.remote_envs}) {
+    for (const auto& [key, actor] : *registry) {
+      actors.push_back(actor);
+      names.push_back(key.substr(key.find(' ') + 1));
+    }
+  }
+  return {actors, names};
+}
+
+void record_control(Self self, msg::ControlEvent event) {
+  self->send(self->state.metrics, std::move(event));
+}
+
+void set_rollouts_paused(Self self, bool paused, const std::string& origin) {
+  auto& state = self->state;
+  state.rollouts_paused = paused;
+  for (auto& rollout : all_rollouts(state)) {
+    if (paused) {
+      self->send(rollout, atoms::pause_atom_v);
+    } else {
+      self->send(rollout, atoms::resume_atom_v);
+    }
+  }
+  record_control(self, msg::ControlEvent{paused ? "pause" : "resume", "rollouts", "", origin});
+}
+
+// Applies a live knob: replay first (it validates against the rest of the
+// replay config), then the learner, then logs it. The reply names what
+// changed, or the error of the first part that refused.
+caf::response_promise set_knob(Self self, const std::string& key, const std::string& text, const std::string& origin) {
+  auto promise = self->make_response_promise();
+  runtime::KnobChange change;
+  try {
+    change = runtime::parse_knob_change(key, text);
+  } catch (const Error& error) {
+    self->state.counters.last_error = error.what();
+    promise.deliver(caf::make_error(caf::sec::runtime_error, error.what()));
+    return promise;
+  }
+  auto on_learner = [self, promise, change, text, origin]() mutable {
+    auto finish = [self, promise, change, text, origin]() mutable {
+      record_control(self, msg::ControlEvent{"set", change.key, text, origin});
+      promise.deliver(std::string("set " + change.key + " = " + text));
+    };
+    if (!change.for_learner) return finish();
+    self->request(self->state.learner, std::chrono::seconds(30), atoms::set_atom_v, change.key, change.value)
+        .then([finish](const std::string&) mutable { finish(); },
+              [promise](const caf::error& error) mutable { promise.deliver(error); });
+  };
+  if (!change.for_replay) {
+    on_learner();
+    return promise;
+  }
+  self->request(self->state.replay, std::chrono::seconds(5), atoms::set_atom_v, change.key, change.value)
+      .then([on_learner](const std::string&) mutable { on_learner(); },
+            [promise](const caf::error& error) mutable { promise.deliver(error); });
+  return promise;
+}
 }  // namespace
 
 caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, CoordinatorConfig config) {
@@ -252,6 +337,7 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
   if (self->state.config.run.train.steps == 0) finish(self, "budget");
   return {
       [self](const msg::StepReport& report) {
+        ++self->state.counters.handled;
         self->state.steps = report.step;
         self->state.policy_version = report.policy_version;
         // Drifting environments change their rule with the learner's progress.
@@ -261,6 +347,7 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
       },
       [self](const msg::EpisodeLost& lost) {
         auto& state = self->state;
+        ++state.counters.handled;
         ++state.episodes_lost;
         self->send(state.metrics, lost);
         if (lost.reason.find("timeout") == std::string::npos) return;
@@ -268,45 +355,98 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
           if (state.rollout_configs[i].name == lost.rollout) restart_env(self, i % state.envs.size(), lost.reason);
         }
       },
-      [self](atoms::stop_atom) { finish(self, "stopped on request"); },
+      [self](atoms::stop_atom) {
+        ++self->state.counters.handled;
+        finish(self, "stopped on request");
+      },
       [self](atoms::pause_atom) {
-        for (auto& rollout : all_rollouts(self->state)) self->send(rollout, atoms::pause_atom_v);
+        ++self->state.counters.handled;
+        set_rollouts_paused(self, true, "local");
       },
       [self](atoms::resume_atom) {
-        for (auto& rollout : all_rollouts(self->state)) self->send(rollout, atoms::resume_atom_v);
+        ++self->state.counters.handled;
+        set_rollouts_paused(self, false, "local");
+      },
+      // Operator commands (console, HTTP): the origin goes into control.log.
+      [self](atoms::pause_atom, const std::string& origin) {
+        ++self->state.counters.handled;
+        set_rollouts_paused(self, true, origin);
+        return std::string("rollouts paused (episodes in flight finish first)");
+      },
+      [self](atoms::resume_atom, const std::string& origin) {
+        ++self->state.counters.handled;
+        set_rollouts_paused(self, false, origin);
+        return std::string("rollouts resumed");
+      },
+      [self](atoms::stop_atom, const std::string& origin) {
+        ++self->state.counters.handled;
+        record_control(self, msg::ControlEvent{"stop", "", "", origin});
+        finish(self, "stopped on request");
+        return std::string("stopping: final evaluation and checkpoint, then exit");
+      },
+      [self](atoms::checkpoint_atom, const std::string& origin) {
+        ++self->state.counters.handled;
+        auto promise = self->make_response_promise();
+        self->request(self->state.learner, std::chrono::minutes(5), atoms::checkpoint_atom_v)
+            .then(
+                [self, promise, origin](const std::string& dir) mutable {
+                  record_control(self, msg::ControlEvent{"checkpoint", "", dir, origin});
+                  promise.deliver("checkpoint written to " + dir);
+                },
+                [promise](const caf::error& error) mutable { promise.deliver(error); });
+        return promise;
+      },
+      [self](atoms::set_atom, const std::string& key, const std::string& value, const std::string& origin) {
+        ++self->state.counters.handled;
+        return set_knob(self, key, value, origin);
+      },
+      [self](atoms::actors_atom) {
+        ++self->state.counters.handled;
+        auto [actors, names] = list_actors(self);
+        return caf::make_message(std::move(actors), std::move(names));
+      },
+      [self](atoms::snapshot_atom) {
+        ++self->state.counters.handled;
+        return self->delegate(self->state.introspection, atoms::snapshot_atom_v);
+      },
+      [self](atoms::history_atom, int64_t since_step) {
+        ++self->state.counters.handled;
+        return self->delegate(self->state.metrics, atoms::history_atom_v, since_step);
       },
       [self](atoms::status_atom) {
-        const auto& state = self->state;
-        return msg::ActorStatus{"coordinator",
-                                "coordinator",
-                                state.stopping ? "stopping" : "running",
-                                {{"steps", static_cast<double>(state.steps)},
-                                 {"policy_version", static_cast<double>(state.policy_version)},
-                                 {"episodes_lost", static_cast<double>(state.episodes_lost)},
-                                 {"env_restarts", static_cast<double>(state.env_restarts)},
-                                 {"rollout_restarts", static_cast<double>(state.rollout_restarts)},
-                                 {"rollouts", static_cast<double>(state.rollouts.size())},
-                                 {"envs", static_cast<double>(state.envs.size())}}};
+        auto& state = self->state;
+        ++state.counters.handled;
+        return describe_actor(self, "coordinator", "coordinator", state.stopping ? "stopping" : "running",
+                              state.counters,
+                              {{"steps", static_cast<double>(state.steps)},
+                               {"rollouts_paused", state.rollouts_paused ? 1.0 : 0.0},
+                               {"policy_version", static_cast<double>(state.policy_version)},
+                               {"episodes_lost", static_cast<double>(state.episodes_lost)},
+                               {"env_restarts", static_cast<double>(state.env_restarts)},
+                               {"rollout_restarts", static_cast<double>(state.rollout_restarts)},
+                               {"rollouts", static_cast<double>(state.rollouts.size())},
+                               {"envs", static_cast<double>(state.envs.size())}});
       },
       [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); },
       // Cluster: membership numbers (the gatekeeper's status file), the actors
       // a joining node talks to, then its actors' registration.
       [self](atoms::join_atom, atoms::status_atom) {
+        ++self->state.counters.handled;
         const auto& state = self->state;
-        return msg::ActorStatus{"coordinator",
-                                "cluster",
-                                state.stopping ? "stopping" : "running",
-                                {{"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
-                                 {"remote_rollouts_lost", static_cast<double>(state.remote_rollouts_lost)},
-                                 {"remote_envs", static_cast<double>(state.remote_envs.size())},
-                                 {"env_node_envs", static_cast<double>(state.env_node_envs.size())}}};
+        return describe_actor(self, "coordinator", "cluster", state.stopping ? "stopping" : "running", state.counters,
+                              {{"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
+                               {"remote_rollouts_lost", static_cast<double>(state.remote_rollouts_lost)},
+                               {"remote_envs", static_cast<double>(state.remote_envs.size())},
+                               {"env_node_envs", static_cast<double>(state.env_node_envs.size())}});
       },
       [self](atoms::join_atom) -> caf::result<caf::actor, caf::actor> {
+        ++self->state.counters.handled;
         return {self->state.replay, self->state.weight_sync};
       },
       // The process whose actors use a node name now (none: a default
       // node_id); registry keys are "rollout NAME/rollout-i", "env NAME/env-i".
       [self](atoms::join_atom, const std::string& node_name) -> caf::node_id {
+        ++self->state.counters.handled;
         const std::string infix = " " + node_name + "/";
         for (const auto* registry : {&self->state.remote_rollouts, &self->state.remote_envs}) {
           for (const auto& [key, actor] : *registry) {
@@ -318,14 +458,16 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
       // needs_env: the rollout's node has no envs; an env node's env serves it.
       [self](atoms::join_atom, atoms::rollout_atom, const std::string& name, const caf::actor& rollout,
              bool needs_env) {
+        ++self->state.counters.handled;
         const std::string key = "rollout " + name;
         register_remote(self, self->state.remote_rollouts, key, rollout);
-        if (self->state.stopping) self->send(rollout, atoms::pause_atom_v);
+        if (self->state.stopping || self->state.rollouts_paused) self->send(rollout, atoms::pause_atom_v);
         if (needs_env) assign_env_node_env(self, key);
       },
       // from_env_node: an env node's env, shared by rollouts that need one.
       [self](atoms::join_atom, atoms::env_atom, const std::string& name, const caf::actor& env, bool from_env_node) {
         auto& state = self->state;
+        ++state.counters.handled;
         const std::string key = "env " + name;
         register_remote(self, state.remote_envs, key, env);
         self->send(env, atoms::train_step_atom_v, state.steps);

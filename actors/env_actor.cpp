@@ -1,6 +1,7 @@
 // Env actor behaviour; see env_actor.hpp.
 #include "actors/env_actor.hpp"
 
+#include "actors/introspection.hpp"
 #include "env/environment.hpp"
 
 #include <map>
@@ -15,9 +16,8 @@ struct EnvActorState {
   // and starting one per episode would be slow and make restarts meaningless.
   std::vector<std::unique_ptr<env::Environment>> idle;
   int64_t learner_step = -1;
-  int64_t handled = 0;
   int64_t errors = 0;
-  std::string last_error;
+  ActorCounters counters;
   static inline const char* name = "env";
 };
 
@@ -57,7 +57,7 @@ void release(EnvActorState& state, int64_t episode_id) {
 
 caf::error env_error(EnvActorState& state, const std::string& what) {
   ++state.errors;
-  state.last_error = what;
+  state.counters.last_error = what;
   return caf::make_error(caf::sec::runtime_error, state.config.name + ": " + what);
 }
 }  // namespace
@@ -67,7 +67,7 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
   return {
       [self](const msg::EnvReset& request) -> caf::result<msg::EnvReply> {
         auto& state = self->state;
-        ++state.handled;
+        ++state.counters.handled;
         if (expired(request.deadline_unix_ms)) return env_error(state, "reset request expired before it was served");
         try {
           auto environment = acquire(state);
@@ -81,7 +81,7 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
       },
       [self](const msg::EnvAction& request) -> caf::result<msg::EnvReply> {
         auto& state = self->state;
-        ++state.handled;
+        ++state.counters.handled;
         auto it = state.episodes.find(request.episode_id);
         if (it == state.episodes.end()) {
           return env_error(state, "step for unknown episode " + std::to_string(request.episode_id));
@@ -101,18 +101,18 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
       },
       [self](atoms::train_step_atom, int64_t learner_step) {
         auto& state = self->state;
+        ++state.counters.handled;
         state.learner_step = learner_step;
         for (auto& environment : state.idle) environment->on_training_step(learner_step);
         for (auto& item : state.episodes) item.second->on_training_step(learner_step);
       },
       [self](atoms::status_atom) {
         const auto& state = self->state;
-        return msg::ActorStatus{state.config.name,
-                                "env",
-                                state.episodes.empty() ? "idle" : "serving",
-                                {{"open_episodes", static_cast<double>(state.episodes.size())},
-                                 {"handled", static_cast<double>(state.handled)},
-                                 {"errors", static_cast<double>(state.errors)}}};
+        return describe_actor(self, state.config.name, "env", state.episodes.empty() ? "idle" : "serving",
+                              state.counters,
+                              {{"open_episodes", static_cast<double>(state.episodes.size())},
+                               {"idle_environments", static_cast<double>(state.idle.size())},
+                               {"errors", static_cast<double>(state.errors)}});
       },
   };
 }

@@ -1,9 +1,12 @@
 // Learner actor behaviour; see learner_actor.hpp.
 #include "actors/learner_actor.hpp"
 
+#include "actors/introspection.hpp"
+
 #include "algo/learner.hpp"
 #include "model/checkpoint.hpp"
 #include "model/tensor_blob.hpp"
+#include "runtime/error.hpp"
 #include "train/task_runner.hpp"
 
 #include <algorithm>
@@ -30,7 +33,7 @@ struct LearnerActorState {
   std::string state = "starting";
   double last_step_seconds = 0.0;
   std::map<std::string, double> last_metrics;
-  std::string last_error;
+  ActorCounters counters;
   static inline const char* name = "learner";
 };
 
@@ -81,8 +84,8 @@ msg::EvalReport evaluate(Self self) {
     report.total = result.total;
   } catch (const std::exception& error) {
     // An evaluation that fails (e.g. an external env is down) must not end training.
-    state.last_error = std::string("evaluation failed: ") + error.what();
-    std::fprintf(stderr, "learner: %s\n", state.last_error.c_str());
+    state.counters.last_error = std::string("evaluation failed: ") + error.what();
+    std::fprintf(stderr, "learner: %s\n", state.counters.last_error.c_str());
   }
   self->send(state.metrics, report);
   return report;
@@ -145,7 +148,7 @@ void run_step(Self self, msg::TrainBatch& batch) {
     result = state.learner->step(trajectories);
   } catch (const std::exception& error) {
     // A malformed batch must not kill the run: count it and go on.
-    state.last_error = error.what();
+    state.counters.last_error = error.what();
     result.metrics["batch_rejected"] = 1.0;
   }
   state.last_step_seconds = seconds_between(start, std::chrono::steady_clock::now());
@@ -157,6 +160,10 @@ void run_step(Self self, msg::TrainBatch& batch) {
   metrics["dropped_stale"] = static_cast<double>(batch.dropped_stale);
   metrics["learner_idle_ms"] = idle_ms;
   metrics["learner_step_ms"] = state.last_step_seconds * 1e3;
+  // Live knobs, so a console `set` shows in metrics.jsonl from the next step
+  // on (the replay knobs are added by the metrics sink).
+  metrics["actor_lr"] = state.learner->config().actor_lr;
+  metrics["critic_lr"] = state.learner->config().critic_lr;
   metrics["queued_after"] = static_cast<double>(batch.queued_after);
   if (!std::isnan(regime)) metrics["env_regime"] = regime;
   double latency_sum = 0.0;
@@ -201,6 +208,7 @@ caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, Learne
       [self](atoms::start_atom, const caf::actor& replay, const caf::actor& weight_sync, const caf::actor& metrics,
              const caf::actor& coordinator) {
         auto& st = self->state;
+        ++st.counters.handled;
         st.coordinator = coordinator;
         st.replay = replay;
         st.weight_sync = weight_sync;
@@ -212,21 +220,62 @@ caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, Learne
         st.previous_step_start = st.idle_since;
         self->send(st.replay, atoms::learner_idle_atom_v, st.learner->policy_version());
       },
-      [self](msg::TrainBatch& batch) { run_step(self, batch); },
-      [self](atoms::checkpoint_atom) { return save_checkpoint(self); },
+      [self](msg::TrainBatch& batch) {
+        ++self->state.counters.handled;
+        run_step(self, batch);
+      },
+      [self](atoms::checkpoint_atom) -> caf::result<std::string> {
+        ++self->state.counters.handled;
+        try {
+          auto dir = save_checkpoint(self);
+          self->state.state = "idle";
+          return dir;
+        } catch (const std::exception& error) {
+          // A failed save keeps the previous checkpoint (written atomically) and the run.
+          self->state.counters.last_error = std::string("checkpoint failed: ") + error.what();
+          self->state.state = "idle";
+          return caf::make_error(caf::sec::runtime_error, self->state.counters.last_error);
+        }
+      },
+      [self](atoms::set_atom, const std::string& key, double value) -> caf::result<std::string> {
+        auto& learner = *self->state.learner;
+        ++self->state.counters.handled;
+        try {
+          if (key == "actor_lr") {
+            learner.set_actor_lr(value);
+          } else if (key == "critic_lr") {
+            learner.set_critic_lr(value);
+          } else if (key == "max_staleness") {
+            learner.set_max_staleness(static_cast<int64_t>(value));
+          } else {
+            throw Error("set " + key + ": not a learner knob");
+          }
+        } catch (const Error& error) {
+          self->state.counters.last_error = error.what();
+          return caf::make_error(caf::sec::runtime_error, error.what());
+        }
+        return "learner." + key + " applied";
+      },
       [self](atoms::stop_atom) {
+        ++self->state.counters.handled;
         auto report = evaluate(self);
         save_checkpoint(self);
         self->state.state = "stopped";
         return report;
       },
       [self](atoms::status_atom) {
-        const auto& st = self->state;
-        msg::ActorStatus status{"learner", "learner", st.state, {}};
+        auto& st = self->state;
+        ++st.counters.handled;
+        auto status = describe_actor(self, "learner", "learner", st.state, st.counters, {});
+        status.numbers["actor_lr"] = st.learner->config().actor_lr;
+        status.numbers["critic_lr"] = st.learner->config().critic_lr;
+        status.numbers["max_staleness"] = static_cast<double>(st.learner->config().max_staleness);
         status.numbers["step"] = static_cast<double>(st.learner->steps());
         status.numbers["policy_version"] = static_cast<double>(st.learner->policy_version());
         status.numbers["last_step_ms"] = st.last_step_seconds * 1e3;
-        for (const char* key : {"policy_loss", "value_loss", "reward_mean", "entropy", "grad_norm"}) {
+        for (const char* key :
+             {"policy_loss", "value_loss", "reward_mean", "entropy", "grad_norm", "explained_variance",
+              "dis_reject_low_frac", "dis_reject_high_frac", "staleness_mean", "tokens_per_s"}) {
           auto it = st.last_metrics.find(key);
           if (it != st.last_metrics.end()) status.numbers[key] = it->second;
         }

@@ -124,12 +124,28 @@ struct EpisodeLost {
   std::string reason;
 };
 
-// What every actor reports about itself when asked (introspection).
+// What every actor reports about itself when asked (introspection). The
+// actor fills name..numbers; the introspection actor adds node and id from
+// the handle it asked through.
 struct ActorStatus {
   std::string name;
   std::string kind;
-  std::string state;
+  std::string state;  // e.g. idle, generating, waiting_for_env, training, syncing, paused
   std::map<std::string, double> numbers;
+  int64_t mailbox_depth = 0;
+  int64_t messages_handled = 0;
+  std::string last_error;
+  std::string node;
+  uint64_t actor_id = 0;
+};
+
+// An operator's command that changed the run (console or HTTP): logged in
+// metrics.jsonl and RUN_DIR/control.log so every change is on record.
+struct ControlEvent {
+  std::string command;  // pause, resume, set, checkpoint, stop
+  std::string key;      // for set: the knob
+  std::string value;    // for set: the new value; otherwise a detail
+  std::string origin;   // who asked (e.g. "http 127.0.0.1")
 };
 
 // The end of a run, sent by the coordinator to whoever started it.
@@ -187,7 +203,12 @@ typename Inspector::result_type inspect(Inspector& f, EpisodeLost& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorStatus& x) {
-  return f(caf::meta::type_name("ActorStatus"), x.name, x.kind, x.state, x.numbers);
+  return f(caf::meta::type_name("ActorStatus"), x.name, x.kind, x.state, x.numbers, x.mailbox_depth, x.messages_handled,
+           x.last_error, x.node, x.actor_id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ControlEvent& x) {
+  return f(caf::meta::type_name("ControlEvent"), x.command, x.key, x.value, x.origin);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunFinished& x) {
@@ -223,6 +244,7 @@ CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::VersionAck>))
 CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::EpisodeLost>))
 CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::ActorStatus>))
 CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::RunFinished>))
+CAF_ADD_TYPE_ID(sao, (sao::msg::ControlEvent))
 CAF_ADD_ATOM(sao, sao::atoms, decode_atom, "decode")
 CAF_ADD_ATOM(sao, sao::atoms, register_atom, "register")
 CAF_ADD_ATOM(sao, sao::atoms, learner_idle_atom, "lrn_idle")
@@ -235,6 +257,10 @@ CAF_ADD_ATOM(sao, sao::atoms, start_atom, "start")
 CAF_ADD_ATOM(sao, sao::atoms, versions_atom, "versions")
 CAF_ADD_ATOM(sao, sao::atoms, evaluate_atom, "evaluate")
 CAF_ADD_ATOM(sao, sao::atoms, train_step_atom, "trainstep")
+CAF_ADD_ATOM(sao, sao::atoms, set_atom, "set")
+CAF_ADD_ATOM(sao, sao::atoms, snapshot_atom, "snapshot")
+CAF_ADD_ATOM(sao, sao::atoms, history_atom, "history")
+CAF_ADD_ATOM(sao, sao::atoms, actors_atom, "actors")
 // Cluster (actors/cluster.hpp): a node joins the learner, then registers
 // its rollout and env actors with the coordinator.
 CAF_ADD_ATOM(sao, sao::atoms, join_atom, "join")

@@ -1,11 +1,15 @@
 // Metrics sink behaviour; see metrics_actor.hpp.
 #include "actors/metrics_actor.hpp"
 
+#include "actors/introspection.hpp"
 #include "runtime/progress.hpp"
 #include "runtime/stats.hpp"
 
 #include <cmath>
+#include <ctime>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 namespace sao::actors {
@@ -24,6 +28,10 @@ struct MetricsActorState {
   int64_t last_step = 0;
   double last_accuracy = std::nan("");
   double reward_ema = std::nan("");
+  std::deque<nlohmann::json> history;   // recent step lines, for the console and dashboard
+  std::vector<nlohmann::json> events;   // operator commands
+  std::map<std::string, double> knobs;  // live values not owned by the learner's own metrics
+  ActorCounters counters;
   static inline const char* name = "metrics";
 };
 
@@ -56,11 +64,14 @@ void on_step(Self self, const msg::StepReport& report) {
   line["step"] = report.step;
   line["policy_version"] = report.policy_version;
   line["episodes_lost"] = state.episodes_lost;
+  for (const auto& [key, value] : state.knobs) line[key] = value;
   // JSON has no NaN; an undefined number is written as null.
   for (auto& item : line.items()) {
     if (item.value().is_number_float() && !std::isfinite(item.value().get<double>())) item.value() = nullptr;
   }
   state.writer->write(line);
+  state.history.push_back(line);
+  if (state.history.size() > kHistoryKeptSteps) state.history.pop_front();
   state.latencies_ms.insert(state.latencies_ms.end(), report.rollout_to_learner_ms.begin(),
                             report.rollout_to_learner_ms.end());
   auto get = [&](const char* key) {
@@ -84,6 +95,50 @@ void on_step(Self self, const msg::StepReport& report) {
                           get("tokens_per_s"), "tok");
   }
 }
+std::string utc_timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm parts{};
+  gmtime_r(&now, &parts);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &parts);
+  return text;
+}
+
+void on_control(Self self, const msg::ControlEvent& event) {
+  auto& state = self->state;
+  nlohmann::json line = {{"event", event.command},  {"key", event.key},
+                         {"value", event.value},    {"origin", event.origin},
+                         {"step", state.last_step}, {"wall_time_s", state.progress->elapsed_seconds()},
+                         {"time", utc_timestamp()}};
+  state.writer->write(line);
+  state.events.push_back(line);
+  if (event.command == "set" && state.knobs.count(event.key)) state.knobs[event.key] = std::stod(event.value);
+  if (event.command == "pause") state.knobs["rollouts_paused"] = 1.0;
+  if (event.command == "resume") state.knobs["rollouts_paused"] = 0.0;
+  std::ofstream log(std::filesystem::path(state.config.run_dir) / "control.log", std::ios::app);
+  log << line["time"].get<std::string>() << " step " << state.last_step << " " << event.command;
+  if (!event.key.empty()) log << " " << event.key;
+  if (!event.value.empty()) log << " " << event.value;
+  log << " (from " << event.origin << ")\n";
+}
+
+std::string history_since(const MetricsActorState& state, int64_t since_step) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& line : state.history) {
+    if (line["step"].get<int64_t>() > since_step) steps.push_back(line);
+  }
+  if (steps.size() > kHistoryReplyLimit) {
+    steps.erase(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() - kHistoryReplyLimit));
+  }
+  nlohmann::json knobs(state.knobs);
+  return nlohmann::json{{"steps", steps},
+                        {"evals", state.evals},
+                        {"events", state.events},
+                        {"knobs", knobs},
+                        {"latest", state.history.empty() ? nlohmann::json(nullptr) : state.history.back()},
+                        {"summary", summary_of(state)}}
+      .dump();
+}
 }  // namespace
 
 caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, MetricsActorConfig config) {
@@ -92,10 +147,26 @@ caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, Metric
   state.writer =
       std::make_unique<runtime::JsonlWriter>((std::filesystem::path(state.config.run_dir) / "metrics.jsonl").string());
   state.progress = std::make_unique<runtime::ProgressLine>("train", state.config.total_steps);
+  state.knobs = {{"max_staleness", static_cast<double>(state.config.replay.max_staleness)},
+                 {"min_batch", static_cast<double>(state.config.replay.min_batch)},
+                 {"max_batch", static_cast<double>(state.config.replay.max_batch)},
+                 {"rollouts_paused", 0.0}};
   return {
-      [self](const msg::StepReport& report) { on_step(self, report); },
+      [self](const msg::StepReport& report) {
+        ++self->state.counters.handled;
+        on_step(self, report);
+      },
+      [self](const msg::ControlEvent& event) {
+        ++self->state.counters.handled;
+        on_control(self, event);
+      },
+      [self](atoms::history_atom, int64_t since_step) {
+        ++self->state.counters.handled;
+        return history_since(self->state, since_step);
+      },
       [self](const msg::EvalReport& report) {
         auto& st = self->state;
+        ++st.counters.handled;
         st.last_accuracy = report.accuracy;
         nlohmann::json line = {{"eval", true},
                                {"step", report.step},
@@ -110,8 +181,13 @@ caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, Metric
         std::fprintf(stderr, "eval step %lld: held-out accuracy %.4f (%lld problems)\n",
                      static_cast<long long>(report.step), report.accuracy, static_cast<long long>(report.total));
       },
-      [self](const msg::EpisodeLost&) { ++self->state.episodes_lost; },
+      [self](const msg::EpisodeLost& lost) {
+        ++self->state.counters.handled;
+        ++self->state.episodes_lost;
+        self->state.counters.last_error = "episode lost in " + lost.rollout + ": " + lost.reason;
+      },
       [self](atoms::register_atom, const std::string& what) {
+        ++self->state.counters.handled;
         if (what == "env_restart") ++self->state.env_restarts;
         if (what == "rollout_restart") ++self->state.rollout_restarts;
       },
@@ -122,14 +198,14 @@ caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, Metric
         return summary.dump();
       },
       [self](atoms::status_atom) {
-        const auto& st = self->state;
-        return msg::ActorStatus{"metrics",
-                                "metrics",
-                                "idle",
-                                {{"last_step", static_cast<double>(st.last_step)},
-                                 {"episodes_lost", static_cast<double>(st.episodes_lost)},
-                                 {"accuracy", st.last_accuracy},
-                                 {"reward_ema", st.reward_ema}}};
+        auto& st = self->state;
+        ++st.counters.handled;
+        return describe_actor(self, "metrics", "metrics", "idle", st.counters,
+                              {{"last_step", static_cast<double>(st.last_step)},
+                               {"episodes_lost", static_cast<double>(st.episodes_lost)},
+                               {"accuracy", st.last_accuracy},
+                               {"reward_ema", st.reward_ema},
+                               {"control_events", static_cast<double>(st.events.size())}});
       },
   };
 }

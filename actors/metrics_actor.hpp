@@ -1,9 +1,12 @@
-// Metrics sink: one JSON line per learner step and per evaluation in
-// RUN_DIR/metrics.jsonl (flushed per line), the live progress line, and the
-// run summary (latency percentiles, idle time, lost episodes) at the end.
+// Metrics sink: one JSON line per learner step, per evaluation and per
+// operator command in RUN_DIR/metrics.jsonl (flushed per line; commands also
+// in RUN_DIR/control.log), the live progress line, the run summary (latency
+// percentiles, idle time, lost episodes) at the end, and the recent history
+// the console and dashboard read (`history_atom`).
 #pragma once
 
 #include "actors/messages.hpp"
+#include "replay/replay_buffer.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -14,7 +17,15 @@ namespace sao::actors {
 struct MetricsActorConfig {
   std::string run_dir;
   int64_t total_steps = 0;
+  replay::ReplayConfig replay;  // the replay knobs' values at start (live `set` changes them)
 };
+
+// Reply to (history_atom, since_step): a JSON object with "steps" (step
+// lines after since_step, at most the last kHistoryReplyLimit), "evals",
+// "events" (operator commands), "knobs" (current live values), "latest"
+// (the newest step line, or null) and "summary".
+constexpr size_t kHistoryKeptSteps = 20000;
+constexpr size_t kHistoryReplyLimit = 2000;
 
 // Spawns the actor (state and behaviour are private to the .cpp).
 caf::actor spawn_metrics_actor(caf::actor_system& system, MetricsActorConfig config);

@@ -87,7 +87,9 @@ TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM 
     std::fprintf(stderr, "learner node: listening on %s:%u (build fingerprint %s)\n", options.listen_host.c_str(),
                  static_cast<unsigned>(*port), gatekeeper_config.fingerprint.c_str());
     if (!options.port_file.empty()) write_file_atomically(options.port_file, std::to_string(*port));
+    auto console = start_console(system, coordinator, config);
     outcome = await_run_finished(self, coordinator, stop_requested);
+    console.reset();  // no requests into a system that is shutting down
     self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
     outcome.actors_left_running = actors_left_running(system);
   }
@@ -165,14 +167,16 @@ void stop_session(caf::scoped_actor& self, NodeSession& session) {
 void report_status(caf::scoped_actor& self, const WorkerNodeOptions& options, const NodeSession& session) {
   static const std::map<std::string, std::vector<std::string>> kShown = {
       {"rollout", {"policy_version", "episodes_done", "episodes_lost", "tokens_per_s"}},
-      {"env", {"handled", "errors", "open_episodes"}}};
+      {"env", {"open_episodes", "errors"}}};
   nlohmann::json status = {{"node", options.name}, {"node_number", session.grant.node_number}};
   for (const auto& actor : session.local()) {
     self->request(actor, std::chrono::seconds(2), atoms::status_atom_v)
         .receive(
             [&](const msg::ActorStatus& reply) {
               status["actors"][reply.name] = reply.numbers;
-              std::string line = "node " + options.name + ": " + reply.name;
+              status["actors"][reply.name]["messages_handled"] = reply.messages_handled;
+              std::string line = "node " + options.name + ": " + reply.name + " messages_handled " +
+                                 std::to_string(reply.messages_handled);
               auto shown = kShown.find(reply.kind);
               if (shown == kShown.end()) return;
               for (const auto& key : shown->second) {

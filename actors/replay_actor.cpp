@@ -1,6 +1,10 @@
 // Replay actor behaviour; see replay_actor.hpp.
 #include "actors/replay_actor.hpp"
 
+#include "actors/introspection.hpp"
+#include "runtime/error.hpp"
+#include "runtime/live_knobs.hpp"
+
 #include <map>
 #include <memory>
 
@@ -12,6 +16,7 @@ struct ReplayActorState {
   bool learner_idle = false;
   int64_t learner_version = 0;
   int64_t dropped_reported = 0;
+  ActorCounters counters;
   std::map<std::string, int64_t> received_from;  // rollout name -> trajectories (which nodes contribute)
   static inline const char* name = "replay";
 };
@@ -48,6 +53,7 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
   return {
       [self](msg::TrajectoryMsg& message) {
         auto& state = self->state;
+        ++state.counters.handled;
         ++state.received_from[message.rollout];
         replay::ReplayItem item{std::move(message.trajectory), message.finished_at_ns,
                                 std::move(message.final_info_json)};
@@ -56,14 +62,30 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
         return msg::ReplayAck{accepted, state.buffer->queued(), state.buffer->full()};
       },
       [self](atoms::learner_idle_atom, int64_t policy_version) {
+        ++self->state.counters.handled;
         self->state.learner_idle = true;
         self->state.learner_version = policy_version;
         try_dispatch(self);
       },
+      [self](atoms::set_atom, const std::string& key, double value) -> caf::result<std::string> {
+        auto& state = self->state;
+        ++state.counters.handled;
+        try {
+          runtime::apply_knob(state.buffer->config(), runtime::KnobChange{key, value, true, false});
+        } catch (const Error& error) {
+          state.counters.last_error = error.what();
+          return caf::make_error(caf::sec::runtime_error, error.what());
+        }
+        try_dispatch(self);  // a smaller min_batch may release a batch now
+        return "replay." + key + " applied";
+      },
       [self](atoms::status_atom) {
-        const auto& state = self->state;
+        auto& state = self->state;
+        ++state.counters.handled;
         const auto& stats = state.buffer->stats();
-        msg::ActorStatus status{"replay", "replay", state.learner_idle ? "waiting_for_batch" : "learner_busy", {}};
+        const auto& knobs = state.buffer->config();
+        auto status = describe_actor(self, "replay", "replay",
+                                     state.learner_idle ? "waiting_for_batch" : "learner_busy", state.counters, {});
         status.numbers = {{"queued", static_cast<double>(state.buffer->queued())},
                           {"pending_partial_groups", static_cast<double>(state.buffer->pending_partial())},
                           {"full", state.buffer->full() ? 1.0 : 0.0},
@@ -71,7 +93,10 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
                           {"dropped_stale", static_cast<double>(stats.dropped_stale)},
                           {"handed_out", static_cast<double>(stats.handed_out)},
                           {"learner_version", static_cast<double>(state.learner_version)},
-                          {"max_staleness", static_cast<double>(state.buffer->config().max_staleness)}};
+                          {"max_staleness", static_cast<double>(knobs.max_staleness)},
+                          {"min_batch", static_cast<double>(knobs.min_batch)},
+                          {"max_batch", static_cast<double>(knobs.max_batch)},
+                          {"capacity", static_cast<double>(knobs.capacity)}};
         for (const auto& [staleness, count] : stats.staleness_histogram) {
           status.numbers["staleness." + std::to_string(staleness)] = static_cast<double>(count);
         }

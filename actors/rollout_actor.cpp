@@ -1,6 +1,8 @@
 // Rollout actor behaviour; see rollout_actor.hpp.
 #include "actors/rollout_actor.hpp"
 
+#include "actors/introspection.hpp"
+
 #include "algo/trajectory.hpp"
 #include "model/generation.hpp"
 #include "model/tensor_blob.hpp"
@@ -69,7 +71,7 @@ struct RolloutActorState {
   int64_t tokens_generated = 0;
   int64_t weight_switches = 0;
   double decode_seconds = 0.0;
-  std::string last_error;
+  ActorCounters counters;
   static inline const char* name = "rollout";
 };
 
@@ -108,7 +110,7 @@ void lose_episode(Self self, EpisodeRow& row, const std::string& reason) {
   row.lost = true;
   row.state = RowState::kDone;
   ++state.episodes_lost;
-  state.last_error = reason;
+  state.counters.last_error = reason;
   self->send(state.config.coordinator, msg::EpisodeLost{state.config.name, reason});
 }
 
@@ -304,7 +306,8 @@ msg::ActorStatus status_of(Self self) {
   const auto& state = self->state;
   std::string activity = "idle";
   if (state.paused) {
-    activity = "paused";
+    // A paused rollout finishes the episodes it has in flight first.
+    activity = state.session ? "pausing" : "paused";
   } else if (any_generating(state)) {
     activity = "generating";
   } else if (state.session || state.resets_outstanding > 0) {
@@ -312,17 +315,17 @@ msg::ActorStatus status_of(Self self) {
   }
   int64_t turn = 0;
   for (const auto& row : state.rows) turn = std::max<int64_t>(turn, static_cast<int64_t>(row.turns.size()) + 1);
-  return {state.config.name,
-          "rollout",
-          activity,
-          {{"policy_version", static_cast<double>(state.version)},
-           {"episodes_done", static_cast<double>(state.episodes_done)},
-           {"episodes_lost", static_cast<double>(state.episodes_lost)},
-           {"tokens_generated", static_cast<double>(state.tokens_generated)},
-           {"tokens_per_s", state.decode_seconds > 0 ? state.tokens_generated / state.decode_seconds : 0.0},
-           {"weight_switches", static_cast<double>(state.weight_switches)},
-           {"current_turn", static_cast<double>(turn)},
-           {"replay_full", state.replay_full ? 1.0 : 0.0}}};
+  return describe_actor(
+      self, state.config.name, "rollout", activity, state.counters,
+      {{"policy_version", static_cast<double>(state.version)},
+       {"episodes_done", static_cast<double>(state.episodes_done)},
+       {"episodes_lost", static_cast<double>(state.episodes_lost)},
+       {"tokens_generated", static_cast<double>(state.tokens_generated)},
+       {"tokens_per_s", state.decode_seconds > 0 ? state.tokens_generated / state.decode_seconds : 0.0},
+       {"weight_switches", static_cast<double>(state.weight_switches)},
+       {"current_turn", static_cast<double>(turn)},
+       {"replay_full", state.replay_full ? 1.0 : 0.0},
+       {"paused", state.paused ? 1.0 : 0.0}});
 }
 }  // namespace
 
@@ -337,6 +340,7 @@ caf::behavior rollout_actor(caf::stateful_actor<RolloutActorState>* self, Rollou
   return {
       [self](msg::PolicyWeights& weights) {
         auto& st = self->state;
+        ++st.counters.handled;
         if (weights.version <= st.version) return;
         const bool mid_turn = st.session && any_generating(st);
         if (st.config.rollout.weight_switch == "turn_boundary" && mid_turn) {
@@ -346,8 +350,12 @@ caf::behavior rollout_actor(caf::stateful_actor<RolloutActorState>* self, Rollou
         }
         start_session(self);
       },
-      [self](atoms::decode_atom) { decode_step(self); },
+      [self](atoms::decode_atom) {
+        ++self->state.counters.handled;
+        decode_step(self);
+      },
       [self](atoms::start_atom) {
+        ++self->state.counters.handled;
         self->state.retry_scheduled = false;
         if (!self->state.replay_full) {
           start_session(self);
@@ -367,18 +375,26 @@ caf::behavior rollout_actor(caf::stateful_actor<RolloutActorState>* self, Rollou
                 },
                 [self](const caf::error&) { retry_later(self); });
       },
-      [self](atoms::pause_atom) { self->state.paused = true; },
+      [self](atoms::pause_atom) {
+        ++self->state.counters.handled;
+        self->state.paused = true;
+      },
       [self](atoms::resume_atom) {
+        ++self->state.counters.handled;
         self->state.paused = false;
         start_session(self);
       },
       [self](atoms::register_atom, const caf::actor& env) {
         // The coordinator replaced our env actor (restart after a failure, or
         // an env node joined or left); a null handle means none for now.
+        ++self->state.counters.handled;
         self->state.config.env = env;
         start_session(self);
       },
-      [self](atoms::status_atom) { return status_of(self); },
+      [self](atoms::status_atom) {
+        ++self->state.counters.handled;
+        return status_of(self);
+      },
   };
 }
 

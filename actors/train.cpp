@@ -1,11 +1,14 @@
 // One-process RL run; see train.hpp.
 #include "actors/train.hpp"
 
+#include "actors/console_server.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/messages.hpp"
 #include "actors/run_control.hpp"
 
 #include <chrono>
+#include <cstdio>
+#include <memory>
 #include <thread>
 
 namespace sao::actors {
@@ -36,6 +39,18 @@ TrainOutcome await_run_finished(caf::scoped_actor& self, const caf::actor& coord
   return outcome;
 }
 
+std::unique_ptr<ConsoleServer> start_console(caf::actor_system& system, const caf::actor& coordinator,
+                                             const runtime::RunConfig& config) {
+  if (!config.console.enabled) return nullptr;
+  try {
+    return std::make_unique<ConsoleServer>(system, coordinator, config.console, config.run.dir);
+  } catch (const std::exception& error) {
+    // Training matters more than watching it: say why, and go on without.
+    std::fprintf(stderr, "console: disabled for this run: %s\n", error.what());
+    return nullptr;
+  }
+}
+
 int64_t actors_left_running(caf::actor_system& system) {
   for (int i = 0; i < 250 && system.registry().running() > 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -53,7 +68,9 @@ TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM poli
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
     auto coordinator = spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self});
+    auto console = start_console(system, coordinator, config);
     outcome = await_run_finished(self, coordinator, stop_requested);
+    console.reset();  // no requests into a system that is shutting down
     outcome.actors_left_running = actors_left_running(system);
   }
   return outcome;

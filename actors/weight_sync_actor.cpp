@@ -1,6 +1,8 @@
 // Weight-sync behaviour; see weight_sync_actor.hpp.
 #include "actors/weight_sync_actor.hpp"
 
+#include "actors/introspection.hpp"
+
 #include <map>
 
 namespace sao::actors {
@@ -18,6 +20,7 @@ struct WeightSyncState {
   // versions it would only skip through, growing in the sender's buffers.
   std::map<std::string, bool> awaiting_ack;
   int64_t pushes = 0;
+  ActorCounters counters;
   static inline const char* name = "weight-sync";
 };
 
@@ -47,6 +50,7 @@ caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
   return {
       [self](msg::PolicyWeights& weights) {
         auto& state = self->state;
+        ++state.counters.handled;
         if (weights.version <= state.latest_version) return;
         state.latest_version = weights.version;
         state.latest = caf::make_message(std::move(weights));
@@ -54,6 +58,7 @@ caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
       },
       [self](atoms::register_atom, const std::string& name, const caf::actor& rollout) {
         auto& state = self->state;
+        ++state.counters.handled;
         state.rollouts[name] = rollout;
         state.running_version[name] = -1;
         state.awaiting_ack[name] = false;
@@ -62,19 +67,26 @@ caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
       },
       [self](const msg::VersionAck& ack) {
         auto& state = self->state;
+        ++state.counters.handled;
         if (state.rollouts.count(ack.rollout) == 0) return;  // from a rollout that has gone
         state.running_version[ack.rollout] = ack.version;
         state.awaiting_ack[ack.rollout] = false;
         push_latest(self, ack.rollout);
       },
       [self](atoms::versions_atom) {
-        msg::ActorStatus status{"weight-sync", "weight_sync", "idle", {}};
+        ++self->state.counters.handled;
+        auto status = describe_actor(self, "weight-sync", "weight_sync", "idle", self->state.counters, {});
         for (const auto& item : self->state.running_version) status.numbers[item.first] = item.second;
         return status;
       },
       [self](atoms::status_atom) {
-        const auto& state = self->state;
-        msg::ActorStatus status{"weight-sync", "weight_sync", "idle", {}};
+        auto& state = self->state;
+        ++state.counters.handled;
+        // "syncing" while some rollout still runs an older version than the latest.
+        bool behind = false;
+        for (const auto& item : state.running_version) behind = behind || item.second < state.latest_version;
+        auto status =
+            describe_actor(self, "weight-sync", "weight_sync", behind ? "syncing" : "idle", state.counters, {});
         status.numbers["latest_version"] = static_cast<double>(state.latest_version);
         status.numbers["rollouts"] = static_cast<double>(state.rollouts.size());
         status.numbers["pushes"] = static_cast<double>(state.pushes);

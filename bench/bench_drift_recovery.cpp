@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
     std::string line;
     while (std::getline(metrics, line)) {
       const auto record = nlohmann::json::parse(line);
+      if (record.contains("event")) continue;  // an operator command, not a step
       if (record.contains("eval")) {
         if (record["accuracy"].is_number()) evals[record["step"].get<int64_t>()] = record["accuracy"].get<double>();
         continue;

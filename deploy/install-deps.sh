@@ -3,14 +3,18 @@
 # when everything is present it touches nothing (no network needed).
 # libopenblas0-pthread matters: with Debian's default reference BLAS,
 # LibTorch matmuls run 20-40x slower (check with `sao doctor`).
+# `--tests` also installs what only the tests need (headless Chromium, which
+# loads the dashboard against a live run).
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libopenblas0-pthread
   libcaf-dev nlohmann-json3-dev doctest-dev
+  libcpp-httplib-dev libcairo2-dev fonts-dejavu-core curl
   python3
 )
+if [ "${1:-}" = "--tests" ]; then packages+=(chromium); fi
 
 missing=()
 for package in "${packages[@]}"; do

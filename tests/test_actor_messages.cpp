@@ -108,8 +108,19 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(round_trip(system, sao::msg::EvalReport{10, 9, 0.375, 400, "test"}).accuracy == 0.375);
   CHECK(round_trip(system, sao::msg::VersionAck{"rollout-1", 44}).version == 44);
   CHECK(round_trip(system, sao::msg::EpisodeLost{"rollout-1", "env step: timeout"}).reason == "env step: timeout");
-  auto status = round_trip(system, sao::msg::ActorStatus{"replay", "replay", "idle", {{"queued", 3}}});
+  sao::msg::ActorStatus sent{"replay", "replay", "idle", {{"queued", 3}}, 5, 1234, "bad batch", "node-a", 42};
+  auto status = round_trip(system, sent);
   CHECK(status.numbers.at("queued") == 3);
+  CHECK(status.mailbox_depth == 5);
+  CHECK(status.messages_handled == 1234);
+  CHECK(status.last_error == "bad batch");
+  CHECK(status.node == "node-a");
+  CHECK(status.actor_id == 42);
+  auto event = round_trip(system, sao::msg::ControlEvent{"set", "min_batch", "4", "http 127.0.0.1"});
+  CHECK(event.command == "set");
+  CHECK(event.key == "min_batch");
+  CHECK(event.value == "4");
+  CHECK(event.origin == "http 127.0.0.1");
   CHECK(round_trip(system, sao::msg::RunFinished{100, 90, "budget"}).reason == "budget");
 }
 

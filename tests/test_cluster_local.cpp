@@ -224,8 +224,8 @@ TEST_CASE("local cluster: an env process serves a rollout process that has no en
   bool env_served = false;
   for (int i = 0; i < 50 && !env_served; ++i) {
     const auto status = nlohmann::json::parse(read_file(cluster.state / "env-1.status.json"), nullptr, false);
-    env_served =
-        status.is_object() && number(status.value("actors", nlohmann::json::object()), "env-1/env-0", "handled") > 0;
+    env_served = status.is_object() &&
+                 number(status.value("actors", nlohmann::json::object()), "env-1/env-0", "messages_handled") > 0;
     if (!env_served) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   CHECK(env_served);

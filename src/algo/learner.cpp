@@ -190,6 +190,30 @@ Learner::Learner(LearnerConfig config, model::CausalLM policy, model::ValueModel
   critic_optimizer_ = make_adamw(critic_params_, config_.critic_lr, config_);
 }
 
+namespace {
+void set_optimizer_lr(torch::optim::AdamW& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+}  // namespace
+
+void Learner::set_actor_lr(double lr) {
+  if (!(lr > 0.0) || !std::isfinite(lr)) throw Error("learner: actor_lr must be a positive number");
+  config_.actor_lr = lr;
+  set_optimizer_lr(*actor_optimizer_, lr);
+}
+
+void Learner::set_critic_lr(double lr) {
+  if (!critic_optimizer_) throw Error("learner: critic_lr: this learner has no critic (baseline is not 'critic')");
+  if (!(lr > 0.0) || !std::isfinite(lr)) throw Error("learner: critic_lr must be a positive number");
+  config_.critic_lr = lr;
+  set_optimizer_lr(*critic_optimizer_, lr);
+}
+
+void Learner::set_max_staleness(int64_t max_staleness) {
+  if (max_staleness < -1) throw Error("learner: max_staleness must be >= 0, or -1 for no limit");
+  config_.max_staleness = max_staleness;
+}
+
 std::vector<Trajectory> Learner::admit(const std::vector<Trajectory>& trajectories, StepResult& result) const {
   std::vector<Trajectory> kept;
   for (size_t i = 0; i < trajectories.size(); ++i) {

@@ -108,6 +108,12 @@ class Learner {
   void save(const std::string& dir) const;
   void load(const std::string& dir);
 
+  // Live knobs (console `set`): take effect at the next step; the optimiser
+  // state (moments) is kept. Learning rates must be > 0; throws sao::Error.
+  void set_actor_lr(double lr);
+  void set_critic_lr(double lr);  // sao::Error if this learner has no critic
+  void set_max_staleness(int64_t max_staleness);
+
   const LearnerConfig& config() const { return config_; }
   model::CausalLM& policy() { return policy_; }
   model::ValueModel& critic() { return critic_; }

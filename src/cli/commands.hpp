@@ -13,6 +13,8 @@ int run_doctor(const Args& args);
 int run_sft(const Args& args);
 int run_eval(const Args& args);
 int run_train(const Args& args);
+int run_console(const Args& args);
+int run_plot(const Args& args);
 int run_node(const Args& args);
 
 }  // namespace sao::cli

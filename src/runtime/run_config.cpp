@@ -151,6 +151,16 @@ void read_train(JsonReader reader, TrainSection& train) {
   if (train.scheduler_threads < 1) throw Error(where + ".scheduler_threads: must be >= 1");
 }
 
+void read_console(JsonReader reader, ConsoleSection& console) {
+  reader.read("enabled", console.enabled);
+  reader.read("listen", console.listen);
+  reader.read("port", console.port);
+  reader.reject_unknown_keys();
+  if (console.listen.empty()) throw Error(reader.where() + ".listen: must be an address such as 127.0.0.1");
+  if (console.port < 0 || console.port > 65535)
+    throw Error(reader.where() + ".port: must be in 0..65535 (0: any free port)");
+}
+
 void read_env(JsonReader reader, EnvSection& env) {
   reader.read("name", env.name);
   reader.reject_unknown_keys();
@@ -217,6 +227,7 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   read_eval(root.section("eval"), config.eval);
   read_rollout(root.section("rollout"), config.rollout);
   read_train(root.section("train"), config.train);
+  read_console(root.section("console"), config.console);
   read_replay(root.section("replay"), config.replay);
   auto learner_reader = root.section("learner");
   config.learner = algo::LearnerConfig::from_json(learner_reader);

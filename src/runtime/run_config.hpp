@@ -82,6 +82,15 @@ struct TrainSection {
   int64_t scheduler_threads = 2;   // CAF worker threads for the light actors
 };
 
+// The introspection console's HTTP endpoint (dashboard, JSON API,
+// Prometheus). Loopback only unless `listen` names another address; control
+// commands need the token written to RUN_DIR/console.json at start.
+struct ConsoleSection {
+  bool enabled = true;
+  std::string listen = "127.0.0.1";
+  int64_t port = 8470;  // taken: falls back to a free port (printed, and in RUN_DIR/console.json)
+};
+
 struct RunConfig {
   std::string source;  // where it came from, for error messages
   RunSection run;
@@ -95,6 +104,7 @@ struct RunConfig {
   RolloutSection rollout;
   EnvSection env;
   TrainSection train;
+  ConsoleSection console;
   replay::ReplayConfig replay;
   algo::LearnerConfig learner;
   nlohmann::json document;  // the resolved JSON, as written to the run directory

@@ -1,0 +1,33 @@
+// What every actor keeps about itself for the introspection console, and
+// the one way a status reply is put together, so the console sees the same
+// fields (mailbox depth, messages handled, last error) for every kind.
+#pragma once
+
+#include "actors/messages.hpp"
+
+#include <string>
+#include <utility>
+
+namespace sao::actors {
+
+struct ActorCounters {
+  int64_t handled = 0;     // messages this actor has handled
+  std::string last_error;  // the most recent failure it survived ("" if none)
+};
+
+// `self` must be the actor itself (its mailbox is read without locking).
+template <class SelfPointer>
+msg::ActorStatus describe_actor(SelfPointer self, std::string name, std::string kind, std::string state,
+                                const ActorCounters& counters, std::map<std::string, double> numbers) {
+  msg::ActorStatus status;
+  status.name = std::move(name);
+  status.kind = std::move(kind);
+  status.state = std::move(state);
+  status.numbers = std::move(numbers);
+  status.mailbox_depth = static_cast<int64_t>(self->mailbox().size());
+  status.messages_handled = counters.handled;
+  status.last_error = counters.last_error;
+  return status;
+}
+
+}  // namespace sao::actors

@@ -1,0 +1,101 @@
+// Introspection actor behaviour; see introspection_actor.hpp.
+#include "actors/introspection_actor.hpp"
+
+#include "actors/introspection.hpp"
+
+#include <unistd.h>
+
+#include <memory>
+
+namespace sao::actors {
+
+struct IntrospectionState {
+  caf::actor coordinator;
+  ActorCounters counters;
+  int64_t snapshots = 0;
+  static inline const char* name = "introspection";
+};
+
+namespace {
+using Self = caf::stateful_actor<IntrospectionState>*;
+
+// CAF names nodes only once the network layer is up; a purely local run's
+// actors are named by host and process instead.
+std::string node_name(const caf::node_id& node) {
+  if (node != caf::node_id{}) return caf::to_string(node);
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return std::string(host) + ":" + std::to_string(::getpid());
+}
+
+// One snapshot in progress: replies arrive in any order, each in its slot.
+struct Gathering {
+  std::vector<msg::ActorStatus> statuses;
+  size_t pending = 0;
+  caf::response_promise promise;
+};
+
+void gather(Self self, const std::vector<caf::actor>& actors, const std::vector<std::string>& names,
+            caf::response_promise promise) {
+  auto gathering = std::make_shared<Gathering>();
+  gathering->statuses.resize(actors.size());
+  gathering->pending = actors.size();
+  gathering->promise = std::move(promise);
+  if (actors.empty()) {
+    gathering->promise.deliver(gathering->statuses);
+    return;
+  }
+  for (size_t i = 0; i < actors.size(); ++i) {
+    auto finish_one = [gathering, i, actor = actors[i]](msg::ActorStatus status) {
+      status.node = node_name(actor.node());
+      status.actor_id = actor.id();
+      gathering->statuses[i] = std::move(status);
+      if (--gathering->pending == 0) gathering->promise.deliver(gathering->statuses);
+    };
+    const std::string name = i < names.size() ? names[i] : "actor-" + std::to_string(actors[i].id());
+    self->request(actors[i], kStatusTimeout, atoms::status_atom_v)
+        .then([finish_one](msg::ActorStatus& status) { finish_one(std::move(status)); },
+              [self, finish_one, name](const caf::error& error) {
+                msg::ActorStatus status;
+                status.name = name;
+                status.kind = "unknown";
+                status.state = "unresponsive";
+                status.last_error = self->system().render(error);
+                finish_one(std::move(status));
+              });
+  }
+}
+}  // namespace
+
+caf::behavior introspection_actor(caf::stateful_actor<IntrospectionState>* self, caf::actor coordinator) {
+  self->state.coordinator = std::move(coordinator);
+  return {
+      [self](atoms::snapshot_atom) {
+        auto& state = self->state;
+        ++state.counters.handled;
+        ++state.snapshots;
+        auto promise = self->make_response_promise();
+        self->request(state.coordinator, kStatusTimeout, atoms::actors_atom_v)
+            .then([self, promise](const std::vector<caf::actor>& actors,
+                                  const std::vector<std::string>& names) { gather(self, actors, names, promise); },
+                  [self, promise](const caf::error& error) mutable {
+                    self->state.counters.last_error =
+                        "coordinator did not list its actors: " + self->system().render(error);
+                    promise.deliver(error);
+                  });
+        return promise;
+      },
+      [self](atoms::status_atom) {
+        auto& state = self->state;
+        ++state.counters.handled;
+        return describe_actor(self, "introspection", "introspection", "idle", state.counters,
+                              {{"snapshots", static_cast<double>(state.snapshots)}});
+      },
+  };
+}
+
+caf::actor spawn_introspection_actor(caf::actor_system& system, caf::actor coordinator) {
+  return system.spawn(introspection_actor, std::move(coordinator));
+}
+
+}  // namespace sao::actors

@@ -1,0 +1,19 @@
+// Introspection actor: answers (snapshot_atom) with the status of every
+// actor of the run (std::vector<msg::ActorStatus>), asking each one in
+// parallel with a timeout, so a busy or stuck actor shows up as
+// "unresponsive" instead of holding the console up, and nothing is paused
+// to take the picture. It learns the actors from the coordinator
+// (actors_atom), so restarted and newly joined actors are always included.
+#pragma once
+
+#include "actors/messages.hpp"
+
+namespace sao::actors {
+
+// How long one actor may take to describe itself before it is reported
+// unresponsive (a learner step is ~0.2 s on the default model).
+constexpr auto kStatusTimeout = std::chrono::seconds(3);
+
+caf::actor spawn_introspection_actor(caf::actor_system& system, caf::actor coordinator);
+
+}  // namespace sao::actors

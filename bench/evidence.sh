@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The evidence suite (issue #8): reruns the paper's claims at small scale on
+# this machine and regenerates docs/results.md from the raw runs.
+#
+#   bench/evidence.sh [--only compare,ablations,stability,drift] [--seeds N] [--out DIR]
+#                     [--report FILE] [--report-only]
+#
+# compare    SAO vs GRPO (G=8, sync and async) vs PPO, 64 trajectories per
+#            update, same number of updates, on arithmetic and on the maze
+# ablations  SAO without the faster critic (K=1), without frozen critic
+#            attention, running-mean baseline, PPO clip instead of DIS (arithmetic)
+# stability  SAO for 1,000 learner steps on the maze, next to GRPO-async with
+#            the same staleness limit
+# drift      the drifting environment: SAO vs running-mean baseline vs GRPO
+#
+# Every run keeps its metrics.jsonl under DIR (default runs/evidence); a run
+# whose summary.json exists is not run again, so an interrupted suite
+# continues where it stopped and the report can be rebuilt with
+# --report-only. Warm starts (SFT) are trained once per task and shared by
+# every run on that task.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+only="compare,ablations,stability,drift"
+seeds=3
+out=runs/evidence
+report=docs/results.md
+report_only=false
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only) only=$2; shift 2 ;;
+    --seeds) seeds=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --report) report=$2; shift 2 ;;
+    --report-only) report_only=true; shift ;;
+    *) echo "evidence: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+sao=./build/sao
+[ -x "$sao" ] || { echo "evidence: build first (deploy/build.sh)" >&2; exit 2; }
+mkdir -p "$out"
+
+wants() { [[ ",$only," == *",$1,"* ]]; }
+
+warm_start() {  # warm_start NAME CONFIG(or "") -> prints the SFT checkpoint dir
+  local dir=$out/sft_$1
+  if [ ! -f "$dir/sft/model.safetensors" ]; then
+    local config_flag=()
+    [ -n "$2" ] && config_flag=(--config "$2")
+    "$sao" sft "${config_flag[@]}" --run-dir "$dir" --set console.enabled=false > "$dir.log" 2>&1 ||
+      { echo "evidence: warm start $1 failed, see $dir.log" >&2; exit 1; }
+  fi
+  echo "$dir/sft"
+}
+
+# run EXPERIMENT VARIANT SEED CONFIG(or "") SFT [--set ...]
+run() {
+  local experiment=$1 variant=$2 seed=$3 config=$4 sft=$5
+  shift 5
+  local dir=$out/$experiment/$variant/seed_$seed
+  if [ -f "$dir/summary.json" ]; then return; fi
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  local config_flag=()
+  [ -n "$config" ] && config_flag=(--config "$config")
+  echo "evidence: $experiment/$variant seed $seed" >&2
+  local start=$SECONDS
+  if ! "$sao" train "${config_flag[@]}" --run-dir "$dir" --set run.seed="$seed" \
+      --set train.init_checkpoint="$sft" --set train.checkpoint_every=0 --set console.enabled=false "$@" \
+      > "$dir/train.log" 2>&1; then
+    echo "evidence: $experiment/$variant seed $seed failed, see $dir/train.log" >&2
+    return
+  fi
+  echo "{\"wall_s\": $((SECONDS - start))}" > "$dir/wall.json"
+}
+
+# 64 trajectories per update for every algorithm: SAO 64 x 1, GRPO 8 x 8.
+per_update=(--set replay.min_batch=64 --set replay.max_batch=64 --set rollout.episodes_per_actor=64)
+
+if ! $report_only; then
+  if wants compare || wants ablations; then
+    arith_sft=$(warm_start arith "")
+    arith=(--set train.steps=300 --set train.eval_every=50)
+    for seed in $(seq 1 "$seeds"); do
+      if wants compare || wants ablations; then
+        run arith sao "$seed" "" "$arith_sft" "${arith[@]}" "${per_update[@]}"
+      fi
+      if wants compare; then
+        run arith grpo_sync "$seed" config/grpo_arith.json "$arith_sft" "${arith[@]}"
+        run arith grpo_async "$seed" config/grpo_async_arith.json "$arith_sft" "${arith[@]}"
+        run arith ppo "$seed" "" "$arith_sft" "${arith[@]}" "${per_update[@]}" --set learner.algorithm=ppo
+      fi
+      if wants ablations; then
+        run arith sao_k1 "$seed" "" "$arith_sft" "${arith[@]}" "${per_update[@]}" --set learner.critic_updates=1
+        run arith sao_unfrozen_critic "$seed" "" "$arith_sft" "${arith[@]}" "${per_update[@]}" \
+          --set learner.freeze_critic_attention=false
+        run arith sao_running_mean "$seed" "" "$arith_sft" "${arith[@]}" "${per_update[@]}" \
+          --set learner.baseline=running_mean
+        run arith sao_ppo_clip "$seed" "" "$arith_sft" "${arith[@]}" "${per_update[@]}" --set learner.policy_loss=ppo
+      fi
+    done
+  fi
+  if wants drift; then
+    drift_sft=$(warm_start drift config/sao_drift.json)
+    for seed in $(seq 1 "$seeds"); do
+      run drift sao "$seed" config/sao_drift.json "$drift_sft"
+      run drift running_mean "$seed" config/running_mean_drift.json "$drift_sft"
+      run drift grpo "$seed" config/grpo_drift.json "$drift_sft"
+    done
+  fi
+  if wants compare; then
+    maze_sft=$(warm_start maze config/sao_agentic.json)
+    maze=(--set train.steps=25 --set train.eval_every=5)
+    for seed in $(seq 1 "$seeds"); do
+      run maze sao "$seed" config/sao_agentic.json "$maze_sft" "${maze[@]}" "${per_update[@]}"
+      run maze grpo_sync "$seed" config/grpo_agentic.json "$maze_sft" "${maze[@]}"
+      run maze grpo_async "$seed" config/grpo_agentic.json "$maze_sft" "${maze[@]}" --set train.mode=async \
+        "${per_update[@]}" --set replay.max_staleness=4
+      run maze ppo "$seed" config/sao_agentic.json "$maze_sft" "${maze[@]}" "${per_update[@]}" \
+        --set learner.algorithm=ppo
+    done
+  fi
+  if wants stability; then
+    maze_sft=$(warm_start maze config/sao_agentic.json)
+    long=(--set train.steps=1000 --set train.eval_every=100 --set rollout.episodes_per_actor=8)
+    run stability sao 1 config/sao_agentic.json "$maze_sft" "${long[@]}" --set replay.max_staleness=4
+    run stability grpo_async 1 config/grpo_agentic.json "$maze_sft" "${long[@]}" --set train.mode=async \
+      --set replay.min_batch=8 --set replay.max_batch=8 --set replay.max_staleness=4
+  fi
+fi
+
+python3 bench/evidence_report.py "$out" "$report" "$(dirname "$report")/img/results"
