@@ -85,7 +85,9 @@ struct StatusSource {
 };
 
 // Asks each source in turn, merging the numbers of its ActorStatus into its
-// section, then writes the file (a source that does not answer skips a beat).
+// section, then writes the file. A source that does not answer in time (a
+// busy actor) leaves its section out of this refresh; without the error
+// handler CAF's default would end the gatekeeper.
 void collect_status(Self self, std::shared_ptr<const std::vector<StatusSource>> sources, size_t index,
                     nlohmann::json status) {
   if (index == sources->size()) {
@@ -96,10 +98,14 @@ void collect_status(Self self, std::shared_ptr<const std::vector<StatusSource>> 
   }
   const auto& source = (*sources)[index];
   self->request(source.actor, std::chrono::seconds(2), source.request)
-      .then([self, sources, index, status](const msg::ActorStatus& reply) mutable {
-        for (const auto& [key, value] : reply.numbers) status[(*sources)[index].section][key] = value;
-        collect_status(self, sources, index + 1, std::move(status));
-      });
+      .then(
+          [self, sources, index, status](const msg::ActorStatus& reply) mutable {
+            for (const auto& [key, value] : reply.numbers) status[(*sources)[index].section][key] = value;
+            collect_status(self, sources, index + 1, std::move(status));
+          },
+          [self, sources, index, status](const caf::error&) mutable {
+            collect_status(self, sources, index + 1, std::move(status));
+          });
 }
 
 // The coordinator's and the cluster's numbers, weight-sync's (which version
