@@ -13,6 +13,8 @@
 #include "runtime/live_knobs.hpp"
 
 #include <chrono>
+#include <map>
+#include <set>
 
 namespace sao::actors {
 
@@ -23,6 +25,15 @@ struct CoordinatorState {
   std::vector<std::chrono::steady_clock::time_point> env_started;
   std::vector<caf::actor> rollouts;
   std::vector<RolloutActorConfig> rollout_configs;
+  // Actors of cluster nodes (actors/cluster.hpp): monitored, never restarted
+  // here (their node rejoins), and told about pauses and the end of the run.
+  std::map<std::string, caf::actor> remote_rollouts;
+  std::map<std::string, caf::actor> remote_envs;  // every remote env hears the learner's step
+  // Env nodes' envs serve the rollouts that have none of their own:
+  // rollout -> the env it was given ("" while there is none).
+  std::set<std::string> env_node_envs;
+  std::map<std::string, std::string> env_of_rollout;
+  int64_t remote_rollouts_lost = 0;
   bool stopping = false;
   bool rollouts_paused = false;
   ActorCounters counters;
@@ -88,15 +99,9 @@ void start(Self self) {
     state.envs.push_back(spawn_env(self, static_cast<size_t>(i)));
     state.env_started.push_back(std::chrono::steady_clock::time_point{});
   }
-  for (int64_t i = 0; i < run.rollout.num_actors; ++i) {
-    RolloutActorConfig config;
-    config.name = "rollout-" + std::to_string(i);
-    config.index = i;
-    config.model = run.model;
-    config.rollout = run.rollout;
-    config.group_size = run.replay.group_size;
-    config.synchronous = run.replay.synchronous;
-    config.seed = static_cast<uint64_t>(run.run.seed);
+  const int64_t local_rollouts = state.config.local_rollouts < 0 ? run.rollout.num_actors : state.config.local_rollouts;
+  for (int64_t i = 0; i < local_rollouts; ++i) {
+    auto config = rollout_config_from_run(run, "rollout-" + std::to_string(i), i);
     config.replay = state.replay;
     config.weight_sync = state.weight_sync;
     config.coordinator = self;
@@ -106,12 +111,21 @@ void start(Self self) {
   self->send(state.learner, atoms::start_atom_v, state.replay, state.weight_sync, state.metrics, caf::actor{self});
 }
 
+// Local and remote rollout actors.
+std::vector<caf::actor> all_rollouts(const CoordinatorState& state) {
+  std::vector<caf::actor> rollouts = state.rollouts;
+  for (const auto& item : state.remote_rollouts) rollouts.push_back(item.second);
+  return rollouts;
+}
+
 void shutdown_children(Self self) {
   auto& state = self->state;
   std::vector<caf::actor> children = {state.metrics, state.weight_sync, state.learner, state.replay,
                                       state.introspection};
   children.insert(children.end(), state.envs.begin(), state.envs.end());
-  children.insert(children.end(), state.rollouts.begin(), state.rollouts.end());
+  const auto rollouts = all_rollouts(state);
+  children.insert(children.end(), rollouts.begin(), rollouts.end());
+  for (const auto& item : state.remote_envs) children.push_back(item.second);
   for (auto& child : children) {
     if (!child) continue;
     self->demonitor(child);
@@ -123,7 +137,7 @@ void finish(Self self, const std::string& reason) {
   auto& state = self->state;
   if (state.stopping) return;
   state.stopping = true;
-  for (auto& rollout : state.rollouts) self->send(rollout, atoms::pause_atom_v);
+  for (auto& rollout : all_rollouts(state)) self->send(rollout, atoms::pause_atom_v);
   self->request(state.learner, caf::infinite, atoms::stop_atom_v)
       .then(
           [self, reason](const msg::EvalReport&) {
@@ -152,6 +166,56 @@ void finish(Self self, const std::string& reason) {
           });
 }
 
+// Gives a rollout without envs of its own the env node env that serves the
+// fewest rollouts, or none (it then idles) while no env node is connected.
+void assign_env_node_env(Self self, const std::string& rollout) {
+  auto& state = self->state;
+  std::map<std::string, int64_t> load;
+  for (const auto& env : state.env_node_envs) load[env] = 0;
+  for (const auto& item : state.env_of_rollout) {
+    if (item.first != rollout && load.count(item.second) > 0) ++load[item.second];
+  }
+  std::string best;
+  for (const auto& [env, served] : load) {
+    if (best.empty() || served < load[best]) best = env;
+  }
+  state.env_of_rollout[rollout] = best;
+  if (best.empty()) std::fprintf(stderr, "coordinator: %s waits for an env node\n", rollout.c_str());
+  self->send(state.remote_rollouts[rollout], atoms::register_atom_v,
+             best.empty() ? caf::actor{} : state.remote_envs[best]);
+}
+
+// A cluster node's actor ended (its node stopped, crashed or disconnected).
+// The episodes its rollout had in flight are gone: counted as one batch.
+bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why) {
+  auto& state = self->state;
+  for (auto it = state.remote_envs.begin(); it != state.remote_envs.end(); ++it) {
+    if (it->second.address() != down.source) continue;
+    std::fprintf(stderr, "coordinator: remote %s left (%s)\n", it->first.c_str(), why.c_str());
+    const std::string env = it->first;
+    state.remote_envs.erase(it);
+    if (state.env_node_envs.erase(env) > 0) {
+      for (auto& [rollout, assigned] : state.env_of_rollout) {
+        if (assigned == env) assign_env_node_env(self, rollout);
+      }
+    }
+    return true;
+  }
+  for (auto it = state.remote_rollouts.begin(); it != state.remote_rollouts.end(); ++it) {
+    if (it->second.address() != down.source) continue;
+    const int64_t in_flight = state.config.run.rollout.episodes_per_actor;
+    std::fprintf(stderr, "coordinator: remote %s left (%s); counting its %lld in-flight episodes as lost\n",
+                 it->first.c_str(), why.c_str(), static_cast<long long>(in_flight));
+    ++state.remote_rollouts_lost;
+    state.episodes_lost += in_flight;
+    for (int64_t i = 0; i < in_flight; ++i) self->send(state.metrics, msg::EpisodeLost{it->first, "node lost"});
+    state.env_of_rollout.erase(it->first);
+    state.remote_rollouts.erase(it);
+    return true;
+  }
+  return false;
+}
+
 void on_down(Self self, const caf::down_msg& down) {
   auto& state = self->state;
   if (state.stopping) return;
@@ -172,6 +236,7 @@ void on_down(Self self, const caf::down_msg& down) {
     self->send(state.metrics, atoms::register_atom_v, std::string("rollout_restart"));
     return;
   }
+  if (on_remote_down(self, down, why)) return;
   if (state.learner.address() == down.source) {
     std::fprintf(stderr, "coordinator: the learner exited (%s); ending the run\n", why.c_str());
     state.stopping = true;
@@ -180,6 +245,16 @@ void on_down(Self self, const caf::down_msg& down) {
     self->quit();
   }
 }
+void register_remote(Self self, std::map<std::string, caf::actor>& registry, const std::string& name,
+                     const caf::actor& actor) {
+  // A node that rejoins under its old name replaces its previous actor.
+  auto it = registry.find(name);
+  if (it != registry.end()) self->demonitor(it->second);
+  registry[name] = actor;
+  self->monitor(actor);
+  std::fprintf(stderr, "coordinator: remote %s joined\n", name.c_str());
+}
+
 // Every actor of the run with a display name, the coordinator first.
 std::pair<std::vector<caf::actor>, std::vector<std::string>> list_actors(Self self) {
   auto& state = self->state;
@@ -194,6 +269,13 @@ std::pair<std::vector<caf::actor>, std::vector<std::string>> list_actors(Self se
     actors.push_back(state.envs[i]);
     names.push_back("env-" + std::to_string(i));
   }
+  // Cluster nodes' actors, named "<node>/rollout-<i>", "<node>/env-<i>".
+  for (const auto* registry : {&state.remote_rollouts, &state.remote_envs}) {
+    for (const auto& [key, actor] : *registry) {
+      actors.push_back(actor);
+      names.push_back(key.substr(key.find(' ') + 1));
+    }
+  }
   return {actors, names};
 }
 
@@ -204,7 +286,7 @@ void record_control(Self self, msg::ControlEvent event) {
 void set_rollouts_paused(Self self, bool paused, const std::string& origin) {
   auto& state = self->state;
   state.rollouts_paused = paused;
-  for (auto& rollout : state.rollouts) {
+  for (auto& rollout : all_rollouts(state)) {
     if (paused) {
       self->send(rollout, atoms::pause_atom_v);
     } else {
@@ -260,6 +342,7 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
         self->state.policy_version = report.policy_version;
         // Drifting environments change their rule with the learner's progress.
         for (auto& env : self->state.envs) self->send(env, atoms::train_step_atom_v, report.step);
+        for (auto& item : self->state.remote_envs) self->send(item.second, atoms::train_step_atom_v, report.step);
         if (report.step >= self->state.config.run.train.steps) finish(self, "budget");
       },
       [self](const msg::EpisodeLost& lost) {
@@ -345,6 +428,55 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
                                {"envs", static_cast<double>(state.envs.size())}});
       },
       [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); },
+      // Cluster: membership numbers (the gatekeeper's status file), the actors
+      // a joining node talks to, then its actors' registration.
+      [self](atoms::join_atom, atoms::status_atom) {
+        ++self->state.counters.handled;
+        const auto& state = self->state;
+        return describe_actor(self, "coordinator", "cluster", state.stopping ? "stopping" : "running", state.counters,
+                              {{"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
+                               {"remote_rollouts_lost", static_cast<double>(state.remote_rollouts_lost)},
+                               {"remote_envs", static_cast<double>(state.remote_envs.size())},
+                               {"env_node_envs", static_cast<double>(state.env_node_envs.size())}});
+      },
+      [self](atoms::join_atom) -> caf::result<caf::actor, caf::actor> {
+        ++self->state.counters.handled;
+        return {self->state.replay, self->state.weight_sync};
+      },
+      // The process whose actors use a node name now (none: a default
+      // node_id); registry keys are "rollout NAME/rollout-i", "env NAME/env-i".
+      [self](atoms::join_atom, const std::string& node_name) -> caf::node_id {
+        ++self->state.counters.handled;
+        const std::string infix = " " + node_name + "/";
+        for (const auto* registry : {&self->state.remote_rollouts, &self->state.remote_envs}) {
+          for (const auto& [key, actor] : *registry) {
+            if (key.find(infix) == key.find(' ')) return actor.node();
+          }
+        }
+        return caf::node_id{};
+      },
+      // needs_env: the rollout's node has no envs; an env node's env serves it.
+      [self](atoms::join_atom, atoms::rollout_atom, const std::string& name, const caf::actor& rollout,
+             bool needs_env) {
+        ++self->state.counters.handled;
+        const std::string key = "rollout " + name;
+        register_remote(self, self->state.remote_rollouts, key, rollout);
+        if (self->state.stopping || self->state.rollouts_paused) self->send(rollout, atoms::pause_atom_v);
+        if (needs_env) assign_env_node_env(self, key);
+      },
+      // from_env_node: an env node's env, shared by rollouts that need one.
+      [self](atoms::join_atom, atoms::env_atom, const std::string& name, const caf::actor& env, bool from_env_node) {
+        auto& state = self->state;
+        ++state.counters.handled;
+        const std::string key = "env " + name;
+        register_remote(self, state.remote_envs, key, env);
+        self->send(env, atoms::train_step_atom_v, state.steps);
+        if (!from_env_node) return;
+        state.env_node_envs.insert(key);
+        for (auto& [rollout, assigned] : state.env_of_rollout) {
+          if (assigned.empty()) assign_env_node_env(self, rollout);
+        }
+      },
   };
 }
 

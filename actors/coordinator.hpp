@@ -17,6 +17,9 @@ struct CoordinatorConfig {
   model::CausalLM policy{nullptr};
   std::string resume_from;
   caf::actor reply_to;  // receives msg::RunFinished
+  // Rollout actors spawned in this process; -1: run.rollout.num_actors. A
+  // cluster learner runs 0 and gets its rollouts from nodes that join.
+  int64_t local_rollouts = -1;
 };
 
 // Spawns the actor (state and behaviour are private to the .cpp).

@@ -261,6 +261,11 @@ CAF_ADD_ATOM(sao, sao::atoms, set_atom, "set")
 CAF_ADD_ATOM(sao, sao::atoms, snapshot_atom, "snapshot")
 CAF_ADD_ATOM(sao, sao::atoms, history_atom, "history")
 CAF_ADD_ATOM(sao, sao::atoms, actors_atom, "actors")
+// Cluster (actors/cluster.hpp): a node joins the learner, then registers
+// its rollout and env actors with the coordinator.
+CAF_ADD_ATOM(sao, sao::atoms, join_atom, "join")
+CAF_ADD_ATOM(sao, sao::atoms, rollout_atom, "rollout")
+CAF_ADD_ATOM(sao, sao::atoms, env_atom, "env")
 CAF_END_TYPE_ID_BLOCK(sao)
 
 namespace sao::actors {

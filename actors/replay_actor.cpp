@@ -5,6 +5,7 @@
 #include "runtime/error.hpp"
 #include "runtime/live_knobs.hpp"
 
+#include <map>
 #include <memory>
 
 namespace sao::actors {
@@ -16,6 +17,7 @@ struct ReplayActorState {
   int64_t learner_version = 0;
   int64_t dropped_reported = 0;
   ActorCounters counters;
+  std::map<std::string, int64_t> received_from;  // rollout name -> trajectories (which nodes contribute)
   static inline const char* name = "replay";
 };
 
@@ -52,6 +54,7 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
       [self](msg::TrajectoryMsg& message) {
         auto& state = self->state;
         ++state.counters.handled;
+        ++state.received_from[message.rollout];
         replay::ReplayItem item{std::move(message.trajectory), message.finished_at_ns,
                                 std::move(message.final_info_json)};
         const bool accepted = state.buffer->add(std::move(item), state.learner_version);
@@ -96,6 +99,9 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
                           {"capacity", static_cast<double>(knobs.capacity)}};
         for (const auto& [staleness, count] : stats.staleness_histogram) {
           status.numbers["staleness." + std::to_string(staleness)] = static_cast<double>(count);
+        }
+        for (const auto& [rollout, count] : state.received_from) {
+          status.numbers["from." + rollout] = static_cast<double>(count);
         }
         return status;
       },

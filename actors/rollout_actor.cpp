@@ -261,7 +261,8 @@ void retry_later(Self self) {
 
 void start_session(Self self) {
   auto& state = self->state;
-  if (state.session || state.paused || state.version < 0) return;
+  // No env: a cluster rollout waits until the coordinator assigns one.
+  if (state.session || state.paused || state.version < 0 || !state.config.env) return;
   if (state.config.synchronous && state.version <= state.last_round_version) return;  // wait for new weights
   if (state.replay_full) {
     retry_later(self);
@@ -384,15 +385,29 @@ caf::behavior rollout_actor(caf::stateful_actor<RolloutActorState>* self, Rollou
         start_session(self);
       },
       [self](atoms::register_atom, const caf::actor& env) {
-        // The coordinator replaced our env actor (restart after a failure).
+        // The coordinator replaced our env actor (restart after a failure, or
+        // an env node joined or left); a null handle means none for now.
         ++self->state.counters.handled;
         self->state.config.env = env;
+        start_session(self);
       },
       [self](atoms::status_atom) {
         ++self->state.counters.handled;
         return status_of(self);
       },
   };
+}
+
+RolloutActorConfig rollout_config_from_run(const runtime::RunConfig& run, std::string name, int64_t index) {
+  RolloutActorConfig config;
+  config.name = std::move(name);
+  config.index = index;
+  config.model = run.model;
+  config.rollout = run.rollout;
+  config.group_size = run.replay.group_size;
+  config.synchronous = run.replay.synchronous;
+  config.seed = static_cast<uint64_t>(run.run.seed);
+  return config;
 }
 
 caf::actor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config) {

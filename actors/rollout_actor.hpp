@@ -25,11 +25,16 @@ struct RolloutActorConfig {
   int64_t group_size = 1;    // G episodes share a prompt (GRPO)
   bool synchronous = false;  // one batch per weight version (batch barrier)
   uint64_t seed = 1;
-  caf::actor env;
+  caf::actor env;  // may start null (a cluster rollout served by env nodes): it waits for one
   caf::actor replay;
   caf::actor weight_sync;
   caf::actor coordinator;
 };
+
+// A rollout actor's settings from the run config; the caller fills in the
+// actors it talks to. `index` must be unique across the run (it keys episode
+// and group ids and the sampling seed).
+RolloutActorConfig rollout_config_from_run(const runtime::RunConfig& run, std::string name, int64_t index);
 
 // Spawns the actor (state and behaviour are private to the .cpp).
 caf::actor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config);

@@ -4,6 +4,7 @@
 #include "actors/console_server.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/messages.hpp"
+#include "actors/run_control.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -11,6 +12,51 @@
 #include <thread>
 
 namespace sao::actors {
+
+TrainOutcome await_run_finished(caf::scoped_actor& self, const caf::actor& coordinator,
+                                const std::atomic<bool>* stop_requested) {
+  TrainOutcome outcome;
+  bool finished = false;
+  bool stop_sent = false;
+  while (!finished) {
+    self->receive(
+        [&](const msg::RunFinished& done) {
+          outcome.steps = done.steps;
+          outcome.policy_version = done.policy_version;
+          const auto newline = done.reason.find('\n');
+          outcome.reason = done.reason.substr(0, newline);
+          if (newline != std::string::npos) outcome.summary_json = done.reason.substr(newline + 1);
+          finished = true;
+        },
+        caf::after(std::chrono::milliseconds(200)) >>
+            [&] {
+              if (stop_requested != nullptr && stop_requested->load() && !stop_sent) {
+                self->send(coordinator, atoms::stop_atom_v);
+                stop_sent = true;
+              }
+            });
+  }
+  return outcome;
+}
+
+std::unique_ptr<ConsoleServer> start_console(caf::actor_system& system, const caf::actor& coordinator,
+                                             const runtime::RunConfig& config) {
+  if (!config.console.enabled) return nullptr;
+  try {
+    return std::make_unique<ConsoleServer>(system, coordinator, config.console, config.run.dir);
+  } catch (const std::exception& error) {
+    // Training matters more than watching it: say why, and go on without.
+    std::fprintf(stderr, "console: disabled for this run: %s\n", error.what());
+    return nullptr;
+  }
+}
+
+int64_t actors_left_running(caf::actor_system& system) {
+  for (int i = 0; i < 250 && system.registry().running() > 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return static_cast<int64_t>(system.registry().running()) - 1;  // minus the caller's scoped actor
+}
 
 TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                           const std::atomic<bool>* stop_requested) {
@@ -22,42 +68,10 @@ TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM poli
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
     auto coordinator = spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self});
-    std::unique_ptr<ConsoleServer> console;
-    if (config.console.enabled) {
-      try {
-        console = std::make_unique<ConsoleServer>(system, coordinator, config.console, config.run.dir);
-      } catch (const std::exception& error) {
-        // Training matters more than watching it: say why, and go on without.
-        std::fprintf(stderr, "console: disabled for this run: %s\n", error.what());
-      }
-    }
-    bool finished = false;
-    bool stop_sent = false;
-    while (!finished) {
-      self->receive(
-          [&](const msg::RunFinished& done) {
-            outcome.steps = done.steps;
-            outcome.policy_version = done.policy_version;
-            const auto newline = done.reason.find('\n');
-            outcome.reason = done.reason.substr(0, newline);
-            if (newline != std::string::npos) outcome.summary_json = done.reason.substr(newline + 1);
-            finished = true;
-          },
-          caf::after(std::chrono::milliseconds(200)) >>
-              [&] {
-                if (stop_requested != nullptr && stop_requested->load() && !stop_sent) {
-                  self->send(coordinator, atoms::stop_atom_v);
-                  stop_sent = true;
-                }
-              });
-    }
+    auto console = start_console(system, coordinator, config);
+    outcome = await_run_finished(self, coordinator, stop_requested);
     console.reset();  // no requests into a system that is shutting down
-    // Give exiting actors a moment (an env stuck in a slow call finishes it
-    // first), then count what is still alive (should be 0).
-    for (int i = 0; i < 250 && system.registry().running() > 1; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    outcome.actors_left_running = static_cast<int64_t>(system.registry().running()) - 1;  // minus `self`
+    outcome.actors_left_running = actors_left_running(system);
   }
   return outcome;
 }

@@ -14,10 +14,26 @@ struct WeightSyncState {
   int64_t latest_version = -1;
   std::map<std::string, caf::actor> rollouts;
   std::map<std::string, int64_t> running_version;  // rollout name -> version it acknowledged
+  // At most one push per rollout is unacknowledged: a rollout across a slow
+  // link (or a model that takes longer to send than to train a step) gets the
+  // latest version when it has taken the previous one, instead of a queue of
+  // versions it would only skip through, growing in the sender's buffers.
+  std::map<std::string, bool> awaiting_ack;
   int64_t pushes = 0;
   ActorCounters counters;
   static inline const char* name = "weight-sync";
 };
+
+namespace {
+void push_latest(caf::stateful_actor<WeightSyncState>* self, const std::string& rollout) {
+  auto& state = self->state;
+  if (state.latest_version < 0 || state.awaiting_ack[rollout]) return;
+  if (state.running_version[rollout] >= state.latest_version) return;
+  self->send(state.rollouts[rollout], state.latest);
+  state.awaiting_ack[rollout] = true;
+  ++state.pushes;
+}
+}  // namespace
 
 caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
   self->set_down_handler([self](const caf::down_msg& down) {
@@ -25,6 +41,7 @@ caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
     for (auto it = state.rollouts.begin(); it != state.rollouts.end(); ++it) {
       if (it->second.address() == down.source) {
         state.running_version.erase(it->first);
+        state.awaiting_ack.erase(it->first);
         state.rollouts.erase(it);
         return;
       }
@@ -37,25 +54,24 @@ caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
         if (weights.version <= state.latest_version) return;
         state.latest_version = weights.version;
         state.latest = caf::make_message(std::move(weights));
-        for (const auto& item : state.rollouts) {
-          self->send(item.second, state.latest);
-          ++state.pushes;
-        }
+        for (const auto& item : state.rollouts) push_latest(self, item.first);
       },
       [self](atoms::register_atom, const std::string& name, const caf::actor& rollout) {
         auto& state = self->state;
         ++state.counters.handled;
         state.rollouts[name] = rollout;
         state.running_version[name] = -1;
+        state.awaiting_ack[name] = false;
         self->monitor(rollout);
-        if (state.latest_version >= 0) {
-          self->send(rollout, state.latest);
-          ++state.pushes;
-        }
+        push_latest(self, name);
       },
       [self](const msg::VersionAck& ack) {
-        ++self->state.counters.handled;
-        self->state.running_version[ack.rollout] = ack.version;
+        auto& state = self->state;
+        ++state.counters.handled;
+        if (state.rollouts.count(ack.rollout) == 0) return;  // from a rollout that has gone
+        state.running_version[ack.rollout] = ack.version;
+        state.awaiting_ack[ack.rollout] = false;
+        push_latest(self, ack.rollout);
       },
       [self](atoms::versions_atom) {
         ++self->state.counters.handled;

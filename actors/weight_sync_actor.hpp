@@ -1,6 +1,8 @@
-// Weight-sync actor: holds the latest policy weights, pushes every new
-// version to all registered rollout actors (and to a newly registered or
-// restarted one at once), and knows which version each of them runs.
+// Weight-sync actor: holds the latest policy weights, pushes new versions to
+// all registered rollout actors (and to a newly registered or restarted one
+// at once), and knows which version each of them runs. A rollout has at most
+// one push in flight: when it acknowledges a version it gets the latest, so a
+// slow receiver skips versions instead of queueing them.
 #pragma once
 
 #include "actors/messages.hpp"

@@ -15,5 +15,6 @@ int run_eval(const Args& args);
 int run_train(const Args& args);
 int run_console(const Args& args);
 int run_plot(const Args& args);
+int run_node(const Args& args);
 
 }  // namespace sao::cli

@@ -28,6 +28,7 @@ const std::vector<Command>& commands() {
        sao::cli::run_console},
       {"plot", "PNG learning curves of one or more runs (reward, accuracy, staleness, DIS rejection)",
        sao::cli::run_plot},
+      {"node", "one process of a cluster run: --role learner (listens), rollout or env (join it)", sao::cli::run_node},
       {"doctor", "print the build, the BLAS actually loaded, thread counts, CAF and CUDA/NCCL status",
        sao::cli::run_doctor},
   };

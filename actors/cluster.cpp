@@ -1,0 +1,262 @@
+// Cluster protocol and gatekeeper; see cluster.hpp.
+#include "actors/cluster.hpp"
+
+#include "runtime/error.hpp"
+
+#include <caf/io/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <utility>
+
+namespace sao::actors {
+
+namespace {
+
+template <caf::type_id_t Id>
+void describe_type(std::string& out) {
+  using Type = typename caf::type_by_id<Id>::type;
+  const auto value = std::make_unique<Type>();  // default value; on the heap, which keeps GCC's flow analysis quiet
+  std::vector<char> bytes;
+  caf::binary_serializer sink{nullptr, bytes};
+  if (auto error = sink(*value)) throw Error(std::string("cannot serialise ") + caf::type_name_by_id<Id>::value);
+  out += caf::type_name_by_id<Id>::value;
+  out += '=' + std::to_string(bytes.size()) + ';';
+}
+
+template <caf::type_id_t... Offsets>
+void describe_types(std::string& out, std::integer_sequence<caf::type_id_t, Offsets...>) {
+  (describe_type<caf::id_block::sao::begin + Offsets>(out), ...);
+}
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const unsigned char c : text) {
+    hash ^= c;
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+// Compares without an early exit, so the time taken does not reveal how
+// many leading characters of a guess were right.
+bool same_secret(const std::string& given, const std::string& expected) {
+  if (expected.empty()) return false;
+  unsigned char difference = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) {
+    difference |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
+  }
+  return difference == 0;
+}
+
+using JoinPromise = caf::typed_response_promise<std::string, int64_t, caf::actor, caf::actor, caf::actor>;
+
+// A join that passed the checks before the run's actors existed.
+struct PendingJoin {
+  JoinPromise promise;
+  std::string node, role;
+  caf::node_id joiner;
+};
+
+struct GatekeeperState {
+  GatekeeperConfig config;
+  caf::actor coordinator, replay, weight_sync;  // set by the start message
+  std::vector<PendingJoin> pending;
+  int64_t nodes_joined = 0;
+  int64_t refusals = 0;
+  static inline const char* name = "gatekeeper";
+};
+using Self = caf::stateful_actor<GatekeeperState>*;
+
+caf::error refuse(Self self, const std::string& node, const std::string& why) {
+  ++self->state.refusals;
+  std::fprintf(stderr, "gatekeeper: refused node '%s': %s\n", node.c_str(), why.c_str());
+  return caf::make_error(caf::sec::runtime_error, "learner refused the join: " + why);
+}
+
+// One section of the cluster status file and the request that fills it.
+struct StatusSource {
+  std::string section;
+  caf::actor actor;
+  caf::message request;
+};
+
+// Asks each source in turn, merging the numbers of its ActorStatus into its
+// section, then writes the file. A source that does not answer in time (a
+// busy actor) leaves its section out of this refresh; without the error
+// handler CAF's default would end the gatekeeper.
+void collect_status(Self self, std::shared_ptr<const std::vector<StatusSource>> sources, size_t index,
+                    nlohmann::json status) {
+  if (index == sources->size()) {
+    status["nodes_joined"] = self->state.nodes_joined;
+    status["refusals"] = self->state.refusals;
+    write_file_atomically(self->state.config.status_path, status.dump(2));
+    return;
+  }
+  const auto& source = (*sources)[index];
+  self->request(source.actor, std::chrono::seconds(2), source.request)
+      .then(
+          [self, sources, index, status](const msg::ActorStatus& reply) mutable {
+            for (const auto& [key, value] : reply.numbers) status[(*sources)[index].section][key] = value;
+            collect_status(self, sources, index + 1, std::move(status));
+          },
+          [self, sources, index, status](const caf::error&) mutable {
+            collect_status(self, sources, index + 1, std::move(status));
+          });
+}
+
+// The coordinator's and the cluster's numbers, weight-sync's (which version
+// each rollout runs) and replay's (trajectories from each rollout): what a
+// script or test reads to see which nodes contribute and what they run.
+void refresh_status(Self self) {
+  const auto& state = self->state;
+  auto sources = std::make_shared<const std::vector<StatusSource>>(std::vector<StatusSource>{
+      {"coordinator", state.coordinator, caf::make_message(atoms::status_atom_v)},
+      {"coordinator", state.coordinator, caf::make_message(atoms::join_atom_v, atoms::status_atom_v)},
+      {"weight_sync", state.weight_sync, caf::make_message(atoms::status_atom_v)},
+      {"replay", state.replay, caf::make_message(atoms::status_atom_v)}});
+  collect_status(self, std::move(sources), 0, nlohmann::json::object());
+}
+
+// Admits a node unless another process connected now already uses its name
+// (its actors' names, and weight-sync's bookkeeping, would collide). The same
+// process asking again (a rejoin) is fine.
+void admit(Self self, PendingJoin join) {
+  self->request(self->state.coordinator, std::chrono::seconds(10), atoms::join_atom_v, join.node)
+      .then(
+          [self, promise = join.promise, node = join.node, role = join.role,
+           joiner = join.joiner](const caf::node_id& holder) mutable {
+            if (holder != caf::node_id{} && holder != joiner) {
+              promise.deliver(refuse(self, node,
+                                     "the name '" + node +
+                                         "' is in use by a connected node (give every node its own --name; a node "
+                                         "restarted under its old name can join once the learner has seen it go)"));
+              return;
+            }
+            auto& state = self->state;
+            const int64_t number = ++state.nodes_joined;
+            std::fprintf(stderr, "gatekeeper: node '%s' joined as %s node #%lld\n", node.c_str(), role.c_str(),
+                         static_cast<long long>(number));
+            promise.deliver(state.config.run_config_json, number, state.coordinator, state.replay, state.weight_sync);
+          },
+          [self, promise = join.promise, node = join.node](const caf::error& error) mutable {
+            promise.deliver(refuse(self, node, "the coordinator did not answer: " + self->system().render(error)));
+          });
+}
+
+caf::behavior gatekeeper_actor(Self self, GatekeeperConfig config) {
+  self->state.config = std::move(config);
+  return {
+      [self](atoms::start_atom, const caf::actor& coordinator, const caf::actor& replay,
+             const caf::actor& weight_sync) {
+        auto& state = self->state;
+        state.coordinator = coordinator;
+        state.replay = replay;
+        state.weight_sync = weight_sync;
+        for (auto& join : state.pending) admit(self, std::move(join));
+        state.pending.clear();
+        if (!state.config.status_path.empty()) self->send(self, caf::tick_atom_v);
+      },
+      [self](atoms::join_atom, const std::string& node, const std::string& role, const std::string& fingerprint,
+             const std::string& secret) {
+        auto promise = self->make_response_promise<std::string, int64_t, caf::actor, caf::actor, caf::actor>();
+        auto& state = self->state;
+        if (fingerprint != state.config.fingerprint) {
+          promise.deliver(refuse(self, node,
+                                 "build fingerprint mismatch: learner " + state.config.fingerprint + ", node " +
+                                     fingerprint +
+                                     " (the two builds have different message types; build both from "
+                                     "the same source)"));
+        } else if (!same_secret(secret, state.config.secret)) {
+          promise.deliver(refuse(self, node, "wrong cluster secret"));
+        } else if (role != "rollout" && role != "env") {
+          promise.deliver(refuse(self, node, "unknown role '" + role + "' (expected rollout or env)"));
+        } else {
+          const auto sender = self->current_sender();
+          PendingJoin join{promise, node, role, sender ? sender->node() : caf::node_id{}};
+          if (state.coordinator) {
+            admit(self, std::move(join));
+          } else {
+            state.pending.push_back(std::move(join));  // the run is still starting
+          }
+        }
+        return promise;
+      },
+      [self](caf::tick_atom) {
+        refresh_status(self);
+        self->delayed_send(self, std::chrono::seconds(1), caf::tick_atom_v);
+      },
+  };
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << text << "\n";
+  }
+  std::error_code ignored;  // a status file that cannot be written must not stop the run
+  std::filesystem::rename(temporary, path, ignored);
+}
+
+std::string message_set_fingerprint() {
+  std::string description = "sao-cluster-protocol-1;";
+  describe_types(description,
+                 std::make_integer_sequence<caf::type_id_t, caf::id_block::sao::end - caf::id_block::sao::begin>{});
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(description)));
+  return hex;
+}
+
+void enable_cluster_networking(caf::actor_system_config& config) {
+  config.load<caf::io::middleman>();
+  config.set("middleman.app-identifiers", std::vector<std::string>{kClusterAppIdentifier});
+}
+
+std::string describe_error(caf::actor_system& system, const caf::error& error) {
+  const auto& context = error.context();
+  if (error.category() == caf::atom("system") && error.code() == static_cast<uint8_t>(caf::sec::runtime_error) &&
+      context.size() == 1 && context.match_element<std::string>(0)) {
+    return context.get_as<std::string>(0);
+  }
+  return system.render(error);
+}
+
+caf::actor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config) {
+  return system.spawn(gatekeeper_actor, std::move(config));
+}
+
+JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port, const JoinRequest& request) {
+  JoinResult result;
+  auto gatekeeper = system.middleman().remote_actor(host, port);
+  if (!gatekeeper) {
+    result.error = "cannot reach the learner at " + host + ":" + std::to_string(port) + ": " +
+                   describe_error(system, gatekeeper.error());
+    result.refused = gatekeeper.error() == caf::sec::incompatible_application_ids;
+    return result;
+  }
+  caf::scoped_actor self{system};
+  self->request(*gatekeeper, std::chrono::seconds(10), atoms::join_atom_v, request.node, request.role,
+                request.fingerprint, request.secret)
+      .receive(
+          [&](std::string& config_json, int64_t number, caf::actor& coordinator, caf::actor& replay,
+              caf::actor& weight_sync) {
+            result.ok = true;
+            result.grant = {std::move(config_json), number, std::move(coordinator), std::move(replay),
+                            std::move(weight_sync)};
+          },
+          [&](caf::error& error) {
+            result.error = describe_error(system, error);
+            // A timeout or a dropped connection may heal; an answer from the gatekeeper will not.
+            result.refused = error.category() == caf::atom("system") &&
+                             error.code() == static_cast<uint8_t>(caf::sec::runtime_error);
+          });
+  return result;
+}
+
+}  // namespace sao::actors

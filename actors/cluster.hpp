@@ -1,0 +1,80 @@
+// Cluster protocol: how a node joins a learner over CAF's middleman.
+//
+// The learner publishes one small actor, the gatekeeper. A node connects to
+// it (caf::io::middleman::remote_actor) and sends
+//   (join_atom, node name, role, build fingerprint, shared secret)
+// using only CAF's built-in types, so even a build with a different set of
+// sao messages can ask and read the answer. The gatekeeper refuses a wrong
+// fingerprint or secret with an error that names the mismatch (and logs the
+// refusal on the learner's side); otherwise it answers
+//   (learner's resolved run config as JSON, node number, coordinator, replay, weight-sync)
+// and the node spawns its actors and registers them with the coordinator:
+//   (join_atom, rollout_atom, name, actor) / (join_atom, env_atom, name, actor).
+// From then on every message is an ordinary sao message between actors.
+#pragma once
+
+#include "actors/messages.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace sao::actors {
+
+// A digest of the sao message set: every type of the "sao" type-ID block by
+// name and by the size of its default value in CAF's binary format (a field
+// added or removed changes it). Two builds interoperate iff these match.
+std::string message_set_fingerprint();
+
+// CAF's own handshake check (middleman.app-identifiers): refuses peers that
+// are not sao nodes at all before any sao message is exchanged.
+inline const char* kClusterAppIdentifier = "sao-cluster";
+
+// Loads the middleman and sets the cluster's app identifier.
+void enable_cluster_networking(caf::actor_system_config& config);
+
+// The human text of an error: the context string of a runtime_error made with
+// caf::make_error(sec::runtime_error, "..."), else CAF's rendering.
+std::string describe_error(caf::actor_system& system, const caf::error& error);
+
+// Writes `text` beside `path` and renames it into place, so a reader (a
+// script polling a status file) never sees half a file.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+struct GatekeeperConfig {
+  std::string secret;       // shared secret every joining node must present
+  std::string fingerprint;  // message_set_fingerprint() (a test may pass another)
+  std::string run_config_json;
+  std::string status_path;  // cluster status JSON rewritten every second ("" = none)
+};
+
+// Spawns the entry actor the learner publishes. It is published before the
+// run starts (a port in use then stops the learner before it writes
+// anything); joins wait until it gets the run's actors:
+//   (start_atom, coordinator, replay, weight_sync)
+caf::actor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config);
+
+// What a node gets back from a successful join.
+struct JoinGrant {
+  std::string run_config_json;
+  int64_t node_number = 0;  // 1, 2, ... in join order; makes rollout indices unique
+  caf::actor coordinator, replay, weight_sync;
+};
+
+struct JoinRequest {
+  std::string node;
+  std::string role;  // "rollout" | "env"
+  std::string fingerprint;
+  std::string secret;
+};
+
+// Connects to the gatekeeper at host:port and joins. `refused` tells a
+// refusal by the learner (retrying will not help) from an unreachable learner.
+struct JoinResult {
+  bool ok = false;
+  bool refused = false;
+  std::string error;
+  JoinGrant grant;
+};
+JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port, const JoinRequest& request);
+
+}  // namespace sao::actors

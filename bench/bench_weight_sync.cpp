@@ -1,0 +1,204 @@
+// Weight sync across processes: how long one msg::PolicyWeights takes from a
+// learner-side actor to an actor in another process over CAF's middleman
+// (serialise, TCP over loopback, deserialise, reply), for the default model
+// and a ~100M-parameter one, next to the raw loopback TCP bandwidth measured
+// in the same run. Also the parts: serialising alone, and loading the
+// received tensors into a model (what a rollout actor does after receipt).
+//
+// Usage: bench_weight_sync [REPEATS]   (default 3; the median is printed)
+#include "actors/cluster.hpp"
+#include "actors/messages.hpp"
+#include "model/tensor_blob.hpp"
+#include "model/transformer.hpp"
+#include "runtime/run_config.hpp"
+#include "runtime/system_info.hpp"
+
+#include <caf/io/all.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Raw TCP over 127.0.0.1: one thread writes `total` bytes, another reads them.
+double loopback_bytes_per_second(size_t total) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::listen(listener, 1) != 0 || ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    std::perror("loopback socket");
+    std::exit(1);
+  }
+  std::thread reader([listener, total] {
+    const int connection = ::accept(listener, nullptr, nullptr);
+    std::vector<char> buffer(1 << 20);
+    size_t received = 0;
+    while (received < total) {
+      const auto got = ::read(connection, buffer.data(), buffer.size());
+      if (got <= 0) break;
+      received += static_cast<size_t>(got);
+    }
+    ::close(connection);
+  });
+  const int sender = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(sender, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    std::perror("loopback connect");
+    std::exit(1);
+  }
+  std::vector<char> chunk(1 << 20, 'x');
+  const auto start = Clock::now();
+  size_t sent = 0;
+  while (sent < total) {
+    const auto wrote = ::write(sender, chunk.data(), std::min(chunk.size(), total - sent));
+    if (wrote <= 0) break;
+    sent += static_cast<size_t>(wrote);
+  }
+  ::close(sender);
+  reader.join();
+  const double seconds = seconds_since(start);
+  ::close(listener);
+  return static_cast<double>(total) / seconds;
+}
+
+void configure_system(caf::actor_system_config& config) {
+  sao::actors::register_message_types(config);
+  sao::actors::enable_cluster_networking(config);
+}
+
+// The receiving process: publishes an actor that answers each PolicyWeights
+// (already deserialised by CAF when the handler runs) with its byte count.
+[[noreturn]] void run_receiver(int port_pipe) {
+  caf::actor_system_config config;
+  configure_system(config);
+  caf::actor_system system{config};
+  auto receiver = system.spawn([]() -> caf::behavior {
+    return {[](const sao::msg::PolicyWeights& weights) {
+      int64_t bytes = 0;
+      for (const auto& tensor : weights.tensors) bytes += static_cast<int64_t>(tensor.data.size());
+      return bytes;
+    }};
+  });
+  auto port = system.middleman().publish(receiver, 0, "127.0.0.1");
+  const uint16_t value = port ? *port : 0;
+  if (::write(port_pipe, &value, sizeof(value)) != sizeof(value)) std::_Exit(1);
+  ::close(port_pipe);
+  // Lives until the parent closes the connection and kills it.
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+}
+
+struct ModelCase {
+  const char* label;
+  sao::model::ModelConfig config;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+  // Fork first, before LibTorch or CAF start threads in this process.
+  int pipe_ends[2];
+  if (::pipe(pipe_ends) != 0) return 1;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_ends[0]);
+    run_receiver(pipe_ends[1]);
+  }
+  ::close(pipe_ends[1]);
+  uint16_t port = 0;
+  if (::read(pipe_ends[0], &port, sizeof(port)) != sizeof(port) || port == 0) {
+    std::fprintf(stderr, "bench_weight_sync: the receiver process did not start\n");
+    return 1;
+  }
+  sao::runtime::configure_threads(1);
+
+  const double loopback = loopback_bytes_per_second(size_t{1} << 30);
+  std::printf("loopback TCP (1 GiB, one stream): %.2f GB/s\n", loopback / 1e9);
+
+  auto default_model = sao::runtime::load_run_config("", {}).model;
+  auto large_model = default_model;  // ~100M parameters, same family
+  large_model.hidden_size = 768;
+  large_model.intermediate_size = 2048;
+  large_model.num_hidden_layers = 14;
+  large_model.num_attention_heads = 12;
+  large_model.num_key_value_heads = 12;
+  const std::vector<ModelCase> cases = {{"default", default_model}, {"~100M", large_model}};
+
+  caf::actor_system_config config;
+  configure_system(config);
+  caf::actor_system system{config};
+  auto receiver = system.middleman().remote_actor("127.0.0.1", port);
+  if (!receiver) {
+    std::fprintf(stderr, "bench_weight_sync: %s\n", system.render(receiver.error()).c_str());
+    ::kill(child, SIGKILL);
+    return 1;
+  }
+  caf::scoped_actor self{system};
+  std::printf("%-8s %12s %10s %12s %12s %12s %10s %12s\n", "model", "parameters", "MB", "serialise_s", "sync_s",
+              "sync_GB/s", "vs_loop", "load_s");
+  for (const auto& item : cases) {
+    sao::model::CausalLM policy(item.config);
+    sao::msg::PolicyWeights weights{1, sao::model::module_to_blobs(*policy)};
+    double bytes = 0;
+    for (const auto& tensor : weights.tensors) bytes += static_cast<double>(tensor.data.size());
+
+    std::vector<double> serialise, sync, load;
+    for (int r = 0; r < repeats + 1; ++r) {  // the first round warms up and is not counted
+      auto start = Clock::now();
+      std::vector<char> buffer;
+      caf::binary_serializer sink{nullptr, buffer};
+      if (auto error = sink(weights)) return 1;
+      const double serialise_seconds = seconds_since(start);
+      buffer = {};
+
+      start = Clock::now();
+      int64_t echoed = 0;
+      self->request(*receiver, std::chrono::minutes(5), weights)
+          .receive([&](int64_t received) { echoed = received; },
+                   [&](const caf::error& error) {
+                     std::fprintf(stderr, "sync failed: %s\n", system.render(error).c_str());
+                   });
+      const double sync_seconds = seconds_since(start);
+      if (echoed != static_cast<int64_t>(bytes)) return 1;
+
+      start = Clock::now();
+      sao::model::load_blobs_into_module(*policy, weights.tensors, "bench");
+      const double load_seconds = seconds_since(start);
+      if (r == 0) continue;
+      serialise.push_back(serialise_seconds);
+      sync.push_back(sync_seconds);
+      load.push_back(load_seconds);
+    }
+    const double sync_median = median(sync);
+    std::printf("%-8s %12lld %10.1f %12.4f %12.4f %12.3f %9.1f%% %12.4f\n", item.label,
+                static_cast<long long>(item.config.parameter_count()), bytes / 1e6, median(serialise), sync_median,
+                bytes / sync_median / 1e9, 100.0 * bytes / sync_median / loopback, median(load));
+    std::fflush(stdout);
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  return 0;
+}
