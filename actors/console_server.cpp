@@ -294,6 +294,11 @@ ConsoleServer::ConsoleServer(caf::actor_system& system, const caf::actor& coordi
     }
   }
   impl.thread = std::thread([&impl] { impl.server.listen_after_bind(); });
+  // stop() only reaches a server that is already listening: wait for it, so
+  // a run that ends at once cannot leave the thread listening forever.
+  for (int waited_ms = 0; !impl.server.is_running() && waited_ms < 5000; ++waited_ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::filesystem::create_directories(run_dir);
   const nlohmann::json endpoint = {{"url", url()}, {"host", impl.host}, {"port", impl.port}, {"token", impl.token}};
   write_owner_only(std::filesystem::path(run_dir) / "console.json", endpoint.dump(2) + "\n");

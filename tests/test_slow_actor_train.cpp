@@ -139,7 +139,9 @@ class FlakyEnvironment final : public sao::env::Environment {
 
 TEST_CASE("SAO through the actors raises reward on an easy task and writes every metric") {
   const auto dir = fresh_dir("sao");
-  auto config = easy_config(dir.string(), {"train.steps=80"});
+  // At least 16 trajectories a step, so the gain per step does not depend on
+  // how fast a loaded machine delivers rollouts (min_batch 1 stepped on 1-2).
+  auto config = easy_config(dir.string(), {"train.steps=80", "replay.min_batch=16"});
   auto policy = warm_start(config);
   const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
   CHECK(outcome.reason == "budget");
