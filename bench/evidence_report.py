@@ -181,10 +181,14 @@ def stability_rows(runs):
         grad = [number(s.get("grad_norm")) for s in steps]
         reward = [number(s.get("reward_mean")) for s in steps]
         smoothed = moving(reward, 50)
-        peak = max((v for v in smoothed if v is not None), default=None)
+        # Collapse: the 50-step reward falls below half the best it had reached so far.
         collapse = None
+        peak_so_far = None
         for index, value in enumerate(smoothed):
-            if peak and value is not None and index > 50 and value < 0.5 * peak:
+            if value is None or index < 50:
+                continue
+            peak_so_far = value if peak_so_far is None else max(peak_so_far, value)
+            if value < 0.5 * peak_so_far:
                 collapse = steps[index]["step"]
                 break
         ent = [e for e in entropy if e is not None]
@@ -353,7 +357,7 @@ def main():
                "Both use the same staleness limit (4). SAO steps on whatever has arrived (min_batch 1, up to 64), GRPO-async",
                "on exactly one group of 8, so per step they see different numbers of trajectories (columns below); the",
                "second plot puts both on the trajectories axis.", "",
-               "| variant | steps | trajectories (per step) | entropy, first 50 steps | entropy, last 50 | grad norm max | reward (50-step mean) start -> end | collapse (reward < half its peak) | held-out by step |",
+               "| variant | steps | trajectories (per step) | entropy, first 50 steps | entropy, last 50 | grad norm max | reward (50-step mean) start -> end | collapse (reward < half its best so far) | held-out by step |",
                "|---|---|---|---|---|---|---|---|---|"]
         for variant, count, ent_first, ent_last, grads, smoothed, collapse, accuracies, trajectories in stability_rows(found["stability"]):
             valid = [v for v in smoothed if v is not None]
