@@ -311,6 +311,22 @@ def main():
           "`maze`, the drifting `drift`), warm-started by SFT once per task and shared by all runs of that task;",
           "every run's seed (`run.seed`) changes sampling. Wall times were measured on a shared 2-core machine",
           "while other work ran: compare them within a table, not with other machines.", ""]
+    md += ["## How each run is made", "",
+           "Every run is `./build/sao train [--config FILE] --run-dir OUT/EXPERIMENT/VARIANT/seed_N --set run.seed=N "
+           "--set train.init_checkpoint=OUT/sft_TASK/sft --set train.checkpoint_every=0 --set console.enabled=false` "
+           "plus the overrides below (the exact lines are in `bench/evidence.sh`; each run's resolved config is its "
+           "`config.json`). Seeds 1-3 (stability: seed 1).", "",
+           "- arithmetic: default config, `train.steps=300 train.eval_every=50`; SAO/PPO/ablations add "
+           "`replay.min_batch=64 replay.max_batch=64 rollout.episodes_per_actor=64`; GRPO-sync is `config/grpo_arith.json`, "
+           "GRPO-async `config/grpo_async_arith.json`; PPO `learner.algorithm=ppo`; ablations `learner.critic_updates=1`, "
+           "`learner.freeze_critic_attention=false`, `learner.baseline=running_mean`, `learner.policy_loss=ppo`.",
+           "- maze: `config/sao_agentic.json` (SAO, PPO) / `config/grpo_agentic.json` (GRPO), `train.steps=25 "
+           "train.eval_every=5`, 64 trajectories per update as above; GRPO-async adds `train.mode=async`.",
+           "- stability: `train.steps=1000 train.eval_every=100 rollout.episodes_per_actor=8 replay.max_staleness=4`; "
+           "GRPO-async adds `train.mode=async replay.min_batch=8 replay.max_batch=8`.",
+           "- drift: `config/sao_drift.json`, `config/running_mean_drift.json`, `config/grpo_drift.json` as they are.",
+           "- warm starts: `sao sft --run-dir OUT/sft_arith` (default), `--config config/sao_agentic.json` (maze), "
+           "`--config config/sao_drift.json` (drift).", ""]
     missing = [name for name in ("arith", "maze", "stability", "drift") if name not in found]
     if missing:
         md += [f"Not run yet (no finished runs under `{out}/`): {', '.join(missing)}.", ""]
