@@ -5,6 +5,7 @@
 // machine the model maths actually uses.
 #include "model/generation.hpp"
 #include "model/transformer.hpp"
+#include "model_flops.hpp"
 #include "runtime/run_config.hpp"
 #include "runtime/system_info.hpp"
 
@@ -14,21 +15,10 @@
 
 namespace {
 
+using sao::bench::forward_flops_per_token;
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Matmul FLOPs per token of a forward pass: 2 * (weights used in matmuls)
-// plus attention scores and mixing over `context` keys.
-double forward_flops_per_token(const sao::model::ModelConfig& config, double context) {
-  const double matmul_weights =
-      static_cast<double>(config.parameter_count()) -
-      static_cast<double>(config.num_hidden_layers * 2 * config.hidden_size +
-                          config.hidden_size) -  // norms are not matmuls
-      (config.tie_word_embeddings ? 0.0          // a tied embedding is the LM head matmul
-                                  : static_cast<double>(config.vocab_size * config.hidden_size));
-  const double attention = 4.0 * static_cast<double>(config.num_hidden_layers * config.hidden_size) * context;
-  return 2.0 * matmul_weights + attention;
 }
 
 void run_benchmarks(int64_t threads, const sao::model::ModelConfig& model_config);

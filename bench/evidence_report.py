@@ -199,32 +199,23 @@ def stability_rows(runs):
     return rows
 
 
-def drift_rows(runs):
+def drift_rows(runs, window=10, tolerance=0.05):
+    """Recovery after each switch as the project defines it
+    (sao::env::recovery_after_switches), printed by bench_drift_recovery."""
     rows = []
     for variant, run_list in runs.items():
         for run in run_list:
-            steps = run["steps"]
-            regimes = [(s["step"], s.get("env_regime")) for s in steps if s.get("env_regime") is not None]
-            switches = [regimes[i][0] for i in range(1, len(regimes)) if regimes[i][1] != regimes[i - 1][1]]
-            reward = [number(s.get("reward_mean")) for s in steps]
-            smoothed = moving(reward, 10)
-            by_step = {s["step"]: i for i, s in enumerate(steps)}
-            for number_of_switch, switch in enumerate(switches):
-                index = by_step[switch]
-                # Recovery counts only inside this regime (before the next switch).
-                end = by_step[switches[number_of_switch + 1]] if number_of_switch + 1 < len(switches) else len(steps)
-                before = [r for r in reward[max(0, index - 10):index] if r is not None]
-                after = [r for r in reward[index:index + 10] if r is not None]
-                if not before:
-                    continue
-                target = 0.9 * statistics.fmean(before)
-                recovered = None
-                for j in range(index, end):
-                    if smoothed[j] is not None and smoothed[j] >= target and j >= index + 10:
-                        recovered = steps[j]["step"] - switch
-                        break
-                rows.append((variant, os.path.basename(run["dir"]), switch, statistics.fmean(before),
-                             statistics.fmean(after) if after else float("nan"), recovered))
+            output = subprocess.run(["./build/bench/bench_drift_recovery", run["dir"], str(window), str(tolerance)],
+                                    capture_output=True, text=True, check=True).stdout
+            lines = output.splitlines()
+            header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["switch"])
+            for line in lines[header + 1:]:
+                fields = line.split()
+                if len(fields) != 6 or not fields[0].isdigit():
+                    break
+                switch, _, pre_level, first_window, _, recover = fields
+                rows.append((variant, os.path.basename(run["dir"]), int(switch), float(pre_level), float(first_window),
+                             None if int(recover) < 0 else int(recover)))
     return rows
 
 
@@ -390,8 +381,10 @@ def main():
     if "drift" in found:
         md += ["## Online learning: the drifting environment", "", f"Paper: {PAPER['drift']}", "",
                "The answer style switches every 50 learner steps (plain, then reversed digits, then plain).",
-               "Reward is the mean over the 10 steps before and after each switch; recovery is the number of steps",
-               "until the 10-step mean is back to 90% of its level before the switch (- = not within the run).", "",
+               "Recovery as `sao::env::recovery_after_switches` defines it (src/env/drift_env.hpp), computed by",
+               "`build/bench/bench_drift_recovery RUN_DIR 10 0.05`: reward before = mean of the 10 steps before the switch,",
+               "after = the first 10 steps after it, recovery = steps until a 10-step mean made only of post-switch steps is",
+               "within 0.05 of the level before (10 at the earliest; - = not before the next switch or the end).", "",
                "| variant | seed | switch at step | reward before | reward after | recovery steps |", "|---|---|---|---|---|---|"]
         for variant, seed, switch, before, after, recovered in drift_rows(found["drift"]):
             md.append(f"| {LABELS.get(variant, variant)} | {seed} | {switch} | {before:.3f} | {after:.3f} | "
