@@ -198,10 +198,13 @@ TEST_CASE("external: a crashing process is restarted at the next reset and the r
 }
 
 TEST_CASE("external: a call timeout is reported, counted, and the process restarted") {
-  ExternalEnvironment env(bad_env("slow_step", 300));
+  // 1 s, far below the 5 s the step sleeps, and above what starting python3
+  // for the reset after the restart took under a loaded `ctest -j2` (300 ms
+  // failed there).
+  ExternalEnvironment env(bad_env("slow_step", 1000));
   env.reset(1);
   const auto start = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH_AS(env.step("a"), doctest::Contains("step (id 2): no reply within 300 ms (timeouts: 1)"),
+  CHECK_THROWS_WITH_AS(env.step("a"), doctest::Contains("step (id 2): no reply within 1000 ms (timeouts: 1)"),
                        sao::Error);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(seconds < 2.0);  // the sleeping process is killed, not waited for
