@@ -133,6 +133,23 @@ void shutdown_children(Self self) {
   }
 }
 
+void stop_metrics(Self self, const std::string& reason, const std::vector<msg::ActorStatus>& statuses) {
+  self->request(self->state.metrics, std::chrono::seconds(30), atoms::stop_atom_v, statuses)
+      .then(
+          [self, reason](const std::string& summary) {
+            shutdown_children(self);
+            self->send(self->state.config.reply_to,
+                       msg::RunFinished{self->state.steps, self->state.policy_version, reason + "\n" + summary});
+            self->quit();
+          },
+          [self, reason](const caf::error&) {
+            shutdown_children(self);
+            self->send(self->state.config.reply_to,
+                       msg::RunFinished{self->state.steps, self->state.policy_version, reason});
+            self->quit();
+          });
+}
+
 void finish(Self self, const std::string& reason) {
   auto& state = self->state;
   if (state.stopping) return;
@@ -141,21 +158,12 @@ void finish(Self self, const std::string& reason) {
   self->request(state.learner, caf::infinite, atoms::stop_atom_v)
       .then(
           [self, reason](const msg::EvalReport&) {
-            self->request(self->state.metrics, std::chrono::seconds(30), atoms::stop_atom_v)
-                .then(
-                    [self, reason](const std::string& summary) {
-                      shutdown_children(self);
-                      self->send(
-                          self->state.config.reply_to,
-                          msg::RunFinished{self->state.steps, self->state.policy_version, reason + "\n" + summary});
-                      self->quit();
-                    },
-                    [self, reason](const caf::error&) {
-                      shutdown_children(self);
-                      self->send(self->state.config.reply_to,
-                                 msg::RunFinished{self->state.steps, self->state.policy_version, reason});
-                      self->quit();
-                    });
+            // Every actor's time accounting goes into summary.json; when the
+            // snapshot fails the summary is written without it.
+            self->request(self->state.introspection, kStatusTimeout * 2, atoms::snapshot_atom_v)
+                .then([self,
+                       reason](const std::vector<msg::ActorStatus>& statuses) { stop_metrics(self, reason, statuses); },
+                      [self, reason](const caf::error&) { stop_metrics(self, reason, {}); });
           },
           [self, reason](const caf::error& error) {
             shutdown_children(self);

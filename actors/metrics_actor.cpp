@@ -38,6 +38,28 @@ struct MetricsActorState {
 namespace {
 using Self = caf::stateful_actor<MetricsActorState>*;
 
+// The actors' own time accounting (introspection numbers) summarised, or
+// null when no actor reported any (e.g. every status request timed out).
+nlohmann::json time_accounting_of(const std::vector<msg::ActorStatus>& statuses) {
+  std::vector<runtime::ActorTimeSample> samples;
+  for (const auto& status : statuses) {
+    const auto alive = status.numbers.find("alive_s");
+    const auto process = status.numbers.find("process_cpu_s");
+    const auto process_at_start = status.numbers.find("process_cpu_at_start_s");
+    if (alive == status.numbers.end() || process == status.numbers.end() || process_at_start == status.numbers.end() ||
+        !(alive->second > 0)) {
+      continue;
+    }
+    samples.push_back({status.name, status.kind, status.node, alive->second, process->second, process_at_start->second,
+                       runtime::work_from_numbers(status.numbers)});
+  }
+  if (samples.empty()) return nullptr;
+  auto accounting = runtime::summarise_time(samples);
+  // This process only: remote nodes' threads are theirs to report.
+  accounting["threads_cpu_s"] = runtime::thread_cpu_by_name();
+  return accounting;
+}
+
 nlohmann::json summary_of(const MetricsActorState& state) {
   nlohmann::json summary = {
       {"steps", state.last_step},
@@ -191,8 +213,11 @@ caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, Metric
         if (what == "env_restart") ++self->state.env_restarts;
         if (what == "rollout_restart") ++self->state.rollout_restarts;
       },
-      [self](atoms::stop_atom) {
-        const auto summary = summary_of(self->state);
+      [self](atoms::stop_atom, const std::vector<msg::ActorStatus>& statuses) {
+        auto summary = summary_of(self->state);
+        if (auto accounting = time_accounting_of(statuses); !accounting.is_null()) {
+          summary["time_accounting"] = std::move(accounting);
+        }
         std::ofstream out(std::filesystem::path(self->state.config.run_dir) / "summary.json");
         out << summary.dump(2) << "\n";
         return summary.dump();

@@ -7,6 +7,7 @@
 #include "actors/messages.hpp"
 #include "actors/rollout_actor.hpp"
 #include "actors/run_control.hpp"
+#include "actors/system_config.hpp"
 #include "runtime/error.hpp"
 
 #include <caf/io/all.hpp>
@@ -27,10 +28,10 @@ namespace sao::actors {
 
 namespace {
 
-void configure_system(caf::actor_system_config& config, int64_t scheduler_threads) {
+void configure_system(caf::actor_system_config& config, int64_t scheduler_threads, const std::string& policy) {
   register_message_types(config);
   enable_cluster_networking(config);
-  config.set("scheduler.max-threads", static_cast<size_t>(scheduler_threads));
+  configure_scheduler(config, scheduler_threads, policy);
 }
 
 }  // namespace
@@ -57,7 +58,7 @@ TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM 
                               const LearnerNodeOptions& options, const std::atomic<bool>* stop_requested) {
   if (options.secret.empty()) throw Error("learner node: a shared secret is required");
   caf::actor_system_config system_config;
-  configure_system(system_config, config.train.scheduler_threads);
+  configure_system(system_config, config.train.scheduler_threads, config.train.scheduler_policy);
   TrainOutcome outcome;
   {
     caf::actor_system system{system_config};
@@ -251,7 +252,7 @@ int run_worker_node(const WorkerNodeOptions& options, const std::atomic<bool>* s
   }
   if (options.role == "env" && options.envs < 1) throw Error("env node: --envs must be >= 1");
   caf::actor_system_config system_config;
-  configure_system(system_config, options.scheduler_threads);
+  configure_system(system_config, options.scheduler_threads, options.scheduler_policy);
   caf::actor_system system{system_config};
   caf::scoped_actor self{system};
   const JoinRequest request{options.name, options.role, message_set_fingerprint(), options.secret};

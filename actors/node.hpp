@@ -49,6 +49,7 @@ struct WorkerNodeOptions {
   // use env nodes' envs (the coordinator assigns one). Env node: >= 1.
   int64_t envs = 1;
   int64_t scheduler_threads = 2;
+  std::string scheduler_policy = "sharing";
   double retry_max_seconds = 10.0;  // backoff cap between join attempts
   std::string status_file;          // this node's status, rewritten every status interval ("" = none)
 };

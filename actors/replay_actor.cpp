@@ -86,17 +86,17 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
         const auto& knobs = state.buffer->config();
         auto status = describe_actor(self, "replay", "replay",
                                      state.learner_idle ? "waiting_for_batch" : "learner_busy", state.counters, {});
-        status.numbers = {{"queued", static_cast<double>(state.buffer->queued())},
-                          {"pending_partial_groups", static_cast<double>(state.buffer->pending_partial())},
-                          {"full", state.buffer->full() ? 1.0 : 0.0},
-                          {"received", static_cast<double>(stats.received)},
-                          {"dropped_stale", static_cast<double>(stats.dropped_stale)},
-                          {"handed_out", static_cast<double>(stats.handed_out)},
-                          {"learner_version", static_cast<double>(state.learner_version)},
-                          {"max_staleness", static_cast<double>(knobs.max_staleness)},
-                          {"min_batch", static_cast<double>(knobs.min_batch)},
-                          {"max_batch", static_cast<double>(knobs.max_batch)},
-                          {"capacity", static_cast<double>(knobs.capacity)}};
+        status.numbers.insert({{"queued", static_cast<double>(state.buffer->queued())},
+                               {"pending_partial_groups", static_cast<double>(state.buffer->pending_partial())},
+                               {"full", state.buffer->full() ? 1.0 : 0.0},
+                               {"received", static_cast<double>(stats.received)},
+                               {"dropped_stale", static_cast<double>(stats.dropped_stale)},
+                               {"handed_out", static_cast<double>(stats.handed_out)},
+                               {"learner_version", static_cast<double>(state.learner_version)},
+                               {"max_staleness", static_cast<double>(knobs.max_staleness)},
+                               {"min_batch", static_cast<double>(knobs.min_batch)},
+                               {"max_batch", static_cast<double>(knobs.max_batch)},
+                               {"capacity", static_cast<double>(knobs.capacity)}});
         for (const auto& [staleness, count] : stats.staleness_histogram) {
           status.numbers["staleness." + std::to_string(staleness)] = static_cast<double>(count);
         }

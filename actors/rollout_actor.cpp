@@ -70,7 +70,6 @@ struct RolloutActorState {
   int64_t episodes_lost = 0;
   int64_t tokens_generated = 0;
   int64_t weight_switches = 0;
-  double decode_seconds = 0.0;
   ActorCounters counters;
   static inline const char* name = "rollout";
 };
@@ -90,8 +89,11 @@ bool any_generating(const RolloutActorState& state) {
 
 void apply_weights(Self self, const msg::PolicyWeights& weights) {
   auto& state = self->state;
-  model::load_blobs_into_module(*state.policy, weights.tensors,
-                                state.config.name + ": weights v" + std::to_string(weights.version));
+  {
+    runtime::WorkTimer timer(state.counters.work[runtime::kWorkWeights]);
+    model::load_blobs_into_module(*state.policy, weights.tensors,
+                                  state.config.name + ": weights v" + std::to_string(weights.version));
+  }
   state.version = weights.version;
   ++state.weight_switches;
   self->send(state.config.weight_sync, msg::VersionAck{state.config.name, state.version});
@@ -238,9 +240,10 @@ void decode_step(Self self) {
   auto& state = self->state;
   state.decode_scheduled = false;
   if (!state.session || !any_generating(state)) return;
-  const auto start = std::chrono::steady_clock::now();
-  state.session->step(state.policy, state.version);
-  state.decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  {
+    runtime::WorkTimer timer(state.counters.work[runtime::kWorkModel]);
+    state.session->step(state.policy, state.version);
+  }
   for (size_t index = 0; index < state.rows.size(); ++index) {
     auto& row = state.rows[index];
     if (row.lost || row.state != RowState::kGenerating) continue;
@@ -314,6 +317,8 @@ msg::ActorStatus status_of(Self self) {
     activity = "waiting_env";
   }
   int64_t turn = 0;
+  const auto decode = state.counters.work.find(runtime::kWorkModel);
+  const double decode_seconds = decode == state.counters.work.end() ? 0.0 : decode->second.wall_s;
   for (const auto& row : state.rows) turn = std::max<int64_t>(turn, static_cast<int64_t>(row.turns.size()) + 1);
   return describe_actor(
       self, state.config.name, "rollout", activity, state.counters,
@@ -321,7 +326,7 @@ msg::ActorStatus status_of(Self self) {
        {"episodes_done", static_cast<double>(state.episodes_done)},
        {"episodes_lost", static_cast<double>(state.episodes_lost)},
        {"tokens_generated", static_cast<double>(state.tokens_generated)},
-       {"tokens_per_s", state.decode_seconds > 0 ? state.tokens_generated / state.decode_seconds : 0.0},
+       {"tokens_per_s", decode_seconds > 0 ? static_cast<double>(state.tokens_generated) / decode_seconds : 0.0},
        {"weight_switches", static_cast<double>(state.weight_switches)},
        {"current_turn", static_cast<double>(turn)},
        {"replay_full", state.replay_full ? 1.0 : 0.0},

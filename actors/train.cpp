@@ -1,6 +1,8 @@
 // One-process RL run; see train.hpp.
 #include "actors/train.hpp"
 
+#include "actors/system_config.hpp"
+
 #include "actors/console_server.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/messages.hpp"
@@ -62,7 +64,7 @@ TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM poli
                           const std::atomic<bool>* stop_requested) {
   caf::actor_system_config system_config;
   register_message_types(system_config);
-  system_config.set("scheduler.max-threads", static_cast<size_t>(config.train.scheduler_threads));
+  configure_scheduler(system_config, config.train.scheduler_threads, config.train.scheduler_policy);
   TrainOutcome outcome;
   {
     caf::actor_system system{system_config};

@@ -75,7 +75,11 @@ caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
       },
       [self](atoms::versions_atom) {
         ++self->state.counters.handled;
-        auto status = describe_actor(self, "weight-sync", "weight_sync", "idle", self->state.counters, {});
+        // Numbers are exactly rollout name -> version (no status numbers mixed in).
+        msg::ActorStatus status;
+        status.name = "weight-sync";
+        status.kind = "weight_sync";
+        status.state = "idle";
         for (const auto& item : self->state.running_version) status.numbers[item.first] = item.second;
         return status;
       },

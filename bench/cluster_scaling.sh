@@ -9,6 +9,9 @@
 #
 # Default: N = 1 2 4, warm-up 10 s, window 20 s, the default model with a
 # short SFT warm start (its quality does not change the throughput much).
+# Afterwards bench/scaling_model.py fits its throughput model to the first
+# run's time accounting (summary.json) and prints predicted vs measured for
+# every N, and where the learner saturates. Runs are kept under /tmp.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 sao="$root/build/sao"
@@ -33,6 +36,7 @@ base="$(mktemp -d /tmp/sao_scaling.XXXXXX)"
 snapshot() { jq -r '"\(.coordinator.steps) \(.replay.received)"' "$1/cluster_status.json"; }
 
 printf '%-10s %10s %16s %14s\n' "processes" "steps/s" "trajectories/s" "episodes_lost"
+measured=()
 for n in "${counts[@]}"; do
   run_dir="$base/n$n"
   "$root/deploy/local-cluster" start --detach --run-dir "$run_dir" --rollouts "$n" --sao "$sao" -- \
@@ -45,5 +49,8 @@ for n in "${counts[@]}"; do
   "$root/deploy/local-cluster" stop --run-dir "$run_dir" >/dev/null
   awk -v n="$n" -v s0="$steps0" -v s1="$steps1" -v r0="$received0" -v r1="$received1" -v w="$window" -v l="$lost" \
     'BEGIN { printf "%-10s %10.2f %16.1f %14d\n", n, (s1 - s0) / w, (r1 - r0) / w, l }'
+  measured+=("$n:$run_dir:$(awk -v r0="$received0" -v r1="$received1" -v w="$window" 'BEGIN { print (r1 - r0) / w }')")
 done
-rm -rf "$base"
+echo
+python3 "$root/bench/scaling_model.py" "$(nproc)" "$base/n${counts[0]}" "${measured[@]}"
+echo "runs kept in $base"

@@ -11,7 +11,9 @@
 #            attention, running-mean baseline, PPO clip instead of DIS (arithmetic)
 # stability  SAO for 1,000 learner steps on the maze, next to GRPO-async with
 #            the same staleness limit
-# drift      the drifting environment: SAO vs running-mean baseline vs GRPO
+# drift      the drifting environment: SAO vs running-mean baseline vs GRPO,
+#            once with a new answer style (plain <-> reversed) and once with a
+#            change in what is asked (additions <-> multiplications)
 #
 # Every run keeps its metrics.jsonl under DIR (default runs/evidence); a run
 # whose summary.json exists is not run again, so an interrupted suite
@@ -36,18 +38,22 @@ while [ $# -gt 0 ]; do
     *) echo "evidence: unknown option $1" >&2; exit 2 ;;
   esac
 done
-sao=./build/sao
-[ -x "$sao" ] || { echo "evidence: build first (deploy/build.sh)" >&2; exit 2; }
+# SAO_BIN: run a copy of the binary, so rebuilding ./build/sao during a long
+# suite does not change (or briefly remove) the program under the runs.
+sao=${SAO_BIN:-./build/sao}
+[ -x "$sao" ] || { echo "evidence: build first (deploy/build.sh), or set SAO_BIN" >&2; exit 2; }
 mkdir -p "$out"
 
 wants() { [[ ",$only," == *",$1,"* ]]; }
 
-warm_start() {  # warm_start NAME CONFIG(or "") -> prints the SFT checkpoint dir
+warm_start() {  # warm_start NAME CONFIG(or "") [--set ...] -> prints the SFT checkpoint dir
   local dir=$out/sft_$1
+  local config=$2
+  shift 2
   if [ ! -f "$dir/sft/model.safetensors" ]; then
     local config_flag=()
-    [ -n "$2" ] && config_flag=(--config "$2")
-    "$sao" sft "${config_flag[@]}" --run-dir "$dir" --set console.enabled=false > "$dir.log" 2>&1 ||
+    [ -n "$config" ] && config_flag=(--config "$config")
+    "$sao" sft "${config_flag[@]}" --run-dir "$dir" --set console.enabled=false "$@" > "$dir.log" 2>&1 ||
       { echo "evidence: warm start $1 failed, see $dir.log" >&2; exit 1; }
   fi
   echo "$dir/sft"
@@ -107,10 +113,22 @@ if ! $report_only; then
       run drift running_mean "$seed" config/running_mean_drift.json "$drift_sft"
       run drift grpo "$seed" config/grpo_drift.json "$drift_sft"
     done
+    # A drift the policy can follow by sampling: what is asked changes
+    # (additions, then multiplications, then additions), the warm start saw
+    # both, so every regime gives reward to learn from.
+    tasks=(--set task.operators=+-* --set 'task.regimes=["plain@+","plain@*"]' --set task.demonstration_regimes=all
+           --set task.test_size=100)
+    tasks_sft=$(warm_start drift_tasks config/sao_drift.json "${tasks[@]}" --set sft.steps=150)
+    tasks_run=("${tasks[@]}" --set task.switch_every=100 --set train.steps=300)
+    for seed in $(seq 1 "$seeds"); do
+      run drift_tasks sao "$seed" config/sao_drift.json "$tasks_sft" "${tasks_run[@]}"
+      run drift_tasks running_mean "$seed" config/running_mean_drift.json "$tasks_sft" "${tasks_run[@]}"
+      run drift_tasks grpo "$seed" config/grpo_drift.json "$tasks_sft" "${tasks_run[@]}"
+    done
   fi
   if wants compare; then
     maze_sft=$(warm_start maze config/sao_agentic.json)
-    maze=(--set train.steps=25 --set train.eval_every=5)
+    maze=(--set train.steps=100 --set train.eval_every=20)
     for seed in $(seq 1 "$seeds"); do
       run maze sao "$seed" config/sao_agentic.json "$maze_sft" "${maze[@]}" "${per_update[@]}"
       run maze grpo_sync "$seed" config/grpo_agentic.json "$maze_sft" "${maze[@]}"

@@ -32,6 +32,7 @@ LABELS = {
     "running_mean": "running-mean baseline",
     "grpo": "GRPO G=8, synchronous",
 }
+VARIANT_ORDER = ["sao", "grpo_sync", "grpo_async", "ppo", "running_mean", "grpo"]
 
 
 def read_run(directory):
@@ -213,10 +214,34 @@ def drift_rows(runs, window=10, tolerance=0.05):
                 fields = line.split()
                 if len(fields) != 6 or not fields[0].isdigit():
                     break
-                switch, _, pre_level, first_window, _, recover = fields
+                switch, _, pre_level, first_window, last_window, recover = fields
                 rows.append((variant, os.path.basename(run["dir"]), int(switch), float(pre_level), float(first_window),
-                             None if int(recover) < 0 else int(recover)))
+                             None if int(recover) < 0 else int(recover), float(last_window)))
     return rows
+
+
+def drift_table(runs):
+    """Per variant and switch, over seeds: reward before, right after, at the
+    end of the regime, and recovery steps."""
+    rows = drift_rows(runs)
+    by_key = {}
+    for variant, _, switch, before, after, recovered, last in rows:
+        by_key.setdefault((variant, switch), []).append((before, after, last, recovered))
+    lines = ["| variant | switch at step | seeds | reward before | first 10 after | last 10 of the regime | "
+             "gain within the regime | recovery steps (seeds recovered) |", "|---|---|---|---|---|---|---|---|"]
+    for (variant, switch), values in sorted(by_key.items(), key=lambda item: (VARIANT_ORDER.index(item[0][0])
+                                                                              if item[0][0] in VARIANT_ORDER else 99,
+                                                                              item[0][1])):
+        before = mean_spread([v[0] for v in values])[0]
+        after = mean_spread([v[1] for v in values])[0]
+        last = mean_spread([v[2] for v in values])[0]
+        gain = mean_spread([v[2] - v[1] for v in values])[0]
+        recovered = [v[3] for v in values if v[3] is not None]
+        recovery = f"{statistics.fmean(recovered):.0f} ({len(recovered)}/{len(values)})" if recovered else \
+            f"- (0/{len(values)})"
+        lines.append(f"| {LABELS.get(variant, variant)} | {switch} | {len(values)} | {before} | {after} | {last} | "
+                     f"{gain} | {recovery} |")
+    return lines, rows
 
 
 def summary_of(run):
@@ -311,14 +336,16 @@ def main():
            "`replay.min_batch=64 replay.max_batch=64 rollout.episodes_per_actor=64`; GRPO-sync is `config/grpo_arith.json`, "
            "GRPO-async `config/grpo_async_arith.json`; PPO `learner.algorithm=ppo`; ablations `learner.critic_updates=1`, "
            "`learner.freeze_critic_attention=false`, `learner.baseline=running_mean`, `learner.policy_loss=ppo`.",
-           "- maze: `config/sao_agentic.json` (SAO, PPO) / `config/grpo_agentic.json` (GRPO), `train.steps=25 "
-           "train.eval_every=5`, 64 trajectories per update as above; GRPO-async adds `train.mode=async`.",
+           "- maze: `config/sao_agentic.json` (SAO, PPO) / `config/grpo_agentic.json` (GRPO), `train.steps=100 "
+           "train.eval_every=20`, 64 trajectories per update as above; GRPO-async adds `train.mode=async`.",
            "- stability: `train.steps=1000 train.eval_every=100 rollout.episodes_per_actor=8 replay.max_staleness=4`; "
            "GRPO-async adds `train.mode=async replay.min_batch=8 replay.max_batch=8`.",
            "- drift: `config/sao_drift.json`, `config/running_mean_drift.json`, `config/grpo_drift.json` as they are.",
+           "- drift_tasks: the same three configs with `task.operators=+-* task.regimes=[\"plain@+\",\"plain@*\"] "
+           "task.demonstration_regimes=all task.test_size=100 task.switch_every=100 train.steps=300`.",
            "- warm starts: `sao sft --run-dir OUT/sft_arith` (default), `--config config/sao_agentic.json` (maze), "
-           "`--config config/sao_drift.json` (drift).", ""]
-    missing = [name for name in ("arith", "maze", "stability", "drift") if name not in found]
+           "`--config config/sao_drift.json` (drift; drift_tasks adds its task overrides and `sft.steps=150`).", ""]
+    missing = [name for name in ("arith", "maze", "stability", "drift", "drift_tasks") if name not in found]
     if missing:
         md += [f"Not run yet (no finished runs under `{out}/`): {', '.join(missing)}.", ""]
 
@@ -380,16 +407,16 @@ def main():
 
     if "drift" in found:
         md += ["## Online learning: the drifting environment", "", f"Paper: {PAPER['drift']}", "",
-               "The answer style switches every 50 learner steps (plain, then reversed digits, then plain).",
                "Recovery as `sao::env::recovery_after_switches` defines it (src/env/drift_env.hpp), computed by",
                "`build/bench/bench_drift_recovery RUN_DIR 10 0.05`: reward before = mean of the 10 steps before the switch,",
-               "after = the first 10 steps after it, recovery = steps until a 10-step mean made only of post-switch steps is",
-               "within 0.05 of the level before (10 at the earliest; - = not before the next switch or the end).", "",
-               "| variant | seed | switch at step | reward before | reward after | recovery steps |", "|---|---|---|---|---|---|"]
-        for variant, seed, switch, before, after, recovered in drift_rows(found["drift"]):
-            md.append(f"| {LABELS.get(variant, variant)} | {seed} | {switch} | {before:.3f} | {after:.3f} | "
-                      f"{'-' if recovered is None else recovered} |")
-        rows = drift_rows(found["drift"])
+               "first 10 after = the 10 steps after it, last 10 = the last 10 steps before the next switch (or the end),",
+               "recovery = steps until a 10-step mean made only of post-switch steps is within 0.05 of the level before",
+               "(10 at the earliest; - = not before the next switch or the end). Mean ± sd over seeds.", "",
+               "### A new answer style", "",
+               "The required answer style switches every 50 learner steps (plain, then reversed digits, then plain);",
+               "the warm start (SFT) answered plain only.", ""]
+        table, rows = drift_table(found["drift"])
+        md += table
         recovered_new = [r for r in rows if r[5] is not None and r[4] < r[3] - 0.1]
         md += ["", ("**Differs from the paper here:** " if not recovered_new else "") + (
                "no variant recovers within a regime whose answers it must newly learn (the drop after the first switch "
@@ -400,6 +427,23 @@ def main():
         png = os.path.join(images, "drift.png")
         plot([(v, r) for v, r in found["drift"].items()], png, "step", "reward", 5)
         md += [f"![drift]({os.path.relpath(png, os.path.dirname(report))})", ""]
+
+    if "drift_tasks" in found:
+        md += ["### A change in what is asked", "",
+               "Every 100 learner steps the training problems switch between 1-digit additions and 1-digit",
+               "multiplications (regimes `plain@+`, `plain@*`); the warm start (150 SFT steps) saw both, in every",
+               "answer style it is graded in, so each regime starts with reward to learn from. The held-out split mixes",
+               "+, - and *.", ""]
+        table, rows = drift_table(found["drift_tasks"])
+        md += table
+        gains = {}
+        for variant, _, _, _, after, _, last in rows:
+            gains.setdefault(variant, []).append(last - after)
+        md += [""] + [f"- {LABELS.get(v, v)}: reward gain inside a regime (last 10 - first 10 steps), mean over "
+                      f"switches and seeds {statistics.fmean(g):+.3f}" for v, g in gains.items()] + [""]
+        png = os.path.join(images, "drift_tasks.png")
+        plot([(v, r) for v, r in found["drift_tasks"].items()], png, "step", "reward,accuracy", 5)
+        md += [f"![drift_tasks]({os.path.relpath(png, os.path.dirname(report))})", ""]
 
     with open(report, "w") as handle:
         handle.write("\n".join(md) + "\n")

@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
+
 using sao::env::DriftConfig;
 using sao::env::DriftEnvironment;
 using sao::env::recovery_after_switches;
@@ -81,7 +83,105 @@ TEST_CASE("drift: the reward rule follows the regime and info reports it") {
   CHECK(demos[0].turns.size() == 1);
 }
 
+namespace {
+// How many demonstrations answer in each style, over problems whose plain and
+// reversed answers differ (so the style is visible).
+std::pair<int, int> count_styles(const std::vector<sao::env::SftEpisode>& demos) {
+  int plain = 0;
+  int reversed = 0;
+  for (const auto& demo : demos) {
+    const auto op = demo.prompt.find_first_of("+-", 1);
+    sao::env::ArithmeticProblem problem;
+    problem.a = std::stoll(demo.prompt.substr(0, op));
+    problem.op = demo.prompt[op];
+    problem.b = std::stoll(demo.prompt.substr(op + 1, demo.prompt.size() - op - 2));
+    const std::string answer = problem.answer();
+    const std::string backwards(answer.rbegin(), answer.rend());
+    if (answer == backwards) continue;
+    const std::string& action = demo.turns.at(0).action;
+    if (action == answer) ++plain;
+    if (action == backwards) ++reversed;
+  }
+  return {plain, reversed};
+}
+}  // namespace
+
+TEST_CASE("drift: demonstrations answer in the current regime or in all of them") {
+  DriftConfig config;
+  config.switch_every = 10;
+  config.task.operators = "+";
+  DriftEnvironment current(config);
+  current.on_training_step(10);
+  const auto [plain_current, reversed_current] = count_styles(current.demonstrations(400, 7));
+  CHECK(plain_current == 0);
+  CHECK(reversed_current > 100);
+
+  config.demonstration_regimes = "all";
+  DriftEnvironment all(config);
+  const auto [plain_all, reversed_all] = count_styles(all.demonstrations(400, 7));
+  // Uniform over two regimes: each style near half of the ~300+ visible ones.
+  CHECK(plain_all > 100);
+  CHECK(reversed_all > 100);
+
+  config.demonstration_regimes = "some";
+  CHECK_THROWS_WITH_AS(DriftEnvironment{config}, doctest::Contains("demonstration_regimes"), sao::Error);
+  CHECK_THROWS_WITH_AS(
+      sao::env::make_drift_environment({{"demonstration_regimes", "every"}}, "cfg.task"),
+      doctest::Contains("cfg.task.demonstration_regimes: expected \"current\" or \"all\", got \"every\""), sao::Error);
+}
+
+TEST_CASE("drift: a regime's operators decide which problems it asks") {
+  DriftConfig config;
+  config.switch_every = 10;
+  config.task.operators = "+-";
+  config.regimes = {"plain@+", "plain@-"};
+  DriftEnvironment env(config);
+  auto count_ops = [&env](uint64_t first_seed) {
+    std::map<char, int> counts;
+    for (uint64_t seed = first_seed; seed < first_seed + 200; ++seed) {
+      const auto prompt = env.reset(seed).observation;
+      counts[prompt[prompt.find_first_of("+-", 1)]] += 1;
+      env.step("");
+    }
+    return counts;
+  };
+  CHECK(count_ops(0) == std::map<char, int>{{'+', 200}});
+  env.on_training_step(10);
+  CHECK(count_ops(0) == std::map<char, int>{{'-', 200}});
+  CHECK(env.regime().name == "plain@-");
+  CHECK(env.regime().operators == "-");
+  // The held-out split keeps every operator.
+  std::map<char, int> heldout;
+  for (int64_t i = 0; i < env.heldout_size(); ++i) {
+    const auto prompt = env.reset_heldout(i).observation;
+    heldout[prompt[prompt.find_first_of("+-", 1)]] += 1;
+  }
+  CHECK(heldout.size() == 2);
+  // "all" demonstrations draw problems from each regime's operators.
+  config.demonstration_regimes = "all";
+  std::map<char, int> demo_ops;
+  for (const auto& demo : DriftEnvironment(config).demonstrations(200, 3)) {
+    demo_ops[demo.prompt[demo.prompt.find_first_of("+-", 1)]] += 1;
+  }
+  CHECK(demo_ops['+'] > 60);
+  CHECK(demo_ops['-'] > 60);
+  // Suffix and operators together.
+  const auto both = sao::env::DriftRegime::parse("reversed+!@-", "r");
+  CHECK(both.answer_format == "reversed");
+  CHECK(both.suffix == "!");
+  CHECK(both.operators == "-");
+}
+
 TEST_CASE("drift: config errors name the key") {
+  CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"regimes", {"plain", "plain@"}}}, "cfg.task"),
+                       "cfg.task.regimes[1]: regime \"plain@\" names no operators after '@'", sao::Error);
+  CHECK_THROWS_WITH_AS(
+      sao::env::make_drift_environment({{"regimes", {"plain@/"}}}, "cfg.task"),
+      "cfg.task.regimes[0]: regime \"plain@/\" has unknown operator '/' after '@' (expected +, - or *)", sao::Error);
+  CHECK_THROWS_WITH_AS(
+      sao::env::make_drift_environment({{"operators", "+"}, {"regimes", {"plain", "plain@-"}}}, "cfg.task"),
+      "cfg.task.regimes[1]: regime \"plain@-\" asks operator '-', which cfg.task.operators \"+\" does not include",
+      sao::Error);
   CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"regimes", {"plain", "upside-down"}}}, "cfg.task"),
                        doctest::Contains("upside-down"), sao::Error);
   CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"switch_every", 0}}, "cfg.task"),

@@ -13,6 +13,8 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -189,6 +191,32 @@ TEST_CASE("GRPO-sync never mixes policy versions within a batch") {
     CHECK(line["trajectories"] == 16);
     CHECK(line["staleness_max"] == 0);  // every token came from the version being trained
   }
+  // Time accounting in summary.json: every actor's work, one node, threads.
+  const auto summary = nlohmann::json::parse(outcome.summary_json);
+  REQUIRE(summary.contains("time_accounting"));
+  const auto& accounting = summary["time_accounting"];
+  MESSAGE("time accounting: " << accounting.dump());
+  std::map<std::string, nlohmann::json> by_kind;
+  for (const auto& actor : accounting["actors"]) by_kind[actor["kind"].get<std::string>()] = actor;
+  for (const char* kind : {"coordinator", "learner", "replay", "weight_sync", "metrics", "rollout", "env"}) {
+    CHECK_MESSAGE(by_kind.count(kind) == 1, std::string(kind));
+  }
+  const auto& learner = by_kind["learner"];
+  CHECK(learner["work"]["model"]["calls"].get<int64_t>() >= 8);  // 8 steps, plus evaluations
+  // One serialisation for the initial weights and one per update.
+  CHECK(learner["work"]["weights"]["calls"].get<int64_t>() == 9);
+  CHECK(learner["busy_frac"].get<double>() > 0.0);
+  CHECK(learner["busy_frac"].get<double>() <= 1.0);
+  CHECK(by_kind["rollout"]["work"]["model"]["calls"].get<int64_t>() > 0);
+  // Each trained single-turn episode took one reset and one step.
+  CHECK(by_kind["env"]["work"]["env"]["calls"].get<int64_t>() >= 2 * 8 * 16);
+  CHECK(by_kind["replay"]["work"].empty());
+  REQUIRE(accounting["nodes"].size() == 1);
+  const auto& node = accounting["nodes"].begin().value();
+  CHECK(node["process_cpu_s"].get<double>() > node["model_cpu_s"].get<double>());
+  CHECK(node["other_cpu_share"].get<double>() >= 0.0);
+  CHECK(node["other_cpu_share"].get<double>() < 1.0);
+  CHECK(accounting["threads_cpu_s"]["caf.actor.threads"].get<double>() >= 3.0);  // learner, rollout, env
   fs::remove_all(dir);
 }
 

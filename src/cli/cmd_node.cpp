@@ -85,10 +85,11 @@ int run_worker(const ParsedArgs& parsed, const std::string& role) {
   options.envs = parsed.get_int("--envs", 1);
   options.status_file = parsed.get("--status-file");
   options.secret = cluster_secret(parsed);
-  // Only this node's own settings come from its config: threads.
+  // Only this node's own settings come from its config: threads and the scheduler.
   const auto config = load_config_from_args(parsed);
   runtime::configure_threads(config.threads.train_intra_op);
   options.scheduler_threads = config.train.scheduler_threads;
+  options.scheduler_policy = config.train.scheduler_policy;
   const auto* stop_requested = install_stop_handlers();
   return actors::run_worker_node(options, stop_requested);
 }

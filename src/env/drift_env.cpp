@@ -12,15 +12,27 @@ namespace sao::env {
 DriftRegime DriftRegime::parse(const std::string& text, const std::string& where) {
   DriftRegime regime;
   regime.name = text;
-  const auto plus = text.find('+');
-  regime.answer_format = text.substr(0, plus);
+  const auto at = text.rfind('@');
+  const std::string style = text.substr(0, at);
+  if (at != std::string::npos) {
+    regime.operators = text.substr(at + 1);
+    if (regime.operators.empty()) throw Error(where + ": regime \"" + text + "\" names no operators after '@'");
+    for (char op : regime.operators) {
+      if (op != '+' && op != '-' && op != '*') {
+        throw Error(where + ": regime \"" + text + "\" has unknown operator '" + std::string(1, op) +
+                    "' after '@' (expected +, - or *)");
+      }
+    }
+  }
+  const auto plus = style.find('+');
+  regime.answer_format = style.substr(0, plus);
   if (plus != std::string::npos) {
-    regime.suffix = text.substr(plus + 1);
+    regime.suffix = style.substr(plus + 1);
     if (regime.suffix.empty()) throw Error(where + ": regime \"" + text + "\" has an empty suffix after '+'");
   }
   if (regime.answer_format != "plain" && regime.answer_format != "reversed") {
     throw Error(where + ": unknown regime \"" + text +
-                "\" (expected plain, reversed, plain+SUFFIX or reversed+SUFFIX)");
+                "\" (expected plain or reversed, optionally +SUFFIX and @OPERATORS)");
   }
   return regime;
 }
@@ -36,8 +48,22 @@ bool DriftRegime::accepts(const ArithmeticProblem& problem, const std::string& a
 DriftEnvironment::DriftEnvironment(DriftConfig config) : config_(std::move(config)), task_(config_.task) {
   if (config_.switch_every < 1) throw Error("drift: switch_every must be >= 1");
   if (config_.regimes.empty()) throw Error("drift: regimes must not be empty");
+  if (config_.demonstration_regimes != "current" && config_.demonstration_regimes != "all") {
+    throw Error("drift: demonstration_regimes must be \"current\" or \"all\", got \"" + config_.demonstration_regimes +
+                "\"");
+  }
   for (size_t i = 0; i < config_.regimes.size(); ++i) {
-    regimes_.push_back(DriftRegime::parse(config_.regimes[i], "drift.regimes[" + std::to_string(i) + "]"));
+    const std::string where = "drift.regimes[" + std::to_string(i) + "]";
+    regimes_.push_back(DriftRegime::parse(config_.regimes[i], where));
+    ArithmeticConfig regime_task = config_.task;
+    for (char op : regimes_.back().operators) {
+      if (config_.task.operators.find(op) == std::string::npos) {
+        throw Error(where + ": regime \"" + config_.regimes[i] + "\" asks operator '" + std::string(1, op) +
+                    "', which the task's operators \"" + config_.task.operators + "\" do not include");
+      }
+    }
+    if (!regimes_.back().operators.empty()) regime_task.operators = regimes_.back().operators;
+    regime_tasks_.emplace_back(regime_task);
   }
 }
 
@@ -69,7 +95,7 @@ EnvStep DriftEnvironment::start(const ArithmeticProblem& problem) {
 
 EnvStep DriftEnvironment::reset(uint64_t seed) {
   std::mt19937_64 rng(seed);
-  return start(task_.sample_train(rng));
+  return start(regime_tasks_[static_cast<size_t>(regime_index())].sample_train(rng));
 }
 
 EnvStep DriftEnvironment::reset_heldout(int64_t index) {
@@ -111,8 +137,13 @@ std::vector<SftEpisode> DriftEnvironment::demonstrations(int64_t count, uint64_t
   std::mt19937_64 rng(seed);
   std::vector<SftEpisode> episodes;
   for (int64_t i = 0; i < count; ++i) {
-    const auto problem = task_.sample_train(rng);
-    episodes.push_back({problem.prompt(), {{regime().target(problem), "", true}}});
+    auto demo_regime = static_cast<size_t>(regime_index());
+    if (config_.demonstration_regimes == "all") {
+      std::uniform_int_distribution<size_t> pick(0, regimes_.size() - 1);
+      demo_regime = pick(rng);
+    }
+    const auto problem = regime_tasks_[demo_regime].sample_train(rng);
+    episodes.push_back({problem.prompt(), {{regimes_[demo_regime].target(problem), "", true}}});
   }
   return episodes;
 }
@@ -165,6 +196,7 @@ DriftConfig drift_config_from_json(const nlohmann::json& config, const std::stri
   if (name != "drift") throw Error(where + ".name: expected \"drift\", got \"" + name + "\"");
   reader.read("switch_every", result.switch_every);
   reader.read("regimes", result.regimes);
+  reader.read("demonstration_regimes", result.demonstration_regimes);
   reader.read("min_digits", result.task.min_digits);
   reader.read("max_digits", result.task.max_digits);
   reader.read("operators", result.task.operators);
@@ -173,8 +205,18 @@ DriftConfig drift_config_from_json(const nlohmann::json& config, const std::stri
   reader.reject_unknown_keys();
   if (result.switch_every < 1) throw Error(where + ".switch_every: must be >= 1");
   if (result.regimes.empty()) throw Error(where + ".regimes: must name at least one regime");
+  if (result.demonstration_regimes != "current" && result.demonstration_regimes != "all") {
+    throw Error(where + ".demonstration_regimes: expected \"current\" or \"all\", got \"" +
+                result.demonstration_regimes + "\"");
+  }
   for (size_t i = 0; i < result.regimes.size(); ++i) {
-    DriftRegime::parse(result.regimes[i], where + ".regimes[" + std::to_string(i) + "]");
+    const std::string regime_where = where + ".regimes[" + std::to_string(i) + "]";
+    for (char op : DriftRegime::parse(result.regimes[i], regime_where).operators) {
+      if (result.task.operators.find(op) == std::string::npos) {
+        throw Error(regime_where + ": regime \"" + result.regimes[i] + "\" asks operator '" + std::string(1, op) +
+                    "', which " + where + ".operators \"" + result.task.operators + "\" does not include");
+      }
+    }
   }
   try {
     result.task.validate();

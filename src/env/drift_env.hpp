@@ -1,9 +1,12 @@
 // The drifting environment: arithmetic whose required answer style changes
 // with training progress, to measure how fast an async RL loop re-adapts.
 //
-// Regimes are answer styles: "plain" ("12+34=" -> "46"), "reversed" (digits
+// A regime is an answer style: "plain" ("12+34=" -> "46"), "reversed" (digits
 // least significant first, sign first: "64"), optionally followed by a
-// required suffix after a '+': "plain+!" wants "46!". The regime in force at
+// required suffix after a '+': "plain+!" wants "46!"; and optionally, after an
+// '@', the operators its training problems use: "plain@-" asks only
+// subtractions (a shift in what is asked rather than in how to answer). The
+// held-out split always covers every configured operator. The regime in force at
 // learner step s is regimes[(s / switch_every) % regimes.size()]; the runtime
 // reports steps through on_training_step(). An episode keeps the regime it
 // started with (on_training_step mid-episode changes the NEXT episode). The
@@ -12,7 +15,10 @@
 // info {"accuracy", "regime", "regime_index", "answer"} on the step.
 //
 // Config keys: name ("drift"), switch_every (50), regimes (["plain",
-// "reversed"]), and the arithmetic keys min_digits (1), max_digits (2),
+// "reversed"]), demonstration_regimes ("current": SFT demonstrations answer in
+// the regime in force; "all": each demonstration in a regime drawn uniformly,
+// so the warm-started policy samples every style and a switch is followed by
+// rewards it can learn from), and the arithmetic keys min_digits (1), max_digits (2),
 // operators ("+-"), test_fraction (0.1), test_size (400). The held-out split
 // is the arithmetic test split (reset_heldout(i) = test_set()[i]), graded in
 // the current regime.
@@ -42,13 +48,15 @@ struct DriftConfig {
   ArithmeticConfig task;  // answer_format is ignored: the regime decides
   int64_t switch_every = 50;
   std::vector<std::string> regimes = {"plain", "reversed"};
+  std::string demonstration_regimes = "current";  // "current" | "all"
 };
 
-// One answer style, parsed from "plain", "reversed", "plain+SUFFIX", "reversed+SUFFIX".
+// One regime, parsed from STYLE[+SUFFIX][@OPERATORS], STYLE "plain" or "reversed".
 struct DriftRegime {
   std::string name;
   std::string answer_format;  // "plain" | "reversed"
   std::string suffix;
+  std::string operators;  // empty: the task's operators
   static DriftRegime parse(const std::string& text, const std::string& where);
   std::string target(const ArithmeticProblem& problem) const;
   bool accepts(const ArithmeticProblem& problem, const std::string& action) const;  // whitespace-trimmed exact match
@@ -65,7 +73,8 @@ class DriftEnvironment final : public Environment {
   EnvStep reset_heldout(int64_t index) override;
   void on_training_step(int64_t learner_step) override;
   EnvLimits limits() const override;
-  std::vector<SftEpisode> demonstrations(int64_t count, uint64_t seed) const override;  // in the current regime
+  // In the current regime, or in uniformly drawn regimes (demonstration_regimes "all").
+  std::vector<SftEpisode> demonstrations(int64_t count, uint64_t seed) const override;
 
   int64_t regime_index_at(int64_t learner_step) const;
   int64_t regime_index() const { return regime_index_at(learner_step_); }
@@ -79,6 +88,7 @@ class DriftEnvironment final : public Environment {
   DriftConfig config_;
   ArithmeticTask task_;
   std::vector<DriftRegime> regimes_;
+  std::vector<ArithmeticTask> regime_tasks_;  // training problems of each regime (its operators)
   int64_t learner_step_ = 0;
   ArithmeticProblem problem_;
   int64_t episode_regime_ = 0;

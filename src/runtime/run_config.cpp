@@ -140,6 +140,7 @@ void read_train(JsonReader reader, TrainSection& train) {
   reader.read("checkpoint_every", train.checkpoint_every);
   reader.read("init_checkpoint", train.init_checkpoint);
   reader.read("scheduler_threads", train.scheduler_threads);
+  reader.read("scheduler_policy", train.scheduler_policy);
   reader.reject_unknown_keys();
   const auto& where = reader.where();
   if (train.mode != "async" && train.mode != "sync") {
@@ -149,6 +150,10 @@ void read_train(JsonReader reader, TrainSection& train) {
   if (train.eval_every < 0) throw Error(where + ".eval_every: must be >= 0");
   if (train.checkpoint_every < 0) throw Error(where + ".checkpoint_every: must be >= 0");
   if (train.scheduler_threads < 1) throw Error(where + ".scheduler_threads: must be >= 1");
+  if (train.scheduler_policy != "stealing" && train.scheduler_policy != "sharing") {
+    throw Error(where + ".scheduler_policy: expected \"stealing\" or \"sharing\", got \"" + train.scheduler_policy +
+                "\"");
+  }
 }
 
 void read_console(JsonReader reader, ConsoleSection& console) {

@@ -80,6 +80,11 @@ struct TrainSection {
   int64_t checkpoint_every = 100;  // 0: only the final checkpoint
   std::string init_checkpoint;     // policy to start from; empty: RUN_DIR/sft, trained first if missing
   int64_t scheduler_threads = 2;   // CAF worker threads for the light actors
+  // CAF scheduler policy for those workers: "sharing" (idle workers block on
+  // one queue) or "stealing" (idle workers poll and sleep in short steps).
+  // Sharing by default: stealing's polling took 11.7% of the process CPU and
+  // cost 11% of steps/s on 2 cores (bench/runtime_share.sh, docs/decisions.md).
+  std::string scheduler_policy = "sharing";
 };
 
 // The introspection console's HTTP endpoint (dashboard, JSON API,

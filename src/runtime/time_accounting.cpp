@@ -1,0 +1,158 @@
+// Time accounting; see time_accounting.hpp.
+#include "runtime/time_accounting.hpp"
+
+#include "runtime/error.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace sao::runtime {
+
+namespace {
+double seconds_of(const timespec& value) {
+  return static_cast<double>(value.tv_sec) + static_cast<double>(value.tv_nsec) * 1e-9;
+}
+double seconds_of(const timeval& value) {
+  return static_cast<double>(value.tv_sec) + static_cast<double>(value.tv_usec) * 1e-6;
+}
+}  // namespace
+
+double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return seconds_of(now);
+}
+
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return seconds_of(usage.ru_utime) + seconds_of(usage.ru_stime);
+}
+
+std::map<std::string, double> thread_cpu_by_name() {
+  std::map<std::string, double> result;
+  std::error_code error;
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", error)) {
+    std::ifstream comm_file(entry.path() / "comm");
+    std::ifstream stat_file(entry.path() / "stat");
+    std::string name;
+    std::string stat;
+    if (!std::getline(comm_file, name) || !std::getline(stat_file, stat)) continue;  // the thread just ended
+    // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));
+    std::vector<std::string> values;
+    for (std::string field; fields >> field && values.size() < 13;) values.push_back(field);
+    if (values.size() < 13) continue;
+    result[name] += (std::stod(values[11]) + std::stod(values[12])) / ticks;
+    result[name + ".threads"] += 1.0;
+  }
+  return result;
+}
+
+WorkTimer::WorkTimer(WorkTime& into)
+    : into_(into), wall_start_(std::chrono::steady_clock::now()), cpu_start_(thread_cpu_seconds()) {}
+
+WorkTimer::~WorkTimer() {
+  into_.wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start_).count();
+  into_.cpu_s += thread_cpu_seconds() - cpu_start_;
+  ++into_.calls;
+}
+
+std::map<std::string, double> time_numbers(double alive_s, double process_cpu_at_start_s,
+                                           const std::map<std::string, WorkTime>& work) {
+  std::map<std::string, double> numbers;
+  double busy = 0.0;
+  for (const auto& [bucket, time] : work) {
+    numbers["work_" + bucket + "_wall_s"] = time.wall_s;
+    numbers["work_" + bucket + "_cpu_s"] = time.cpu_s;
+    numbers["work_" + bucket + "_calls"] = static_cast<double>(time.calls);
+    busy += time.wall_s;
+  }
+  numbers["alive_s"] = alive_s;
+  numbers["process_cpu_s"] = process_cpu_seconds();
+  numbers["process_cpu_at_start_s"] = process_cpu_at_start_s;
+  numbers["busy_frac"] = alive_s > 0 ? busy / alive_s : 0.0;
+  return numbers;
+}
+
+std::map<std::string, WorkTime> work_from_numbers(const std::map<std::string, double>& numbers) {
+  std::map<std::string, WorkTime> work;
+  const std::string prefix = "work_";
+  for (const auto& [key, value] : numbers) {
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    for (const std::string suffix : {"_wall_s", "_cpu_s", "_calls"}) {
+      if (key.size() <= prefix.size() + suffix.size() ||
+          key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) {
+        continue;
+      }
+      auto& time = work[key.substr(prefix.size(), key.size() - prefix.size() - suffix.size())];
+      if (suffix == "_wall_s") time.wall_s = value;
+      if (suffix == "_cpu_s") time.cpu_s = value;
+      if (suffix == "_calls") time.calls = static_cast<int64_t>(value);
+      break;
+    }
+  }
+  return work;
+}
+
+nlohmann::json summarise_time(const std::vector<ActorTimeSample>& samples) {
+  nlohmann::json actors = nlohmann::json::array();
+  struct NodeTotals {
+    double process_cpu_s = 0.0;
+    double process_cpu_at_start_s = std::numeric_limits<double>::infinity();
+    std::map<std::string, double> work_cpu_s;
+  };
+  std::map<std::string, NodeTotals> nodes;
+  for (const auto& sample : samples) {
+    if (!(sample.alive_s > 0)) {
+      throw Error("time accounting: actor '" + sample.name + "' has alive_s " + std::to_string(sample.alive_s) +
+                  " (must be > 0)");
+    }
+    nlohmann::json work = nlohmann::json::object();
+    double busy = 0.0;
+    auto& node = nodes[sample.node];
+    node.process_cpu_s = std::max(node.process_cpu_s, sample.process_cpu_s);
+    node.process_cpu_at_start_s = std::min(node.process_cpu_at_start_s, sample.process_cpu_at_start_s);
+    for (const auto& [bucket, time] : sample.work) {
+      if (time.wall_s < 0 || time.cpu_s < 0) {
+        throw Error("time accounting: actor '" + sample.name + "' has negative time in bucket '" + bucket + "'");
+      }
+      work[bucket] = {{"wall_s", time.wall_s}, {"cpu_s", time.cpu_s}, {"calls", time.calls}};
+      busy += time.wall_s;
+      node.work_cpu_s[bucket] += time.cpu_s;
+    }
+    actors.push_back({{"name", sample.name},
+                      {"kind", sample.kind},
+                      {"node", sample.node},
+                      {"alive_s", sample.alive_s},
+                      {"busy_frac", busy / sample.alive_s},
+                      {"work", work}});
+  }
+  nlohmann::json node_json = nlohmann::json::object();
+  for (const auto& [name, totals] : nodes) {
+    const double process_cpu = std::max(0.0, totals.process_cpu_s - totals.process_cpu_at_start_s);
+    nlohmann::json entry = {{"process_cpu_s", process_cpu}};
+    double work_total = 0.0;
+    for (const auto& [bucket, cpu] : totals.work_cpu_s) {
+      entry[bucket + "_cpu_s"] = cpu;
+      work_total += cpu;
+    }
+    const double other = std::max(0.0, process_cpu - work_total);
+    entry["other_cpu_s"] = other;
+    entry["other_cpu_share"] = process_cpu > 0 ? other / process_cpu : 0.0;
+    node_json[name] = entry;
+  }
+  return {{"actors", actors}, {"nodes", node_json}};
+}
+
+}  // namespace sao::runtime
