@@ -2,7 +2,7 @@
 # The evidence suite (issue #8): reruns the paper's claims at small scale on
 # this machine and regenerates docs/results.md from the raw runs.
 #
-#   bench/evidence.sh [--only compare,ablations,stability,drift] [--seeds N] [--out DIR]
+#   bench/evidence.sh [--only compare,ablations,stability,drift,bench] [--seeds N] [--out DIR]
 #                     [--report FILE] [--report-only]
 #
 # compare    SAO vs GRPO (G=8, sync and async) vs PPO, 64 trajectories per
@@ -14,6 +14,9 @@
 # drift      the drifting environment: SAO vs running-mean baseline vs GRPO,
 #            once with a new answer style (plain <-> reversed) and once with a
 #            change in what is asked (additions <-> multiplications)
+# bench      the runtime benchmarks (learner step, decode, weight sync, CPU
+#            split and scheduler policy, cluster throughput vs the scaling
+#            model); their printed output is kept in DIR/bench/*.txt
 #
 # Every run keeps its metrics.jsonl under DIR (default runs/evidence); a run
 # whose summary.json exists is not run again, so an interrupted suite
@@ -23,7 +26,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-only="compare,ablations,stability,drift"
+only="compare,ablations,stability,drift,bench"
 seeds=3
 out=runs/evidence
 report=docs/results.md
@@ -47,14 +50,13 @@ mkdir -p "$out"
 wants() { [[ ",$only," == *",$1,"* ]]; }
 
 warm_start() {  # warm_start NAME CONFIG(or "") [--set ...] -> prints the SFT checkpoint dir
-  local dir=$out/sft_$1
-  local config=$2
+  local name=$1 dir=$out/sft_$1 config=$2
   shift 2
   if [ ! -f "$dir/sft/model.safetensors" ]; then
     local config_flag=()
     [ -n "$config" ] && config_flag=(--config "$config")
     "$sao" sft "${config_flag[@]}" --run-dir "$dir" --set console.enabled=false "$@" > "$dir.log" 2>&1 ||
-      { echo "evidence: warm start $1 failed, see $dir.log" >&2; exit 1; }
+      { echo "evidence: warm start $name failed, see $dir.log" >&2; exit 1; }
   fi
   echo "$dir/sft"
 }
@@ -117,7 +119,7 @@ if ! $report_only; then
     # (additions, then multiplications, then additions), the warm start saw
     # both, so every regime gives reward to learn from.
     tasks=(--set task.operators=+-* --set 'task.regimes=["plain@+","plain@*"]' --set task.demonstration_regimes=all
-           --set task.test_size=100)
+           --set task.test_size=60)
     tasks_sft=$(warm_start drift_tasks config/sao_drift.json "${tasks[@]}" --set sft.steps=150)
     tasks_run=("${tasks[@]}" --set task.switch_every=100 --set train.steps=300)
     for seed in $(seq 1 "$seeds"); do
@@ -144,6 +146,23 @@ if ! $report_only; then
     run stability sao 1 config/sao_agentic.json "$maze_sft" "${long[@]}" --set replay.max_staleness=4
     run stability grpo_async 1 config/grpo_agentic.json "$maze_sft" "${long[@]}" --set train.mode=async \
       --set replay.min_batch=8 --set replay.max_batch=8 --set replay.max_staleness=4
+  fi
+  if wants bench; then
+    mkdir -p "$out/bench"
+    bench() {  # bench NAME COMMAND...: kept unless it exists (delete the file to rerun)
+      local file=$out/bench/$1.txt
+      shift
+      [ -s "$file" ] && return
+      echo "evidence: bench $(basename "$file" .txt)" >&2
+      "$@" > "$file.partial" 2>&1 && mv "$file.partial" "$file" ||
+        echo "evidence: bench $(basename "$file" .txt) failed, see $file.partial" >&2
+    }
+    arith_sft=$(warm_start arith "")
+    bench learner ./build/bench/bench_learner
+    bench model ./build/bench/bench_model 1
+    bench weight_sync ./build/bench/bench_weight_sync 3
+    bench runtime_share bench/runtime_share.sh "$arith_sft" 150 2
+    bench cluster_scaling bench/cluster_scaling.sh --warmup 10 --window 20 1 2 4
   fi
 fi
 

@@ -263,20 +263,30 @@ def pipeline_section(variants):
         best[variant] = max(statistics.fmean(v) for v in per_eval.values())
     target = min(best.values())
     lines = ["## Pipeline (arithmetic runs above)", "",
-             "Learner busy = time inside learner steps / run wall time. Latency = from an episode's end to the start of",
+             "Learner busy = time inside learner steps / run wall time. Rollout busy = time the rollout actors spend",
+             "decoding / their lifetime, and runtime share = the process CPU spent outside model maths, environment",
+             "calls and weight (de)serialisation (the actor runtime, messaging, metrics), both from the time accounting",
+             "in each run's summary.json. Latency = from an episode's end to the start of",
              "the learner step that trains on it (summary.json, all steps of all seeds). Time to target = wall time of",
              f"the first evaluation at or above {target:.3f} held-out accuracy (the lowest best-mean of the variants, so",
              "every variant reaches it on average), averaged over the seeds that reach it.", "",
-             "| variant | learner busy | learner idle ms p50 / p99 | rollout->learner ms p50 / p99 | time to target s (seeds reaching) |",
-             "|---|---|---|---|---|"]
+             "| variant | learner busy | rollout busy | runtime share of CPU | learner idle ms p50 / p99 | "
+             "rollout->learner ms p50 / p99 | time to target s (seeds reaching) |",
+             "|---|---|---|---|---|---|---|"]
     for variant in order:
         busy, idle50, idle99, lat50, lat99, reach = [], [], [], [], [], []
+        rollout_busy, runtime_share = [], []
         for run in variants[variant]:
             steps = run["steps"]
             wall = steps[-1]["wall_time_s"] if steps else None
             if wall:
                 busy.append(sum(s.get("learner_step_ms") or 0 for s in steps) / 1e3 / wall)
             summary = summary_of(run)
+            accounting = summary.get("time_accounting")
+            if accounting:
+                decoders = [a["busy_frac"] for a in accounting["actors"] if a["kind"] == "rollout"]
+                rollout_busy.append(statistics.fmean(decoders) if decoders else None)
+                runtime_share.append(statistics.fmean(n["other_cpu_share"] for n in accounting["nodes"].values()))
             idle50.append(summary.get("learner_idle_ms_p50"))
             idle99.append(summary.get("learner_idle_ms_p99"))
             lat50.append(summary.get("rollout_to_learner_ms_p50"))
@@ -287,9 +297,45 @@ def pipeline_section(variants):
                     break
         avg = lambda values: statistics.fmean([v for v in values if v is not None]) if any(v is not None for v in values) else float("nan")
         reached = f"{statistics.fmean(reach):.1f} ({len(reach)}/{len(variants[variant])})" if reach else f"- (0/{len(variants[variant])})"
-        lines.append(f"| {LABELS.get(variant, variant)} | {100 * avg(busy):.0f}% | {avg(idle50):.1f} / {avg(idle99):.1f} | "
+        percent = lambda values: f"{100 * avg(values):.0f}%" if any(v is not None for v in values) else "-"
+        lines.append(f"| {LABELS.get(variant, variant)} | {100 * avg(busy):.0f}% | {percent(rollout_busy)} | "
+                     f"{percent(runtime_share)} | {avg(idle50):.1f} / {avg(idle99):.1f} | "
                      f"{avg(lat50):.0f} / {avg(lat99):.0f} | {reached} |")
     return lines + [""]
+
+
+BENCHES = [
+    ("learner", "Learner: a full SAO step", "`./build/bench/bench_learner`: one SAO step (K critic updates + the DIS "
+     "actor update) on 64 trajectories of the default model, in trained tokens/s and as a fraction of the fp32 matmul "
+     "rate measured in the same run."),
+    ("model", "Rollout: batched decode", "`./build/bench/bench_model 1`: training and batched KV-cache decode tokens/s "
+     "of the default model on one thread, each against the matmul limit measured in the same run."),
+    ("weight_sync", "Weight switch", "`./build/bench/bench_weight_sync 3`: one weight version from a learner-side actor "
+     "to an actor in another process (serialise, loopback TCP, deserialise, reply) next to raw loopback TCP, and "
+     "loading the received tensors into a model, which is what a rollout does in flight."),
+    ("runtime_share", "Where the CPU goes, and the scheduler policy", "`bench/runtime_share.sh SFT 150 2`: the same RL "
+     "run under CAF's two scheduler policies, alternating; shares of the process CPU from the time accounting in "
+     "summary.json. `workers` is CAF's scheduler threads."),
+    ("cluster_scaling", "Cluster throughput and the scaling model", "`bench/cluster_scaling.sh --warmup 10 --window 20 "
+     "1 2 4`: a learner process and N rollout processes on this machine (deploy/local-cluster), then "
+     "`bench/scaling_model.py` fits its model (see its header) to the N = 1 run's time accounting and predicts every N."),
+]
+
+
+def bench_section(out):
+    """The runtime benchmarks' printed output, kept by `evidence.sh --only bench`."""
+    found = [(name, title, how) for name, title, how in BENCHES
+             if os.path.exists(os.path.join(out, "bench", name + ".txt"))]
+    if not found:
+        return []
+    lines = ["## Runtime benchmarks", "",
+             "Printed by the programs themselves (kept in `" + out + "/bench/`); rerun one by deleting its file and "
+             "running `bench/evidence.sh --only bench`.", ""]
+    for name, title, how in found:
+        with open(os.path.join(out, "bench", name + ".txt")) as handle:
+            text = handle.read().rstrip()
+        lines += [f"### {title}", "", how, "", "```", text, "```", ""]
+    return lines
 
 
 def hardware():
@@ -342,7 +388,7 @@ def main():
            "GRPO-async adds `train.mode=async replay.min_batch=8 replay.max_batch=8`.",
            "- drift: `config/sao_drift.json`, `config/running_mean_drift.json`, `config/grpo_drift.json` as they are.",
            "- drift_tasks: the same three configs with `task.operators=+-* task.regimes=[\"plain@+\",\"plain@*\"] "
-           "task.demonstration_regimes=all task.test_size=100 task.switch_every=100 train.steps=300`.",
+           "task.demonstration_regimes=all task.test_size=60 task.switch_every=100 train.steps=300`.",
            "- warm starts: `sao sft --run-dir OUT/sft_arith` (default), `--config config/sao_agentic.json` (maze), "
            "`--config config/sao_drift.json` (drift; drift_tasks adds its task overrides and `sft.steps=150`).", ""]
     missing = [name for name in ("arith", "maze", "stability", "drift", "drift_tasks") if name not in found]
@@ -439,11 +485,26 @@ def main():
         gains = {}
         for variant, _, _, _, after, _, last in rows:
             gains.setdefault(variant, []).append(last - after)
-        md += [""] + [f"- {LABELS.get(v, v)}: reward gain inside a regime (last 10 - first 10 steps), mean over "
-                      f"switches and seeds {statistics.fmean(g):+.3f}" for v, g in gains.items()] + [""]
+        md += [""] + [f"- {LABELS.get(v, v)}: reward gain inside a regime (last 10 - first 10 steps) over all "
+                      f"switches and seeds {mean_spread(g)[0]}" for v, g in gains.items()]
+        if "sao" in gains:
+            _, sao_mean, sao_sd = mean_spread(gains["sao"])
+            for other in (v for v in gains if v != "sao"):
+                _, other_mean, other_sd = mean_spread(gains[other])
+                separated = abs(sao_mean - other_mean) > max(sao_sd, other_sd)
+                md.append(f"- SAO vs {LABELS.get(other, other)}: {sao_mean - other_mean:+.3f} "
+                          f"({'more than' if separated else 'within'} one standard deviation)")
+        all_gain = all(last > after for _, _, _, _, after, _, last in rows)
+        all_recovered = all(r[5] is not None for r in rows)
+        md += ["", ("In every run each new regime was learned (reward higher at its end than right after the switch)"
+                    if all_gain else "Not every run learned inside every regime (see the gain column)") + "; " +
+               ("every switch was recovered from." if all_recovered else
+                f"{sum(r[5] is None for r in rows)} of {len(rows)} switches were not recovered from."), ""]
         png = os.path.join(images, "drift_tasks.png")
         plot([(v, r) for v, r in found["drift_tasks"].items()], png, "step", "reward,accuracy", 5)
         md += [f"![drift_tasks]({os.path.relpath(png, os.path.dirname(report))})", ""]
+
+    md += bench_section(out)
 
     with open(report, "w") as handle:
         handle.write("\n".join(md) + "\n")

@@ -15,9 +15,12 @@ Bounds on trajectories/s with N rollout processes on C cores:
   learner    1 / l          the learner is one thread
   rollouts   N / rd         each rollout decodes on one thread
   cpu        C / (l + lo + r)  every trajectory costs l + lo + r CPU seconds
-Prediction = the smallest bound; the learner saturates at the N where
-N / rd reaches 1 / l, if the cores allow it (C >= 1 + N * r / rd ... i.e.
-the cpu bound is above the learner bound).
+Prediction = the smallest bound. The learner saturates (adding rollout
+processes stops helping) once N / rd reaches 1 / l, provided the cores can
+feed it: C >= (l + lo + r) / l CPU-seconds per second; otherwise the cpu bound
+decides first. All costs are CPU seconds of one run; a learner step's cost
+per trajectory falls as its batch grows, so the fit holds near the batch sizes
+of the calibration run.
 """
 import json
 import math

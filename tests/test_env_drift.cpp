@@ -165,6 +165,15 @@ TEST_CASE("drift: a regime's operators decide which problems it asks") {
   }
   CHECK(demo_ops['+'] > 60);
   CHECK(demo_ops['-'] > 60);
+  // The held-out size is the whole task's, not one operator's share of it
+  // (1-digit +-*: about 60 held-out problems, about 20 of them additions).
+  DriftConfig small;
+  small.task.max_digits = 1;
+  small.task.operators = "+-*";
+  small.task.test_fraction = 0.2;
+  small.task.test_size = 50;
+  small.regimes = {"plain@+", "plain@*"};
+  CHECK(DriftEnvironment(small).heldout_size() == 50);
   // Suffix and operators together.
   const auto both = sao::env::DriftRegime::parse("reversed+!@-", "r");
   CHECK(both.answer_format == "reversed");

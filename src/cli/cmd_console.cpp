@@ -120,9 +120,11 @@ std::string headline(const nlohmann::json& actor) {
   const auto kind = actor["kind"].get<std::string>();
   if (kind == "rollout") {
     return pick("policy_version", "v") + pick("tokens_per_s", "tok/s") + pick("current_turn", "turn") +
-           pick("episodes_done", "done");
+           pick("episodes_done", "done") + pick("busy_frac", "busy");
   }
-  if (kind == "learner") return pick("step", "step") + pick("last_step_ms", "ms") + pick("policy_loss", "pg");
+  if (kind == "learner") {
+    return pick("step", "step") + pick("last_step_ms", "ms") + pick("policy_loss", "pg") + pick("busy_frac", "busy");
+  }
   if (kind == "replay")
     return pick("queued", "queued") + pick("dropped_stale", "dropped") + pick("max_staleness", "max_st");
   if (kind == "weight_sync") return pick("latest_version", "v") + pick("pushes", "pushes");

@@ -63,6 +63,9 @@ DriftEnvironment::DriftEnvironment(DriftConfig config) : config_(std::move(confi
       }
     }
     if (!regimes_.back().operators.empty()) regime_task.operators = regimes_.back().operators;
+    // A regime task only samples training problems; the held-out set is the
+    // whole task's, which may be larger than one operator's share of it.
+    regime_task.test_size = 1;
     regime_tasks_.emplace_back(regime_task);
   }
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -38,22 +39,25 @@ double process_cpu_seconds() {
 
 std::map<std::string, double> thread_cpu_by_name() {
   std::map<std::string, double> result;
-  std::error_code error;
   const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", error)) {
-    std::ifstream comm_file(entry.path() / "comm");
-    std::ifstream stat_file(entry.path() / "stat");
+  std::error_code error;
+  std::filesystem::directory_iterator task(std::filesystem::path("/proc/self/task"), error);
+  // Threads come and go while this reads; one that ended is skipped, and an
+  // iteration error ends the list with what was read so far.
+  for (; !error && task != std::filesystem::directory_iterator(); task.increment(error)) {
+    std::ifstream comm_file(task->path() / "comm");
+    std::ifstream stat_file(task->path() / "stat");
     std::string name;
     std::string stat;
-    if (!std::getline(comm_file, name) || !std::getline(stat_file, stat)) continue;  // the thread just ended
+    if (!std::getline(comm_file, name) || !std::getline(stat_file, stat)) continue;
     // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
     const auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
+    if (close == std::string::npos || close + 2 > stat.size()) continue;
     std::istringstream fields(stat.substr(close + 2));
     std::vector<std::string> values;
-    for (std::string field; fields >> field && values.size() < 13;) values.push_back(field);
+    for (std::string field; values.size() < 13 && fields >> field;) values.push_back(field);
     if (values.size() < 13) continue;
-    result[name] += (std::stod(values[11]) + std::stod(values[12])) / ticks;
+    result[name] += (std::strtod(values[11].c_str(), nullptr) + std::strtod(values[12].c_str(), nullptr)) / ticks;
     result[name + ".threads"] += 1.0;
   }
   return result;
