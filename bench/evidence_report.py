@@ -58,7 +58,7 @@ def experiments(out):
     found = {}
     for experiment in sorted(os.listdir(out)):
         path = os.path.join(out, experiment)
-        if not os.path.isdir(path) or experiment.startswith("sft_"):
+        if not os.path.isdir(path) or experiment.startswith("sft_") or experiment == "bench":
             continue
         for variant in sorted(os.listdir(path)):
             runs = []
@@ -107,9 +107,20 @@ def plot(groups, out_png, axis, panels, smooth=10):
     subprocess.run(arguments, check=True, stdout=subprocess.DEVNULL)
 
 
+def late_reward(run):
+    """Mean training reward over the last 10% of a run's updates (at least one)."""
+    rewards = [number(s.get("reward_mean")) for s in run["steps"]]
+    rewards = [r for r in rewards if r is not None]
+    if not rewards:
+        return None
+    tail = rewards[-max(1, len(rewards) // 10):]
+    return statistics.fmean(tail)
+
+
 def comparison_table(variants, order):
-    lines = ["| variant | seeds | held-out before | held-out final (mean ± sd) | trajectories | tokens | wall s (mean) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| variant | seeds | held-out before | held-out final (mean ± sd) | training reward, last 10% of updates "
+             "| trajectories | tokens | wall s (mean) |",
+             "|---|---|---|---|---|---|---|---|"]
     means = {}
     for variant in order:
         if variant not in variants:
@@ -121,7 +132,8 @@ def comparison_table(variants, order):
         tokens = statistics.fmean(totals(r)[1] for r in runs)
         walls = [r["wall"] for r in runs if r["wall"] is not None]
         wall = f"{statistics.fmean(walls):.0f}" if walls else "-"
-        lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {first_text} | {final_text} | "
+        reward_text, _, _ = mean_spread([late_reward(r) for r in runs])
+        lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {first_text} | {final_text} | {reward_text} | "
                      f"{trajectories:.0f} | {tokens:.0f} | {wall} |")
         means[variant] = (mean, spread, len(runs))
     return lines, means
