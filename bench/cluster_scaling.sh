@@ -37,8 +37,10 @@ snapshot() { jq -r '"\(.coordinator.steps) \(.replay.received)"' "$1/cluster_sta
 
 printf '%-10s %10s %16s %14s\n' "processes" "steps/s" "trajectories/s" "episodes_lost"
 measured=()
+index=0
 for n in "${counts[@]}"; do
-  run_dir="$base/n$n"
+  index=$((index + 1))
+  run_dir="$base/run${index}_n$n"  # one directory per measurement, even when N repeats
   "$root/deploy/local-cluster" start --detach --run-dir "$run_dir" --rollouts "$n" --sao "$sao" -- \
     "${learner_args[@]}" --set "train.init_checkpoint=\"$base/warm/sft\"" >/dev/null
   sleep "$warmup"
@@ -52,5 +54,5 @@ for n in "${counts[@]}"; do
   measured+=("$n:$run_dir:$(awk -v r0="$received0" -v r1="$received1" -v w="$window" 'BEGIN { print (r1 - r0) / w }')")
 done
 echo
-python3 "$root/bench/scaling_model.py" "$(nproc)" "$base/n${counts[0]}" "${measured[@]}"
+python3 "$root/bench/scaling_model.py" "$(nproc)" "$base/run1_n${counts[0]}" "${measured[@]}"
 echo "runs kept in $base"
