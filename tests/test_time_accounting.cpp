@@ -48,6 +48,18 @@ TEST_CASE("time accounting: busy fractions and the CPU left outside the work, pe
   CHECK(floored["nodes"]["b"]["other_cpu_share"].get<double>() == 0.0);
 }
 
+TEST_CASE("time accounting: the end-of-run line") {
+  const std::vector<ActorTimeSample> samples = {
+      {"learner", "learner", "a", 10.0, 31.0, 1.0, {{"model", {9.5, 9.0, 100}}}},
+      {"rollout-0", "rollout", "a", 10.0, 31.0, 1.0, {{"model", {2.0, 2.0, 900}}}},
+      {"rollout-1", "rollout", "b", 10.0, 11.0, 1.0, {{"model", {1.0, 1.0, 900}}, {"weights", {1.0, 1.0, 5}}}},
+  };
+  // Busy: learner 95%, rollouts (20% + 20%) / 2. CPU: a 30 s (11 in work), b 10 s (2 in work): 27 / 40.
+  CHECK(sao::runtime::describe_time_accounting(sao::runtime::summarise_time(samples)) ==
+        "time: learner busy 95.0%, rollout busy 20.0% (mean of 2), runtime and bookkeeping 67.5% of the CPU "
+        "(time_accounting in summary.json)");
+}
+
 TEST_CASE("time accounting: bad samples are refused by name") {
   CHECK_THROWS_WITH_AS(sao::runtime::summarise_time({{"learner", "learner", "a", 0.0, 1.0, 0.0, {}}}),
                        "time accounting: actor 'learner' has alive_s 0.000000 (must be > 0)", sao::Error);

@@ -1,6 +1,8 @@
 // Shared subcommand helpers; see common.hpp.
 #include "cli/common.hpp"
 
+#include "runtime/time_accounting.hpp"
+
 #include "model/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/system_info.hpp"
@@ -122,7 +124,15 @@ int report_training_outcome(const actors::TrainOutcome& outcome, const runtime::
       std::printf("held-out accuracy: %.4f (before RL: %.4f), run dir %s\n", summary["accuracy_last"].get<double>(),
                   summary.value("accuracy_first", 0.0), config.run.dir.c_str());
     }
-    std::printf("%s\n", outcome.summary_json.c_str());
+    if (summary.is_object() && summary.contains("time_accounting")) {
+      // One line for where the time went; the full accounting is in summary.json.
+      auto shown = summary;
+      shown.erase("time_accounting");
+      std::printf("%s\n", shown.dump().c_str());
+      std::printf("%s\n", runtime::describe_time_accounting(summary["time_accounting"]).c_str());
+    } else {
+      std::printf("%s\n", outcome.summary_json.c_str());
+    }
   }
   if (outcome.actors_left_running != 0) {
     std::fprintf(stderr, "%s: %lld actors still running at exit\n", command.c_str(),

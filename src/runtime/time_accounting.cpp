@@ -159,4 +159,32 @@ nlohmann::json summarise_time(const std::vector<ActorTimeSample>& samples) {
   return {{"actors", actors}, {"nodes", node_json}};
 }
 
+std::string describe_time_accounting(const nlohmann::json& accounting) {
+  double learner_busy = -1.0;
+  double rollout_busy = 0.0;
+  int rollouts = 0;
+  for (const auto& actor : accounting.value("actors", nlohmann::json::array())) {
+    const auto kind = actor.value("kind", std::string());
+    if (kind == "learner") learner_busy = actor.value("busy_frac", 0.0);
+    if (kind == "rollout") {
+      rollout_busy += actor.value("busy_frac", 0.0);
+      ++rollouts;
+    }
+  }
+  double process_cpu = 0.0;
+  double other_cpu = 0.0;
+  const auto nodes = accounting.value("nodes", nlohmann::json::object());
+  for (const auto& item : nodes.items()) {
+    process_cpu += item.value().value("process_cpu_s", 0.0);
+    other_cpu += item.value().value("other_cpu_s", 0.0);
+  }
+  char text[256];
+  std::snprintf(text, sizeof(text),
+                "time: learner busy %.1f%%, rollout busy %.1f%% (mean of %d), runtime and bookkeeping %.1f%% of "
+                "the CPU (time_accounting in summary.json)",
+                100.0 * std::max(0.0, learner_busy), rollouts > 0 ? 100.0 * rollout_busy / rollouts : 0.0, rollouts,
+                process_cpu > 0 ? 100.0 * other_cpu / process_cpu : 0.0);
+  return text;
+}
+
 }  // namespace sao::runtime

@@ -82,4 +82,8 @@ std::map<std::string, WorkTime> work_from_numbers(const std::map<std::string, do
 // alive_s <= 0 or negative times.
 nlohmann::json summarise_time(const std::vector<ActorTimeSample>& samples);
 
+// One line for the end of a run, from summarise_time's output: learner busy,
+// mean rollout busy, and the CPU outside the work over all processes.
+std::string describe_time_accounting(const nlohmann::json& accounting);
+
 }  // namespace sao::runtime
