@@ -2,7 +2,8 @@
 # The evidence suite (issue #8): reruns the paper's claims at small scale on
 # this machine and regenerates docs/results.md from the raw runs.
 #
-#   bench/evidence.sh [--only compare,ablations,stability,drift,bench] [--seeds N] [--out DIR]
+#   bench/evidence.sh [--only compare,ablations,stability,drift,bench] [--seeds N]
+#                     [--stability-seeds N] [--out DIR]
 #                     [--report FILE] [--report-only]
 #
 # compare    SAO vs GRPO (G=8, sync and async) vs PPO, 64 trajectories per
@@ -28,6 +29,7 @@ cd "$(dirname "$0")/.."
 
 only="compare,ablations,stability,drift,bench"
 seeds=3
+stability_seeds=1  # 1,000 maze steps of SAO take about 45 minutes here
 out=runs/evidence
 report=docs/results.md
 report_only=false
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --only) only=$2; shift 2 ;;
     --seeds) seeds=$2; shift 2 ;;
+    --stability-seeds) stability_seeds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --report) report=$2; shift 2 ;;
     --report-only) report_only=true; shift ;;
@@ -143,9 +146,11 @@ if ! $report_only; then
   if wants stability; then
     maze_sft=$(warm_start maze config/sao_agentic.json)
     long=(--set train.steps=1000 --set train.eval_every=100 --set rollout.episodes_per_actor=8)
-    run stability sao 1 config/sao_agentic.json "$maze_sft" "${long[@]}" --set replay.max_staleness=4
-    run stability grpo_async 1 config/grpo_agentic.json "$maze_sft" "${long[@]}" --set train.mode=async \
-      --set replay.min_batch=8 --set replay.max_batch=8 --set replay.max_staleness=4
+    for seed in $(seq 1 "$stability_seeds"); do
+      run stability sao "$seed" config/sao_agentic.json "$maze_sft" "${long[@]}" --set replay.max_staleness=4
+      run stability grpo_async "$seed" config/grpo_agentic.json "$maze_sft" "${long[@]}" --set train.mode=async \
+        --set replay.min_batch=8 --set replay.max_batch=8 --set replay.max_staleness=4
+    done
   fi
   if wants bench; then
     mkdir -p "$out/bench"

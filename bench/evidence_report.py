@@ -184,32 +184,39 @@ def moving(values, window):
 
 
 def stability_rows(runs):
+    """One row per run (variant and seed)."""
     rows = []
     for variant, run_list in runs.items():
-        run = run_list[0]
-        steps = run["steps"]
-        if not steps:
-            continue
-        entropy = [number(s.get("entropy")) for s in steps]
-        grad = [number(s.get("grad_norm")) for s in steps]
-        reward = [number(s.get("reward_mean")) for s in steps]
-        smoothed = moving(reward, 50)
-        # Collapse: the 50-step reward falls below half the best it had reached so far.
-        collapse = None
-        peak_so_far = None
-        for index, value in enumerate(smoothed):
-            if value is None or index < 50:
-                continue
-            peak_so_far = value if peak_so_far is None else max(peak_so_far, value)
-            if value < 0.5 * peak_so_far:
-                collapse = steps[index]["step"]
-                break
-        ent = [e for e in entropy if e is not None]
-        grads = [g for g in grad if g is not None]
-        accuracies = ", ".join(f"{e['step']}: {e['accuracy']:.3f}" for e in run["evals"] if number(e["accuracy"]) is not None)
-        trajectories = sum(s.get("trajectories") or 0 for s in steps)
-        rows.append((variant, len(steps), ent[:50], ent[-50:], grads, smoothed, collapse, accuracies, trajectories))
+        for run in run_list:
+            row = stability_row(run)
+            if row is not None:
+                rows.append((variant, os.path.basename(run["dir"])) + row)
     return rows
+
+
+def stability_row(run):
+    steps = run["steps"]
+    if not steps:
+        return None
+    entropy = [number(s.get("entropy")) for s in steps]
+    grad = [number(s.get("grad_norm")) for s in steps]
+    reward = [number(s.get("reward_mean")) for s in steps]
+    smoothed = moving(reward, 50)
+    # Collapse: the 50-step reward falls below half the best it had reached so far.
+    collapse = None
+    peak_so_far = None
+    for index, value in enumerate(smoothed):
+        if value is None or index < 50:
+            continue
+        peak_so_far = value if peak_so_far is None else max(peak_so_far, value)
+        if value < 0.5 * peak_so_far:
+            collapse = steps[index]["step"]
+            break
+    ent = [e for e in entropy if e is not None]
+    grads = [g for g in grad if g is not None]
+    accuracies = ", ".join(f"{e['step']}: {e['accuracy']:.3f}" for e in run["evals"] if number(e["accuracy"]) is not None)
+    trajectories = sum(s.get("trajectories") or 0 for s in steps)
+    return (len(steps), ent[:50], ent[-50:], grads, smoothed, collapse, accuracies, trajectories)
 
 
 def drift_rows(runs, window=10, tolerance=0.05):
@@ -385,11 +392,14 @@ def main():
           "`maze`, the drifting `drift`), warm-started by SFT once per task and shared by all runs of that task;",
           "every run's seed (`run.seed`) changes sampling. Wall times were measured on a shared 2-core machine",
           "while other work ran: compare them within a table, not with other machines.", ""]
+    stability_seeds = sorted({os.path.basename(r["dir"]).replace("seed_", "seed ")
+                              for runs in found.get("stability", {}).values() for r in runs}) or ["none"]
+    stability_seeds = ", ".join(stability_seeds)
     md += ["## How each run is made", "",
            "Every run is `./build/sao train [--config FILE] --run-dir OUT/EXPERIMENT/VARIANT/seed_N --set run.seed=N "
            "--set train.init_checkpoint=OUT/sft_TASK/sft --set train.checkpoint_every=0 --set console.enabled=false` "
            "plus the overrides below (the exact lines are in `bench/evidence.sh`; each run's resolved config is its "
-           "`config.json`). Seeds 1-3 (stability: seed 1).", "",
+           f"`config.json`). Seeds 1-3 (stability: {stability_seeds}).", "",
            "- arithmetic: default config, `train.steps=300 train.eval_every=50`; SAO/PPO/ablations add "
            "`replay.min_batch=64 replay.max_batch=64 rollout.episodes_per_actor=64`; GRPO-sync is `config/grpo_arith.json`, "
            "GRPO-async `config/grpo_async_arith.json`; PPO `learner.algorithm=ppo`; ablations `learner.critic_updates=1`, "
@@ -449,11 +459,11 @@ def main():
                "Both use the same staleness limit (4). SAO steps on whatever has arrived (min_batch 1, up to 64), GRPO-async",
                "on exactly one group of 8, so per step they see different numbers of trajectories (columns below); the",
                "second plot puts both on the trajectories axis.", "",
-               "| variant | steps | trajectories (per step) | entropy, first 50 steps | entropy, last 50 | grad norm max | reward (50-step mean) start -> end | collapse (reward < half its best so far) | held-out by step |",
-               "|---|---|---|---|---|---|---|---|---|"]
-        for variant, count, ent_first, ent_last, grads, smoothed, collapse, accuracies, trajectories in stability_rows(found["stability"]):
+               "| variant | seed | steps | trajectories (per step) | entropy, first 50 steps | entropy, last 50 | grad norm max | reward (50-step mean) start -> end | collapse (reward < half its best so far) | held-out by step |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
+        for variant, seed, count, ent_first, ent_last, grads, smoothed, collapse, accuracies, trajectories in stability_rows(found["stability"]):
             valid = [v for v in smoothed if v is not None]
-            md.append(f"| {LABELS.get(variant, variant)} | {count} | {trajectories:.0f} ({trajectories / count:.1f}) | {statistics.fmean(ent_first):.3f} | "
+            md.append(f"| {LABELS.get(variant, variant)} | {seed} | {count} | {trajectories:.0f} ({trajectories / count:.1f}) | {statistics.fmean(ent_first):.3f} | "
                       f"{statistics.fmean(ent_last):.3f} | {max(grads):.2f} | {valid[50 if len(valid) > 50 else 0]:.3f} -> {valid[-1]:.3f} | "
                       f"{'none' if collapse is None else 'at step ' + str(collapse)} | {accuracies} |")
         md.append("")
