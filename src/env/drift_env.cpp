@@ -45,23 +45,34 @@ bool DriftRegime::accepts(const ArithmeticProblem& problem, const std::string& a
   return trim_ascii(action) == target(problem);
 }
 
-DriftEnvironment::DriftEnvironment(DriftConfig config) : config_(std::move(config)), task_(config_.task) {
-  if (config_.switch_every < 1) throw Error("drift: switch_every must be >= 1");
-  if (config_.regimes.empty()) throw Error("drift: regimes must not be empty");
-  if (config_.demonstration_regimes != "current" && config_.demonstration_regimes != "all") {
-    throw Error("drift: demonstration_regimes must be \"current\" or \"all\", got \"" + config_.demonstration_regimes +
-                "\"");
+namespace {
+// Everything about a DriftConfig that can be wrong without looking at the
+// arithmetic keys; messages name keys under `where` ("cfg.task", or "drift"
+// for a config built in code).
+void validate_drift(const DriftConfig& config, const std::string& where) {
+  if (config.switch_every < 1) throw Error(where + ".switch_every: must be >= 1");
+  if (config.regimes.empty()) throw Error(where + ".regimes: must name at least one regime");
+  if (config.demonstration_regimes != "current" && config.demonstration_regimes != "all") {
+    throw Error(where + ".demonstration_regimes: expected \"current\" or \"all\", got \"" +
+                config.demonstration_regimes + "\"");
   }
-  for (size_t i = 0; i < config_.regimes.size(); ++i) {
-    const std::string where = "drift.regimes[" + std::to_string(i) + "]";
-    regimes_.push_back(DriftRegime::parse(config_.regimes[i], where));
-    ArithmeticConfig regime_task = config_.task;
-    for (char op : regimes_.back().operators) {
-      if (config_.task.operators.find(op) == std::string::npos) {
-        throw Error(where + ": regime \"" + config_.regimes[i] + "\" asks operator '" + std::string(1, op) +
-                    "', which the task's operators \"" + config_.task.operators + "\" do not include");
+  for (size_t i = 0; i < config.regimes.size(); ++i) {
+    const std::string regime_where = where + ".regimes[" + std::to_string(i) + "]";
+    for (char op : DriftRegime::parse(config.regimes[i], regime_where).operators) {
+      if (config.task.operators.find(op) == std::string::npos) {
+        throw Error(regime_where + ": regime \"" + config.regimes[i] + "\" asks operator '" + std::string(1, op) +
+                    "', which " + where + ".operators \"" + config.task.operators + "\" does not include");
       }
     }
+  }
+}
+}  // namespace
+
+DriftEnvironment::DriftEnvironment(DriftConfig config) : config_(std::move(config)), task_(config_.task) {
+  validate_drift(config_, "drift");
+  for (const auto& text : config_.regimes) {
+    regimes_.push_back(DriftRegime::parse(text, "drift.regimes"));
+    ArithmeticConfig regime_task = config_.task;
     if (!regimes_.back().operators.empty()) regime_task.operators = regimes_.back().operators;
     // A regime task only samples training problems; the held-out set is the
     // whole task's, which may be larger than one operator's share of it.
@@ -206,21 +217,7 @@ DriftConfig drift_config_from_json(const nlohmann::json& config, const std::stri
   reader.read("test_fraction", result.task.test_fraction);
   reader.read("test_size", result.task.test_size);
   reader.reject_unknown_keys();
-  if (result.switch_every < 1) throw Error(where + ".switch_every: must be >= 1");
-  if (result.regimes.empty()) throw Error(where + ".regimes: must name at least one regime");
-  if (result.demonstration_regimes != "current" && result.demonstration_regimes != "all") {
-    throw Error(where + ".demonstration_regimes: expected \"current\" or \"all\", got \"" +
-                result.demonstration_regimes + "\"");
-  }
-  for (size_t i = 0; i < result.regimes.size(); ++i) {
-    const std::string regime_where = where + ".regimes[" + std::to_string(i) + "]";
-    for (char op : DriftRegime::parse(result.regimes[i], regime_where).operators) {
-      if (result.task.operators.find(op) == std::string::npos) {
-        throw Error(regime_where + ": regime \"" + result.regimes[i] + "\" asks operator '" + std::string(1, op) +
-                    "', which " + where + ".operators \"" + result.task.operators + "\" does not include");
-      }
-    }
-  }
+  validate_drift(result, where);
   try {
     result.task.validate();
   } catch (const Error& error) {
