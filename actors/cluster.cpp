@@ -1,7 +1,7 @@
 // Cluster protocol and gatekeeper; see cluster.hpp.
 #include "actors/cluster.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>

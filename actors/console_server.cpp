@@ -2,9 +2,9 @@
 #include "actors/console_server.hpp"
 
 #include "actors/messages.hpp"
-#include "runtime/error.hpp"
-#include "runtime/live_knobs.hpp"
-#include "runtime/prometheus.hpp"
+#include "base/error.hpp"
+#include "config/live_knobs.hpp"
+#include "report/prometheus.hpp"
 #include "sao/dashboard_html.hpp"
 
 #include <httplib.h>
@@ -145,14 +145,14 @@ struct ConsoleServer::Impl {
       }
     }
     nlohmann::json knobs = nlohmann::json::array();
-    for (const auto& [name, description] : runtime::live_knobs()) {
+    for (const auto& [name, description] : config::live_knobs()) {
       knobs.push_back({{"key", name}, {"description", description}, {"value", values.value(name, nlohmann::json())}});
     }
     return knobs;
   }
 
   std::string prometheus_text() {
-    runtime::PrometheusWriter out;
+    report::PrometheusWriter out;
     const auto recent = history(std::numeric_limits<int64_t>::max());
     const auto& latest = recent["latest"];
     if (latest.is_object()) {
@@ -277,7 +277,7 @@ struct ConsoleServer::Impl {
 };
 
 ConsoleServer::ConsoleServer(caf::actor_system& system, const caf::actor& coordinator,
-                             const runtime::ConsoleSection& config, const std::string& run_dir)
+                             const config::ConsoleSection& config, const std::string& run_dir)
     : impl_(std::make_unique<Impl>(system, coordinator)) {
   auto& impl = *impl_;
   impl.host = config.listen;

@@ -9,8 +9,8 @@
 #include "actors/replay_actor.hpp"
 #include "actors/rollout_actor.hpp"
 #include "actors/weight_sync_actor.hpp"
-#include "runtime/error.hpp"
-#include "runtime/live_knobs.hpp"
+#include "base/error.hpp"
+#include "config/live_knobs.hpp"
 
 #include <chrono>
 #include <map>
@@ -48,7 +48,7 @@ struct CoordinatorState {
 namespace {
 using Self = caf::stateful_actor<CoordinatorState>*;
 
-EnvActorConfig env_config(const runtime::RunConfig& run, size_t index) {
+EnvActorConfig env_config(const config::RunConfig& run, size_t index) {
   return {"env-" + std::to_string(index), run.env.name, run.task_document};
 }
 
@@ -309,9 +309,9 @@ void set_rollouts_paused(Self self, bool paused, const std::string& origin) {
 // changed, or the error of the first part that refused.
 caf::response_promise set_knob(Self self, const std::string& key, const std::string& text, const std::string& origin) {
   auto promise = self->make_response_promise();
-  runtime::KnobChange change;
+  config::KnobChange change;
   try {
-    change = runtime::parse_knob_change(key, text);
+    change = config::parse_knob_change(key, text);
   } catch (const Error& error) {
     self->state.counters.last_error = error.what();
     promise.deliver(caf::make_error(caf::sec::runtime_error, error.what()));

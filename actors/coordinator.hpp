@@ -6,14 +6,14 @@
 
 #include "actors/messages.hpp"
 #include "model/transformer.hpp"
-#include "runtime/run_config.hpp"
+#include "config/run_config.hpp"
 
 #include <string>
 
 namespace sao::actors {
 
 struct CoordinatorConfig {
-  runtime::RunConfig run;
+  config::RunConfig run;
   model::CausalLM policy{nullptr};
   std::string resume_from;
   caf::actor reply_to;  // receives msg::RunFinished

@@ -71,7 +71,7 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
         if (expired(request.deadline_unix_ms)) return env_error(state, "reset request expired before it was served");
         try {
           auto environment = acquire(state);
-          runtime::WorkTimer timer(state.counters.work[runtime::kWorkEnv]);
+          report::WorkTimer timer(state.counters.work[report::kWorkEnv]);
           auto step = environment->reset(request.seed);
           state.episodes[request.episode_id] = std::move(environment);
           return to_reply(request.episode_id, step);
@@ -92,7 +92,7 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
           return env_error(state, "step request expired before it was served");
         }
         try {
-          runtime::WorkTimer timer(state.counters.work[runtime::kWorkEnv]);
+          report::WorkTimer timer(state.counters.work[report::kWorkEnv]);
           auto step = it->second->step(request.action);
           if (step.terminated || step.truncated) release(state, request.episode_id);
           return to_reply(request.episode_id, step);

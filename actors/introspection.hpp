@@ -5,7 +5,7 @@
 
 #include "actors/messages.hpp"
 
-#include "runtime/time_accounting.hpp"
+#include "report/time_accounting.hpp"
 
 #include <chrono>
 #include <string>
@@ -16,11 +16,11 @@ namespace sao::actors {
 struct ActorCounters {
   int64_t handled = 0;     // messages this actor has handled
   std::string last_error;  // the most recent failure it survived ("" if none)
-  // Time in each kind of work (runtime::kWorkModel, kWorkEnv, kWorkWeights),
+  // Time in each kind of work (report::kWorkModel, kWorkEnv, kWorkWeights),
   // for busy fractions and the runtime's share of CPU (see time_accounting.hpp).
-  std::map<std::string, runtime::WorkTime> work;
+  std::map<std::string, report::WorkTime> work;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
-  double process_cpu_at_start_s = runtime::process_cpu_seconds();
+  double process_cpu_at_start_s = report::process_cpu_seconds();
 };
 
 // `self` must be the actor itself (its mailbox is read without locking).
@@ -33,7 +33,7 @@ msg::ActorStatus describe_actor(SelfPointer self, std::string name, std::string 
   status.state = std::move(state);
   status.numbers = std::move(numbers);
   const double alive_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - counters.started).count();
-  for (auto& item : runtime::time_numbers(alive_s, counters.process_cpu_at_start_s, counters.work))
+  for (auto& item : report::time_numbers(alive_s, counters.process_cpu_at_start_s, counters.work))
     status.numbers.insert(std::move(item));
   status.mailbox_depth = static_cast<int64_t>(self->mailbox().size());
   status.messages_handled = counters.handled;

@@ -6,7 +6,7 @@
 #include "algo/learner.hpp"
 #include "model/checkpoint.hpp"
 #include "model/tensor_blob.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "train/task_runner.hpp"
 
 #include <algorithm>
@@ -70,7 +70,7 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 }
 
 msg::PolicyWeights current_weights(LearnerActorState& state) {
-  runtime::WorkTimer timer(state.counters.work[runtime::kWorkWeights]);
+  report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
   return {state.learner->policy_version(), model::module_to_blobs(*state.learner->policy())};
 }
 
@@ -80,7 +80,7 @@ msg::EvalReport evaluate(Self self) {
   msg::EvalReport report{state.learner->steps(), state.learner->policy_version(),
                          std::numeric_limits<double>::quiet_NaN(), 0, "test"};
   try {
-    runtime::WorkTimer timer(state.counters.work[runtime::kWorkModel]);
+    report::WorkTimer timer(state.counters.work[report::kWorkModel]);
     const auto result = train::evaluate_heldout(state.learner->policy(), state.config.run, state.learner->steps());
     report.accuracy = result.accuracy;
     report.total = result.total;
@@ -97,7 +97,7 @@ std::string save_checkpoint(Self self) {
   auto& state = self->state;
   state.state = "checkpointing";
   const auto dir = checkpoint_dir(state.config.run.run.dir);
-  runtime::WorkTimer timer(state.counters.work[runtime::kWorkCheckpoint]);
+  report::WorkTimer timer(state.counters.work[report::kWorkCheckpoint]);
   model::write_directory_atomically(dir, [&](const std::string& staging) {
     state.learner->save((std::filesystem::path(staging) / "learner").string());
     model::save_policy_checkpoint((std::filesystem::path(staging) / "policy").string(), state.learner->policy(),
@@ -148,7 +148,7 @@ void run_step(Self self, msg::TrainBatch& batch) {
   const double regime = latest_regime(batch);
   algo::StepResult result;
   try {
-    runtime::WorkTimer timer(state.counters.work[runtime::kWorkModel]);
+    report::WorkTimer timer(state.counters.work[report::kWorkModel]);
     result = state.learner->step(trajectories);
   } catch (const std::exception& error) {
     // A malformed batch must not kill the run: count it and go on.

@@ -6,14 +6,14 @@
 
 #include "actors/messages.hpp"
 #include "model/transformer.hpp"
-#include "runtime/run_config.hpp"
+#include "config/run_config.hpp"
 
 #include <string>
 
 namespace sao::actors {
 
 struct LearnerActorConfig {
-  runtime::RunConfig run;
+  config::RunConfig run;
   model::CausalLM policy{nullptr};  // the warm-start policy; the learner owns it from here on
   std::string resume_from;          // learner checkpoint dir to continue from ("" = fresh)
 };

@@ -2,8 +2,8 @@
 #include "actors/metrics_actor.hpp"
 
 #include "actors/introspection.hpp"
-#include "runtime/progress.hpp"
-#include "runtime/stats.hpp"
+#include "report/progress.hpp"
+#include "base/stats.hpp"
 
 #include <cmath>
 #include <ctime>
@@ -16,8 +16,8 @@ namespace sao::actors {
 
 struct MetricsActorState {
   MetricsActorConfig config;
-  std::unique_ptr<runtime::JsonlWriter> writer;
-  std::unique_ptr<runtime::ProgressLine> progress;
+  std::unique_ptr<report::JsonlWriter> writer;
+  std::unique_ptr<report::ProgressLine> progress;
   std::vector<double> latencies_ms;
   std::vector<double> idle_ms;
   std::vector<nlohmann::json> evals;
@@ -41,7 +41,7 @@ using Self = caf::stateful_actor<MetricsActorState>*;
 // The actors' own time accounting (introspection numbers) summarised, or
 // null when no actor reported any (e.g. every status request timed out).
 nlohmann::json time_accounting_of(const std::vector<msg::ActorStatus>& statuses) {
-  std::vector<runtime::ActorTimeSample> samples;
+  std::vector<report::ActorTimeSample> samples;
   for (const auto& status : statuses) {
     const auto alive = status.numbers.find("alive_s");
     const auto process = status.numbers.find("process_cpu_s");
@@ -51,12 +51,12 @@ nlohmann::json time_accounting_of(const std::vector<msg::ActorStatus>& statuses)
       continue;
     }
     samples.push_back({status.name, status.kind, status.node, alive->second, process->second, process_at_start->second,
-                       runtime::work_from_numbers(status.numbers)});
+                       report::work_from_numbers(status.numbers)});
   }
   if (samples.empty()) return nullptr;
-  auto accounting = runtime::summarise_time(samples);
+  auto accounting = report::summarise_time(samples);
   // This process only: remote nodes' threads are theirs to report.
-  accounting["threads_cpu_s"] = runtime::thread_cpu_by_name();
+  accounting["threads_cpu_s"] = report::thread_cpu_by_name();
   return accounting;
 }
 
@@ -67,10 +67,10 @@ nlohmann::json summary_of(const MetricsActorState& state) {
       {"env_restarts", state.env_restarts},
       {"rollout_restarts", state.rollout_restarts},
       {"dropped_stale", state.dropped_stale},
-      {"rollout_to_learner_ms_p50", runtime::percentile(state.latencies_ms, 50)},
-      {"rollout_to_learner_ms_p99", runtime::percentile(state.latencies_ms, 99)},
-      {"learner_idle_ms_p50", runtime::percentile(state.idle_ms, 50)},
-      {"learner_idle_ms_p99", runtime::percentile(state.idle_ms, 99)},
+      {"rollout_to_learner_ms_p50", base::percentile(state.latencies_ms, 50)},
+      {"rollout_to_learner_ms_p99", base::percentile(state.latencies_ms, 99)},
+      {"learner_idle_ms_p50", base::percentile(state.idle_ms, 50)},
+      {"learner_idle_ms_p99", base::percentile(state.idle_ms, 99)},
       {"evals", state.evals},
   };
   if (!state.evals.empty()) {
@@ -167,8 +167,8 @@ caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, Metric
   auto& state = self->state;
   state.config = std::move(config);
   state.writer =
-      std::make_unique<runtime::JsonlWriter>((std::filesystem::path(state.config.run_dir) / "metrics.jsonl").string());
-  state.progress = std::make_unique<runtime::ProgressLine>("train", state.config.total_steps);
+      std::make_unique<report::JsonlWriter>((std::filesystem::path(state.config.run_dir) / "metrics.jsonl").string());
+  state.progress = std::make_unique<report::ProgressLine>("train", state.config.total_steps);
   state.knobs = {{"max_staleness", static_cast<double>(state.config.replay.max_staleness)},
                  {"min_batch", static_cast<double>(state.config.replay.min_batch)},
                  {"max_batch", static_cast<double>(state.config.replay.max_batch)},

@@ -8,7 +8,7 @@
 #include "actors/rollout_actor.hpp"
 #include "actors/run_control.hpp"
 #include "actors/system_config.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
@@ -54,7 +54,7 @@ HostPort parse_host_port(const std::string& text, const std::string& flag) {
   return result;
 }
 
-TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
+TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                               const LearnerNodeOptions& options, const std::atomic<bool>* stop_requested) {
   if (options.secret.empty()) throw Error("learner node: a shared secret is required");
   caf::actor_system_config system_config;
@@ -115,7 +115,7 @@ struct NodeSession {
 NodeSession start_session(caf::actor_system& system, caf::scoped_actor& self, const WorkerNodeOptions& options,
                           JoinGrant grant) {
   const auto document = nlohmann::json::parse(grant.run_config_json);
-  const auto run = runtime::parse_run_config(document, "the learner's run config");
+  const auto run = config::parse_run_config(document, "the learner's run config");
   NodeSession session;
   session.grant = std::move(grant);
   auto& coordinator = session.grant.coordinator;

@@ -9,7 +9,7 @@
 
 #include "actors/train.hpp"
 #include "model/transformer.hpp"
-#include "runtime/run_config.hpp"
+#include "config/run_config.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -35,7 +35,7 @@ struct LearnerNodeOptions {
 // Runs the learner side of a cluster run until its step budget or a stop
 // request. RUN_DIR/cluster_status.json is rewritten every second with which
 // rollouts are connected, the version each runs and the trajectories each sent.
-TrainOutcome run_learner_node(const runtime::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
+TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                               const LearnerNodeOptions& options, const std::atomic<bool>* stop_requested);
 
 struct WorkerNodeOptions {

@@ -2,8 +2,8 @@
 #include "actors/replay_actor.hpp"
 
 #include "actors/introspection.hpp"
-#include "runtime/error.hpp"
-#include "runtime/live_knobs.hpp"
+#include "base/error.hpp"
+#include "config/live_knobs.hpp"
 
 #include <map>
 #include <memory>
@@ -71,7 +71,7 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
         auto& state = self->state;
         ++state.counters.handled;
         try {
-          runtime::apply_knob(state.buffer->config(), runtime::KnobChange{key, value, true, false});
+          config::apply_knob(state.buffer->config(), config::KnobChange{key, value, true, false});
         } catch (const Error& error) {
           state.counters.last_error = error.what();
           return caf::make_error(caf::sec::runtime_error, error.what());

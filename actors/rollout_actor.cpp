@@ -90,7 +90,7 @@ bool any_generating(const RolloutActorState& state) {
 void apply_weights(Self self, const msg::PolicyWeights& weights) {
   auto& state = self->state;
   {
-    runtime::WorkTimer timer(state.counters.work[runtime::kWorkWeights]);
+    report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
     model::load_blobs_into_module(*state.policy, weights.tensors,
                                   state.config.name + ": weights v" + std::to_string(weights.version));
   }
@@ -241,7 +241,7 @@ void decode_step(Self self) {
   state.decode_scheduled = false;
   if (!state.session || !any_generating(state)) return;
   {
-    runtime::WorkTimer timer(state.counters.work[runtime::kWorkModel]);
+    report::WorkTimer timer(state.counters.work[report::kWorkModel]);
     state.session->step(state.policy, state.version);
   }
   for (size_t index = 0; index < state.rows.size(); ++index) {
@@ -317,7 +317,7 @@ msg::ActorStatus status_of(Self self) {
     activity = "waiting_env";
   }
   int64_t turn = 0;
-  const auto decode = state.counters.work.find(runtime::kWorkModel);
+  const auto decode = state.counters.work.find(report::kWorkModel);
   const double decode_seconds = decode == state.counters.work.end() ? 0.0 : decode->second.wall_s;
   for (const auto& row : state.rows) turn = std::max<int64_t>(turn, static_cast<int64_t>(row.turns.size()) + 1);
   return describe_actor(
@@ -403,7 +403,7 @@ caf::behavior rollout_actor(caf::stateful_actor<RolloutActorState>* self, Rollou
   };
 }
 
-RolloutActorConfig rollout_config_from_run(const runtime::RunConfig& run, std::string name, int64_t index) {
+RolloutActorConfig rollout_config_from_run(const config::RunConfig& run, std::string name, int64_t index) {
   RolloutActorConfig config;
   config.name = std::move(name);
   config.index = index;

@@ -11,7 +11,7 @@
 
 #include "actors/messages.hpp"
 #include "model/model_config.hpp"
-#include "runtime/run_config.hpp"
+#include "config/run_config.hpp"
 
 #include <string>
 
@@ -21,7 +21,7 @@ struct RolloutActorConfig {
   std::string name;  // e.g. "rollout-0"
   int64_t index = 0;
   model::ModelConfig model;
-  runtime::RolloutSection rollout;
+  config::RolloutSection rollout;
   int64_t group_size = 1;    // G episodes share a prompt (GRPO)
   bool synchronous = false;  // one batch per weight version (batch barrier)
   uint64_t seed = 1;
@@ -34,7 +34,7 @@ struct RolloutActorConfig {
 // A rollout actor's settings from the run config; the caller fills in the
 // actors it talks to. `index` must be unique across the run (it keys episode
 // and group ids and the sampling seed).
-RolloutActorConfig rollout_config_from_run(const runtime::RunConfig& run, std::string name, int64_t index);
+RolloutActorConfig rollout_config_from_run(const config::RunConfig& run, std::string name, int64_t index);
 
 // Spawns the actor (state and behaviour are private to the .cpp).
 caf::actor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config);

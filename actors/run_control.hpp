@@ -16,7 +16,7 @@ namespace sao::actors {
 // The run's console endpoint when config.console.enabled; nullptr (with a
 // message) when it is off or cannot bind. Reset it before the system ends.
 std::unique_ptr<ConsoleServer> start_console(caf::actor_system& system, const caf::actor& coordinator,
-                                             const runtime::RunConfig& config);
+                                             const config::RunConfig& config);
 
 // Blocks until the coordinator reports RunFinished; sends it a stop when
 // *stop_requested turns true (nullptr: never).

@@ -42,7 +42,7 @@ TrainOutcome await_run_finished(caf::scoped_actor& self, const caf::actor& coord
 }
 
 std::unique_ptr<ConsoleServer> start_console(caf::actor_system& system, const caf::actor& coordinator,
-                                             const runtime::RunConfig& config) {
+                                             const config::RunConfig& config) {
   if (!config.console.enabled) return nullptr;
   try {
     return std::make_unique<ConsoleServer>(system, coordinator, config.console, config.run.dir);
@@ -60,7 +60,7 @@ int64_t actors_left_running(caf::actor_system& system) {
   return static_cast<int64_t>(system.registry().running()) - 1;  // minus the caller's scoped actor
 }
 
-TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
+TrainOutcome run_training(const config::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                           const std::atomic<bool>* stop_requested) {
   caf::actor_system_config system_config;
   register_message_types(system_config);

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "model/transformer.hpp"
-#include "runtime/run_config.hpp"
+#include "config/run_config.hpp"
 
 #include <atomic>
 #include <string>
@@ -20,7 +20,7 @@ struct TrainOutcome {
   int64_t actors_left_running = 0;
 };
 
-TrainOutcome run_training(const runtime::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
+TrainOutcome run_training(const config::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                           const std::atomic<bool>* stop_requested);
 
 }  // namespace sao::actors

@@ -7,8 +7,8 @@
 #include "model/generation.hpp"
 #include "model/transformer.hpp"
 #include "model_flops.hpp"
-#include "runtime/run_config.hpp"
-#include "runtime/system_info.hpp"
+#include "config/run_config.hpp"
+#include "report/system_info.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -49,11 +49,11 @@ std::vector<sao::algo::Trajectory> sample_batch(sao::model::CausalLM& policy, in
 int main(int argc, char** argv) {
   const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 64;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
-  const auto config = sao::runtime::load_run_config("", {});
-  sao::runtime::configure_threads(1);
-  const double limit = sao::runtime::measure_matmul_gflops(1024, 5);
+  const auto config = sao::config::load_run_config("", {});
+  sao::report::configure_threads(1);
+  const double limit = sao::report::measure_matmul_gflops(1024, 5);
   std::printf("machine: %s, 1 thread, fp32 matmul 1024^2 = %.1f GFLOP/s (the limit below)\n",
-              sao::runtime::detect_blas().name.c_str(), limit);
+              sao::report::detect_blas().name.c_str(), limit);
   std::printf("model: %lld parameters; learner: %s, critic_updates K=%lld\n",
               static_cast<long long>(config.model.parameter_count()),
               config.learner.uses_critic() ? "SAO (critic + DIS)" : "no critic",

@@ -6,8 +6,8 @@
 #include "model/generation.hpp"
 #include "model/transformer.hpp"
 #include "model_flops.hpp"
-#include "runtime/run_config.hpp"
-#include "runtime/system_info.hpp"
+#include "config/run_config.hpp"
+#include "report/system_info.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> thread_counts;
   for (int i = 1; i < argc; ++i) thread_counts.push_back(std::atoll(argv[i]));
   if (thread_counts.empty()) thread_counts = {1, 2};
-  const auto config = sao::runtime::load_run_config("", {});
+  const auto config = sao::config::load_run_config("", {});
   for (const int64_t threads : thread_counts) run_benchmarks(threads, config.model);
   return 0;
 }
@@ -38,9 +38,9 @@ int main(int argc, char** argv) {
 namespace {
 
 void run_benchmarks(int64_t threads, const sao::model::ModelConfig& model_config) {
-  sao::runtime::configure_threads(threads);
-  const auto blas = sao::runtime::detect_blas();
-  const double limit_gflops = sao::runtime::measure_matmul_gflops(1024, 5);
+  sao::report::configure_threads(threads);
+  const auto blas = sao::report::detect_blas();
+  const double limit_gflops = sao::report::measure_matmul_gflops(1024, 5);
   std::printf("machine: %s, %lld threads, fp32 matmul 1024^2 = %.1f GFLOP/s (the limit below)\n", blas.name.c_str(),
               static_cast<long long>(threads), limit_gflops);
   std::printf("model: %lld parameters (hidden %lld, layers %lld, heads %lld/%lld kv)\n",

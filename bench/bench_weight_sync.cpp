@@ -10,8 +10,8 @@
 #include "actors/messages.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
-#include "runtime/run_config.hpp"
-#include "runtime/system_info.hpp"
+#include "config/run_config.hpp"
+#include "report/system_info.hpp"
 
 #include <caf/io/all.hpp>
 
@@ -133,12 +133,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_weight_sync: the receiver process did not start\n");
     return 1;
   }
-  sao::runtime::configure_threads(1);
+  sao::report::configure_threads(1);
 
   const double loopback = loopback_bytes_per_second(size_t{1} << 30);
   std::printf("loopback TCP (1 GiB, one stream): %.2f GB/s\n", loopback / 1e9);
 
-  auto default_model = sao::runtime::load_run_config("", {}).model;
+  auto default_model = sao::config::load_run_config("", {}).model;
   auto large_model = default_model;  // ~100M parameters, same family
   large_model.hidden_size = 768;
   large_model.intermediate_size = 2048;

@@ -8,7 +8,7 @@
 #include "actors/weight_sync_actor.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
-#include "runtime/run_config.hpp"
+#include "config/run_config.hpp"
 
 #include <doctest/doctest.h>
 

@@ -4,7 +4,7 @@
 // plain-loop reference cross-checks random inputs.
 #include "algo/gae.hpp"
 #include "algo/trajectory.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>

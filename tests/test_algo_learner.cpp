@@ -5,8 +5,8 @@
 // bit-identically.
 #include "algo/learner.hpp"
 #include "model/transformer.hpp"
-#include "runtime/error.hpp"
-#include "runtime/json_reader.hpp"
+#include "base/error.hpp"
+#include "base/json_reader.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>
@@ -152,7 +152,7 @@ bool throws_with(const std::function<void()>& f, const std::string& needle) {
 }
 
 LearnerConfig config_from(const nlohmann::json& json) {
-  sao::runtime::JsonReader reader(json, "run.json: learner");
+  sao::base::JsonReader reader(json, "run.json: learner");
   return LearnerConfig::from_json(reader);
 }
 

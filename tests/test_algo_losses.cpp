@@ -5,7 +5,7 @@
 // sign, where PPO keeps the gradient on its unclipped side. A plain-loop
 // reference cross-checks both losses and their gradients on random inputs.
 #include "algo/losses.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "env/arithmetic.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 using sao::env::ArithmeticConfig;
 using sao::env::ArithmeticProblem;

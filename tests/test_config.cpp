@@ -1,16 +1,16 @@
 // Run-config loading: the embedded default parses, overrides apply, and bad
 // input names the key and the file.
-#include "runtime/error.hpp"
-#include "runtime/run_config.hpp"
+#include "base/error.hpp"
+#include "config/run_config.hpp"
 
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 
-using sao::runtime::apply_override;
-using sao::runtime::default_config_document;
-using sao::runtime::parse_run_config;
+using sao::config::apply_override;
+using sao::config::default_config_document;
+using sao::config::parse_run_config;
 
 namespace {
 std::string error_of(const nlohmann::json& document) {
@@ -27,7 +27,7 @@ TEST_CASE("the embedded default config parses and matches config/default.json") 
   const auto config = parse_run_config(default_config_document(), "embedded");
   CHECK(config.model.vocab_size == 264);
   CHECK(config.task.max_digits >= config.task.min_digits);
-  const auto file = sao::runtime::read_json_file(std::string(SAO_SOURCE_DIR) + "/config/default.json");
+  const auto file = sao::config::read_json_file(std::string(SAO_SOURCE_DIR) + "/config/default.json");
   CHECK(file == default_config_document());
 }
 
@@ -78,9 +78,9 @@ TEST_CASE("--set overrides parse JSON values, fall back to strings, and reject b
 TEST_CASE("a config file that is not JSON names the file and the byte") {
   const auto path = std::filesystem::temp_directory_path() / "sao_test_bad_config.json";
   std::ofstream(path) << "{\"run\": {\"seed\": 1,}}";
-  CHECK_THROWS_WITH(sao::runtime::read_json_file(path.string()),
+  CHECK_THROWS_WITH(sao::config::read_json_file(path.string()),
                     doctest::Contains(("config " + path.string() + ": not valid JSON at byte").c_str()));
-  CHECK_THROWS_WITH(sao::runtime::read_json_file("/nonexistent/x.json"),
+  CHECK_THROWS_WITH(sao::config::read_json_file("/nonexistent/x.json"),
                     "config /nonexistent/x.json: cannot open file");
   std::filesystem::remove(path);
 }
@@ -90,11 +90,11 @@ TEST_CASE("every shipped config parses, as an overlay on the embedded default") 
   for (const auto& entry : std::filesystem::directory_iterator(std::string(SAO_SOURCE_DIR) + "/config")) {
     if (entry.path().extension() != ".json") continue;
     INFO(entry.path().string());
-    CHECK_NOTHROW(sao::runtime::load_run_config(entry.path().string(), {}));
+    CHECK_NOTHROW(sao::config::load_run_config(entry.path().string(), {}));
     ++parsed;
   }
   CHECK(parsed >= 5);
-  const auto grpo = sao::runtime::load_run_config(std::string(SAO_SOURCE_DIR) + "/config/grpo_arith.json", {});
+  const auto grpo = sao::config::load_run_config(std::string(SAO_SOURCE_DIR) + "/config/grpo_arith.json", {});
   CHECK(grpo.learner.algorithm == sao::algo::Algorithm::kGrpo);
   CHECK(grpo.replay.synchronous);
   CHECK(grpo.replay.group_size == 8);

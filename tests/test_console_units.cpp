@@ -1,11 +1,11 @@
 // The pieces behind the console, dashboard and `sao plot` that are plain
 // functions: Prometheus text, live-knob validation, run-metrics reading and
 // series maths, axis ticks, and PNG output.
-#include "runtime/error.hpp"
-#include "runtime/live_knobs.hpp"
-#include "runtime/plot.hpp"
-#include "runtime/prometheus.hpp"
-#include "runtime/run_metrics.hpp"
+#include "base/error.hpp"
+#include "config/live_knobs.hpp"
+#include "plot/plot.hpp"
+#include "report/prometheus.hpp"
+#include "report/run_metrics.hpp"
 
 #include <doctest/doctest.h>
 
@@ -37,7 +37,7 @@ bool all_nan_or_equal(const std::vector<double>& got, const std::vector<double>&
 }  // namespace
 
 TEST_CASE("prometheus names, label values and numbers") {
-  using namespace sao::runtime;
+  using namespace sao::report;
   CHECK(prometheus_metric_name("reward_mean") == "reward_mean");
   CHECK(prometheus_metric_name("version.rollout-0") == "version_rollout_0");
   CHECK(prometheus_metric_name("2xx") == "_2xx");
@@ -51,7 +51,7 @@ TEST_CASE("prometheus names, label values and numbers") {
 }
 
 TEST_CASE("prometheus writer: HELP and TYPE once per family, one sample per line") {
-  sao::runtime::PrometheusWriter out;
+  sao::report::PrometheusWriter out;
   out.family("sao_step", "gauge", "learner step");
   out.sample({}, 12);
   out.family("sao_actor_messages_handled_total", "counter", "messages\nhandled");
@@ -65,13 +65,13 @@ TEST_CASE("prometheus writer: HELP and TYPE once per family, one sample per line
         "# TYPE sao_actor_messages_handled_total counter\n"
         "sao_actor_messages_handled_total{actor=\"rollout-0\",kind=\"rollout\"} 7\n"
         "sao_actor_messages_handled_total{actor=\"we\\\"ird\"} 1.5\n");
-  sao::runtime::PrometheusWriter empty;
+  sao::report::PrometheusWriter empty;
   CHECK_THROWS_WITH_AS(empty.sample({}, 1), "prometheus: a sample before any family", Error);
   CHECK_THROWS_WITH_AS(empty.family("x", "histogram", ""), "prometheus: unknown metric type 'histogram'", Error);
 }
 
 TEST_CASE("live knobs: what is accepted and what is refused, by name") {
-  using sao::runtime::parse_knob_change;
+  using sao::config::parse_knob_change;
   auto lr = parse_knob_change("actor_lr", "2e-5");
   CHECK(lr.value == 2e-5);
   CHECK(lr.for_learner);
@@ -97,25 +97,25 @@ TEST_CASE("live knobs: a replay change that breaks the replay config leaves it u
   sao::replay::ReplayConfig config;
   config.min_batch = 1;
   config.max_batch = 64;
-  sao::runtime::apply_knob(config, sao::runtime::parse_knob_change("min_batch", "8"));
+  sao::config::apply_knob(config, sao::config::parse_knob_change("min_batch", "8"));
   CHECK(config.min_batch == 8);
-  CHECK_THROWS_WITH_AS(sao::runtime::apply_knob(config, sao::runtime::parse_knob_change("max_batch", "4")),
+  CHECK_THROWS_WITH_AS(sao::config::apply_knob(config, sao::config::parse_knob_change("max_batch", "4")),
                        "set max_batch: replay.max_batch: must be >= min_batch", Error);
   CHECK(config.max_batch == 64);
   config.group_size = 8;
   config.min_batch = 8;
-  CHECK_THROWS_WITH_AS(sao::runtime::apply_knob(config, sao::runtime::parse_knob_change("min_batch", "12")),
+  CHECK_THROWS_WITH_AS(sao::config::apply_knob(config, sao::config::parse_knob_change("min_batch", "12")),
                        "set min_batch: replay: min_batch and max_batch must be multiples of group_size (8)", Error);
   CHECK(config.min_batch == 8);
 }
 
 TEST_CASE("series maths: moving average, cumulative sum") {
   const double nan = std::nan("");
-  CHECK(all_nan_or_equal(sao::runtime::moving_average({1, 2, 3, 4}, 2), {1, 1.5, 2.5, 3.5}));
-  CHECK(all_nan_or_equal(sao::runtime::moving_average({1, nan, 3, 5}, 2), {1, nan, 2, 4}));
-  CHECK(all_nan_or_equal(sao::runtime::moving_average({4, 8}, 1), {4, 8}));
-  CHECK_THROWS_WITH_AS(sao::runtime::moving_average({1}, 0), "moving_average: window must be >= 1", Error);
-  CHECK(all_nan_or_equal(sao::runtime::cumulative_sum({64, nan, 32}), {64, 64, 96}));
+  CHECK(all_nan_or_equal(sao::report::moving_average({1, 2, 3, 4}, 2), {1, 1.5, 2.5, 3.5}));
+  CHECK(all_nan_or_equal(sao::report::moving_average({1, nan, 3, 5}, 2), {1, nan, 2, 4}));
+  CHECK(all_nan_or_equal(sao::report::moving_average({4, 8}, 1), {4, 8}));
+  CHECK_THROWS_WITH_AS(sao::report::moving_average({1}, 0), "moving_average: window must be >= 1", Error);
+  CHECK(all_nan_or_equal(sao::report::cumulative_sum({64, nan, 32}), {64, 64, 96}));
 }
 
 TEST_CASE("run metrics: lines sorted into steps, evals and events; axes") {
@@ -125,17 +125,17 @@ TEST_CASE("run metrics: lines sorted into steps, evals and events; axes") {
                                        << "{\"event\":\"set\",\"key\":\"min_batch\",\"value\":\"4\",\"step\":1}\n"
                                        << "{\"step\":2,\"trajectories\":4,\"tokens\":40,\"reward_mean\":null}\n"
                                        << "{\"eval\":true,\"step\":2,\"accuracy\":0.3,\"wall_time_s\":2.0}\n";
-  const auto run = sao::runtime::read_run_metrics(dir.string());
+  const auto run = sao::report::read_run_metrics(dir.string());
   REQUIRE(run.steps.size() == 2);
   REQUIRE(run.evals.size() == 2);
   REQUIRE(run.events.size() == 1);
-  CHECK(all_nan_or_equal(sao::runtime::column(run.steps, "reward_mean"), {0.5, std::nan("")}));
-  CHECK(all_nan_or_equal(sao::runtime::step_axis(run, "trajectories"), {16, 20}));
-  CHECK(all_nan_or_equal(sao::runtime::step_axis(run, "tokens"), {100, 140}));
-  CHECK(all_nan_or_equal(sao::runtime::eval_axis(run, "trajectories"), {0, 20}));
-  CHECK(all_nan_or_equal(sao::runtime::eval_axis(run, "step"), {0, 2}));
-  CHECK(all_nan_or_equal(sao::runtime::eval_axis(run, "wall_time_s"), {0.5, 2.0}));
-  CHECK_THROWS_WITH_AS(sao::runtime::step_axis(run, "epochs"),
+  CHECK(all_nan_or_equal(sao::report::column(run.steps, "reward_mean"), {0.5, std::nan("")}));
+  CHECK(all_nan_or_equal(sao::report::step_axis(run, "trajectories"), {16, 20}));
+  CHECK(all_nan_or_equal(sao::report::step_axis(run, "tokens"), {100, 140}));
+  CHECK(all_nan_or_equal(sao::report::eval_axis(run, "trajectories"), {0, 20}));
+  CHECK(all_nan_or_equal(sao::report::eval_axis(run, "step"), {0, 2}));
+  CHECK(all_nan_or_equal(sao::report::eval_axis(run, "wall_time_s"), {0.5, 2.0}));
+  CHECK_THROWS_WITH_AS(sao::report::step_axis(run, "epochs"),
                        "x axis 'epochs': expected step, wall_time_s, trajectories or tokens", Error);
 }
 
@@ -143,28 +143,28 @@ TEST_CASE("run metrics: a bad line is named by file and line number") {
   const auto dir = fresh_dir("bad_metrics");
   const auto file = (dir / "metrics.jsonl").string();
   std::ofstream(file) << "{\"step\":1}\n{\"step\":\n";
-  CHECK_THROWS_WITH_AS(sao::runtime::read_run_metrics(dir.string()), (file + ":2: not a JSON object").c_str(), Error);
+  CHECK_THROWS_WITH_AS(sao::report::read_run_metrics(dir.string()), (file + ":2: not a JSON object").c_str(), Error);
   std::ofstream(file) << "{\"reward\":1}\n";
-  CHECK_THROWS_WITH_AS(sao::runtime::read_run_metrics(dir.string()), (file + ":1: no numeric \"step\"").c_str(), Error);
+  CHECK_THROWS_WITH_AS(sao::report::read_run_metrics(dir.string()), (file + ":1: no numeric \"step\"").c_str(), Error);
   fs::remove(file);
-  CHECK_THROWS_WITH_AS(sao::runtime::read_run_metrics(dir.string()),
+  CHECK_THROWS_WITH_AS(sao::report::read_run_metrics(dir.string()),
                        (file + ": not found (is " + dir.string() + " a run directory?)").c_str(), Error);
 }
 
 TEST_CASE("series of several seeds: mean and min/max band, aligned to the shortest run") {
   const double nan = std::nan("");
-  const auto summary = sao::runtime::summarize_runs({{0, 10, 20}, {0, 12}}, {{0.1, 0.5, 0.9}, {0.3, nan}});
+  const auto summary = sao::report::summarize_runs({{0, 10, 20}, {0, 12}}, {{0.1, 0.5, 0.9}, {0.3, nan}});
   CHECK(all_nan_or_equal(summary.x, {0, 11}));
   CHECK(all_nan_or_equal(summary.mean, {0.2, 0.5}));
   CHECK(all_nan_or_equal(summary.low, {0.1, 0.5}));
   CHECK(all_nan_or_equal(summary.high, {0.3, 0.5}));
-  CHECK_THROWS_WITH_AS(sao::runtime::summarize_runs({}, {}), "summarize_runs: no runs", Error);
-  CHECK_THROWS_WITH_AS(sao::runtime::summarize_runs({{1}}, {}),
+  CHECK_THROWS_WITH_AS(sao::report::summarize_runs({}, {}), "summarize_runs: no runs", Error);
+  CHECK_THROWS_WITH_AS(sao::report::summarize_runs({{1}}, {}),
                        "summarize_runs: x and y series of different run counts", Error);
 }
 
 TEST_CASE("nice ticks") {
-  using sao::runtime::nice_ticks;
+  using sao::plot::nice_ticks;
   CHECK(nice_ticks(0, 1, 5) == std::vector<double>{0, 0.2, 0.4, 0.6000000000000001, 0.8, 1});
   CHECK(nice_ticks(0, 300, 6) == std::vector<double>{0, 50, 100, 150, 200, 250, 300});
   CHECK(nice_ticks(3, 3, 5) == std::vector<double>{3});
@@ -174,10 +174,10 @@ TEST_CASE("nice ticks") {
 
 TEST_CASE("plots are PNG files of the laid-out size; mismatched series are refused") {
   const auto dir = fresh_dir("plot");
-  sao::runtime::PlotPanel panel{
+  sao::plot::PlotPanel panel{
       "reward", "learner step", {{"run-a", {0, 1, 2}, {0.1, std::nan(""), 0.4}, {0.0, 0.1, 0.3}, {0.2, 0.3, 0.5}}}};
   const auto path = (dir / "sub" / "curves.png").string();
-  sao::runtime::write_plot_png(path, {panel, panel, panel}, sao::runtime::PlotLayout{2, 300, 200});
+  sao::plot::write_plot_png(path, {panel, panel, panel}, sao::plot::PlotLayout{2, 300, 200});
   std::ifstream png(path, std::ios::binary);
   unsigned char header[24] = {};
   png.read(reinterpret_cast<char*>(header), sizeof(header));
@@ -191,12 +191,12 @@ TEST_CASE("plots are PNG files of the laid-out size; mismatched series are refus
   };
   CHECK(be32(16) == 600);  // 2 columns x 300
   CHECK(be32(20) == 400);  // 2 rows x 200
-  sao::runtime::PlotPanel bad{"bad", "step", {{"run-b", {0, 1}, {0.5}, {}, {}}}};
-  CHECK_THROWS_WITH_AS(sao::runtime::write_plot_png(path, {bad}, {}),
+  sao::plot::PlotPanel bad{"bad", "step", {{"run-b", {0, 1}, {0.5}, {}, {}}}};
+  CHECK_THROWS_WITH_AS(sao::plot::write_plot_png(path, {bad}, {}),
                        ("plot " + path + ": panel 'bad' series 'run-b' has 2 x values and 1 y values").c_str(), Error);
-  sao::runtime::PlotPanel bad_band{"bad", "step", {{"run-c", {0, 1}, {0.5, 0.6}, {0.4}, {0.7, 0.8}}}};
+  sao::plot::PlotPanel bad_band{"bad", "step", {{"run-c", {0, 1}, {0.5, 0.6}, {0.4}, {0.7, 0.8}}}};
   CHECK_THROWS_WITH_AS(
-      sao::runtime::write_plot_png(path, {bad_band}, {}),
+      sao::plot::write_plot_png(path, {bad_band}, {}),
       ("plot " + path + ": panel 'bad' series 'run-c' has a band whose length differs from its 2 x values").c_str(),
       Error);
 }

@@ -5,7 +5,7 @@
 // and a held-out split that never leaks into training must hold for each.
 #include "env/environment.hpp"
 #include "env/example_env.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <doctest/doctest.h>
 

@@ -3,7 +3,7 @@
 // definition (pre-switch level, window, first recovered step) is pinned down
 // here step by step.
 #include "env/drift_env.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <doctest/doctest.h>
 

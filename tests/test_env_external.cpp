@@ -4,7 +4,7 @@
 // error (a lost episode) instead of a hang, a crash or a silent wrong reward.
 // The bad environments are tiny Python scripts written into a temp dir.
 #include "env/external_env.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <doctest/doctest.h>
 

@@ -6,7 +6,7 @@
 // token for token.
 #include "env/maze_env.hpp"
 #include "model/transformer.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/episode_eval.hpp"
 #include "train/episode_sft.hpp"
@@ -199,7 +199,7 @@ TEST_CASE("a tiny model learns from maze transcripts and is evaluated on held-ou
     return sao::train::sft_loss(policy->forward(probe.input_ids), probe).item<double>();
   };
   const double before = probe_loss();
-  sao::runtime::SftSection options;
+  sao::config::SftSection options;
   options.steps = 60;
   options.batch_size = 16;
   options.learning_rate = 3e-3;

@@ -2,7 +2,7 @@
 // hand-out), min/max batch, GRPO group assembly, the synchronous barrier and
 // the capacity that gives rollouts back-pressure.
 #include "replay/replay_buffer.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <doctest/doctest.h>
 

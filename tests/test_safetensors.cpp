@@ -3,7 +3,7 @@
 // interop with files written independently of our writer, and that every
 // malformed file fails loudly with the file and tensor named.
 #include "model/safetensors.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>

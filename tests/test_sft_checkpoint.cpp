@@ -2,7 +2,7 @@
 // that round-trip and fail loudly on bad content.
 #include "model/checkpoint.hpp"
 #include "model/safetensors.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/evaluation.hpp"
 #include "train/sft.hpp"
@@ -50,7 +50,7 @@ TEST_CASE("SFT batches mask exactly the answer and EOS targets") {
 }
 
 TEST_CASE("the SFT learning rate warms up linearly and decays to 10%") {
-  sao::runtime::SftSection options;
+  sao::config::SftSection options;
   options.learning_rate = 1.0;
   options.warmup_steps = 10;
   options.steps = 110;
@@ -68,7 +68,7 @@ TEST_CASE("SFT lowers the answer loss of a small model") {
   const sao::env::ArithmeticTask task(task_config);
   sao::model::CausalLM policy(small_config());
   sao::model::init_weights(*policy, 1);
-  sao::runtime::SftSection options;
+  sao::config::SftSection options;
   options.steps = 60;
   options.batch_size = 32;
   options.log_every = 1000;

@@ -9,7 +9,7 @@
 #include "env/arithmetic.hpp"
 #include "model/checkpoint.hpp"
 #include "model/transformer.hpp"
-#include "runtime/run_config.hpp"
+#include "config/run_config.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/sft.hpp"
 
@@ -37,8 +37,8 @@ namespace {
 
 constexpr int kRollouts = 2;
 
-sao::runtime::RunConfig tiny_config(const std::string& run_dir) {
-  return sao::runtime::load_run_config("", {
+sao::config::RunConfig tiny_config(const std::string& run_dir) {
+  return sao::config::load_run_config("", {
                                                "run.dir=\"" + run_dir + "\"",
                                                "model.hidden_size=32",
                                                "model.intermediate_size=64",
@@ -67,7 +67,7 @@ struct CommandResult {
 
 // A warm start trained once and saved; every run loads its own copy, so the
 // charts (and the README's screenshot) show a policy that earns reward.
-sao::model::CausalLM warm_policy(const sao::runtime::RunConfig& config) {
+sao::model::CausalLM warm_policy(const sao::config::RunConfig& config) {
   static const std::string saved = [&] {
     const auto dir = (fs::temp_directory_path() / ("sao_slow_console_sft_" + std::to_string(::getpid()))).string();
     sao::model::CausalLM policy(config.model);

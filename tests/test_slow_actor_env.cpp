@@ -15,7 +15,7 @@
 #include "actors/weight_sync_actor.hpp"
 #include "env/environment.hpp"
 #include "model/tensor_blob.hpp"
-#include "runtime/run_config.hpp"
+#include "config/run_config.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/task_runner.hpp"
 
@@ -60,7 +60,7 @@ std::vector<std::string> tiny_model_overrides(const std::string& run_dir) {
 }
 
 // The maze (5x5, 3..6 moves, turn limit = distance + 4 <= 10), the agentic preset.
-sao::runtime::RunConfig maze_config(const std::string& run_dir, const std::vector<std::string>& extra) {
+sao::config::RunConfig maze_config(const std::string& run_dir, const std::vector<std::string>& extra) {
   auto overrides = tiny_model_overrides(run_dir);
   for (const char* item :
        {"env.name=\"maze\"", "task={\"name\":\"maze\",\"heldout_size\":40}", "sft.steps=80", "rollout.max_turns=10",
@@ -68,7 +68,7 @@ sao::runtime::RunConfig maze_config(const std::string& run_dir, const std::vecto
     overrides.emplace_back(item);
   }
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return sao::runtime::load_run_config("", overrides);
+  return sao::config::load_run_config("", overrides);
 }
 
 sao::model::CausalLM clone(const sao::model::CausalLM& policy, const sao::model::ModelConfig& config) {
@@ -312,7 +312,7 @@ TEST_CASE("an external environment process (guess_number.py) through the actors 
   overrides.push_back("rollout.episodes_per_actor=4");
   overrides.push_back("rollout.env_timeout_ms=10000");
   overrides.push_back("train.steps=4");
-  const auto config = sao::runtime::load_run_config("", overrides);
+  const auto config = sao::config::load_run_config("", overrides);
   sao::model::CausalLM policy(config.model);  // no warm start: the run only has to work, not to win
   sao::model::init_weights(*policy, 1);
   const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
@@ -338,7 +338,7 @@ TEST_CASE("a drifting environment's regime switches show in metrics.jsonl at the
   overrides.push_back("replay.max_batch=8");
   overrides.push_back("replay.capacity=8");
   overrides.push_back("train.steps=12");
-  const auto config = sao::runtime::load_run_config("", overrides);
+  const auto config = sao::config::load_run_config("", overrides);
   sao::model::CausalLM policy(config.model);  // the regime, not the reward, is under test
   sao::model::init_weights(*policy, 1);
   const auto outcome = sao::actors::run_training(config, policy, "", nullptr);

@@ -7,7 +7,7 @@
 #include "env/arithmetic_env.hpp"
 #include "env/environment.hpp"
 #include "model/checkpoint.hpp"
-#include "runtime/run_config.hpp"
+#include "config/run_config.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/sft.hpp"
 
@@ -48,7 +48,7 @@ const char* kRequiredKeys[] = {"step",
                                "tokens_per_s"};
 
 // 1-digit addition on a tiny model: learnable in seconds, so RL has signal.
-sao::runtime::RunConfig easy_config(const std::string& run_dir, const std::vector<std::string>& extra) {
+sao::config::RunConfig easy_config(const std::string& run_dir, const std::vector<std::string>& extra) {
   std::vector<std::string> overrides = {
       "run.dir=\"" + run_dir + "\"",
       "threads.torch_intra_op=1",
@@ -76,10 +76,10 @@ sao::runtime::RunConfig easy_config(const std::string& run_dir, const std::vecto
       "learner.critic_warmup_steps=3",
   };
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return sao::runtime::load_run_config("", overrides);
+  return sao::config::load_run_config("", overrides);
 }
 
-sao::model::CausalLM warm_start(const sao::runtime::RunConfig& config) {
+sao::model::CausalLM warm_start(const sao::config::RunConfig& config) {
   const sao::tokenizer::ByteTokenizer tokenizer;
   const sao::env::ArithmeticTask task(config.task);
   sao::model::CausalLM policy(config.model);

@@ -2,8 +2,8 @@
 // of CPU in summary.json. Exact sums on hand-made samples, the status-number
 // round trip the metrics sink relies on, and the difference between wall and
 // thread-CPU time that makes the runtime share meaningful on a busy machine.
-#include "runtime/error.hpp"
-#include "runtime/time_accounting.hpp"
+#include "base/error.hpp"
+#include "report/time_accounting.hpp"
 
 #include <doctest/doctest.h>
 
@@ -12,8 +12,8 @@
 #include <atomic>
 #include <thread>
 
-using sao::runtime::ActorTimeSample;
-using sao::runtime::WorkTime;
+using sao::report::ActorTimeSample;
+using sao::report::WorkTime;
 
 TEST_CASE("time accounting: busy fractions and the CPU left outside the work, per node") {
   std::vector<ActorTimeSample> samples = {
@@ -23,7 +23,7 @@ TEST_CASE("time accounting: busy fractions and the CPU left outside the work, pe
       {"rollout-1", "rollout", "b", 4.0, 3.0, 0.5, {{"model", {2.0, 2.5, 10}}}},
       {"replay", "replay", "a", 10.0, 30.5, 1.0, {}},
   };
-  const auto summary = sao::runtime::summarise_time(samples);
+  const auto summary = sao::report::summarise_time(samples);
   REQUIRE(summary["actors"].size() == 5);
   CHECK(summary["actors"][0]["busy_frac"].get<double>() == doctest::Approx(0.85));
   CHECK(summary["actors"][1]["busy_frac"].get<double>() == doctest::Approx(0.6));
@@ -43,7 +43,7 @@ TEST_CASE("time accounting: busy fractions and the CPU left outside the work, pe
   CHECK(summary["nodes"]["b"]["other_cpu_s"].get<double>() == 0.0);
   // Work CPU above the process CPU (sampled moments apart) is floored, never negative.
   samples[3].process_cpu_s = 2.0;
-  const auto floored = sao::runtime::summarise_time(samples);
+  const auto floored = sao::report::summarise_time(samples);
   CHECK(floored["nodes"]["b"]["other_cpu_s"].get<double>() == 0.0);
   CHECK(floored["nodes"]["b"]["other_cpu_share"].get<double>() == 0.0);
 }
@@ -55,21 +55,21 @@ TEST_CASE("time accounting: the end-of-run line") {
       {"rollout-1", "rollout", "b", 10.0, 11.0, 1.0, {{"model", {1.0, 1.0, 900}}, {"weights", {1.0, 1.0, 5}}}},
   };
   // Busy: learner 95%, rollouts (20% + 20%) / 2. CPU: a 30 s (11 in work), b 10 s (2 in work): 27 / 40.
-  CHECK(sao::runtime::describe_time_accounting(sao::runtime::summarise_time(samples)) ==
+  CHECK(sao::report::describe_time_accounting(sao::report::summarise_time(samples)) ==
         "time: learner busy 95.0%, rollout busy 20.0% (mean of 2), runtime and bookkeeping 67.5% of the CPU "
         "(time_accounting in summary.json)");
 }
 
 TEST_CASE("time accounting: bad samples are refused by name") {
-  CHECK_THROWS_WITH_AS(sao::runtime::summarise_time({{"learner", "learner", "a", 0.0, 1.0, 0.0, {}}}),
+  CHECK_THROWS_WITH_AS(sao::report::summarise_time({{"learner", "learner", "a", 0.0, 1.0, 0.0, {}}}),
                        "time accounting: actor 'learner' has alive_s 0.000000 (must be > 0)", sao::Error);
-  CHECK_THROWS_WITH_AS(sao::runtime::summarise_time({{"env-0", "env", "a", 1.0, 1.0, 0.0, {{"env", {-1.0, 0.0, 1}}}}}),
+  CHECK_THROWS_WITH_AS(sao::report::summarise_time({{"env-0", "env", "a", 1.0, 1.0, 0.0, {{"env", {-1.0, 0.0, 1}}}}}),
                        "time accounting: actor 'env-0' has negative time in bucket 'env'", sao::Error);
 }
 
 TEST_CASE("time accounting: status numbers carry the work buckets and come back unchanged") {
   const std::map<std::string, WorkTime> work = {{"model", {2.0, 1.5, 7}}, {"weights", {0.25, 0.125, 3}}};
-  const auto numbers = sao::runtime::time_numbers(4.0, 0.75, work);
+  const auto numbers = sao::report::time_numbers(4.0, 0.75, work);
   CHECK(numbers.at("work_model_wall_s") == 2.0);
   CHECK(numbers.at("work_weights_cpu_s") == 0.125);
   CHECK(numbers.at("work_model_calls") == 7.0);
@@ -80,7 +80,7 @@ TEST_CASE("time accounting: status numbers carry the work buckets and come back 
   auto with_others = numbers;
   with_others["tokens_per_s"] = 5.0;
   with_others["work_"] = 1.0;  // no bucket name: ignored
-  const auto back = sao::runtime::work_from_numbers(with_others);
+  const auto back = sao::report::work_from_numbers(with_others);
   REQUIRE(back.size() == 2);
   CHECK(back.at("model").wall_s == 2.0);
   CHECK(back.at("model").cpu_s == 1.5);
@@ -92,7 +92,7 @@ TEST_CASE("time accounting: status numbers carry the work buckets and come back 
 TEST_CASE("time accounting: a timer counts wall time always and CPU time only when the thread works") {
   WorkTime sleeping;
   {
-    sao::runtime::WorkTimer timer(sleeping);
+    sao::report::WorkTimer timer(sleeping);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   CHECK(sleeping.calls == 1);
@@ -101,28 +101,28 @@ TEST_CASE("time accounting: a timer counts wall time always and CPU time only wh
 
   WorkTime spinning;
   {
-    sao::runtime::WorkTimer timer(spinning);
-    const double start = sao::runtime::thread_cpu_seconds();
+    sao::report::WorkTimer timer(spinning);
+    const double start = sao::report::thread_cpu_seconds();
     volatile double sink = 0.0;
-    while (sao::runtime::thread_cpu_seconds() - start < 0.05) sink = sink + 1.0;
+    while (sao::report::thread_cpu_seconds() - start < 0.05) sink = sink + 1.0;
   }
   CHECK(spinning.cpu_s >= 0.05);
   CHECK(spinning.wall_s >= spinning.cpu_s * 0.99);
-  CHECK(sao::runtime::process_cpu_seconds() >= spinning.cpu_s);
+  CHECK(sao::report::process_cpu_seconds() >= spinning.cpu_s);
 }
 
 TEST_CASE("time accounting: threads are summed by name, and a busy thread shows up under its own") {
   std::atomic<bool> stop{false};
   std::thread worker([&stop] {
     pthread_setname_np(pthread_self(), "sao.test.spin");
-    const double start = sao::runtime::thread_cpu_seconds();
+    const double start = sao::report::thread_cpu_seconds();
     volatile double sink = 0.0;
-    while (sao::runtime::thread_cpu_seconds() - start < 0.1) sink = sink + 1.0;
+    while (sao::report::thread_cpu_seconds() - start < 0.1) sink = sink + 1.0;
     while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   });
   std::map<std::string, double> threads;
   for (int attempt = 0; attempt < 500; ++attempt) {
-    threads = sao::runtime::thread_cpu_by_name();
+    threads = sao::report::thread_cpu_by_name();
     if (threads.count("sao.test.spin") && threads.at("sao.test.spin") >= 0.1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 
 using sao::tokenizer::ByteTokenizer;

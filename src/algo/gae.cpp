@@ -1,7 +1,7 @@
 // Skip-observation GAE; see gae.hpp for the recurrence.
 #include "algo/gae.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <torch/torch.h>
 

@@ -2,7 +2,7 @@
 #include "algo/learner.hpp"
 
 #include "model/safetensors.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -424,7 +424,7 @@ void Learner::load(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(state_path + ": not valid JSON: " + e.what());
   }
-  runtime::JsonReader reader(json, state_path);
+  base::JsonReader reader(json, state_path);
   std::string format;
   int64_t step = 0, version = 0, skipped = 0;
   std::vector<double> window;

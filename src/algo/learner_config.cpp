@@ -2,7 +2,7 @@
 // learner_config.hpp.
 #include "algo/learner_config.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -86,7 +86,7 @@ LearnerConfig LearnerConfig::preset(Algorithm algorithm) {
   return config;
 }
 
-LearnerConfig LearnerConfig::from_json(runtime::JsonReader& reader) {
+LearnerConfig LearnerConfig::from_json(base::JsonReader& reader) {
   std::string algorithm = "sao";
   reader.read("algorithm", algorithm);
   LearnerConfig c = preset(algorithm_from_name(algorithm, reader.where()));

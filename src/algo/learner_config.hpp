@@ -10,7 +10,7 @@
 #pragma once
 
 #include "algo/losses.hpp"
-#include "runtime/json_reader.hpp"
+#include "base/json_reader.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -78,7 +78,7 @@ struct LearnerConfig {
   // frozen attention.
   static LearnerConfig preset(Algorithm algorithm);
   // Throws sao::Error naming reader.where() and the key.
-  static LearnerConfig from_json(runtime::JsonReader& reader);
+  static LearnerConfig from_json(base::JsonReader& reader);
   nlohmann::json to_json() const;
   // Throws sao::Error naming `where` and the offending key.
   void validate(const std::string& where) const;

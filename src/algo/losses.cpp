@@ -1,7 +1,7 @@
 // Policy/value losses and baselines; see losses.hpp for the definitions.
 #include "algo/losses.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <torch/torch.h>
 

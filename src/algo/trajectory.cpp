@@ -2,7 +2,7 @@
 // the position convention.
 #include "algo/trajectory.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <torch/torch.h>
 

@@ -13,7 +13,7 @@
 #include <tuple>
 #include <utility>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace sao::env {
 namespace {

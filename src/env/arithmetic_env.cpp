@@ -1,8 +1,8 @@
 // Arithmetic as an environment; see arithmetic_env.hpp.
 #include "env/arithmetic_env.hpp"
 
-#include "runtime/error.hpp"
-#include "runtime/json_reader.hpp"
+#include "base/error.hpp"
+#include "base/json_reader.hpp"
 
 namespace sao::env {
 
@@ -31,7 +31,7 @@ EnvStep ArithmeticEnvironment::step(const std::string& action) {
 
 ArithmeticConfig arithmetic_config_from_json(const nlohmann::json& config, const std::string& where) {
   ArithmeticConfig task;
-  runtime::JsonReader reader(config, where);
+  base::JsonReader reader(config, where);
   std::string name = "arithmetic";
   reader.read("name", name);
   if (name != "arithmetic") throw Error(where + ".name: expected \"arithmetic\", got \"" + name + "\"");

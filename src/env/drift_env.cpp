@@ -1,8 +1,8 @@
 // The drifting arithmetic environment and the recovery metric; see drift_env.hpp.
 #include "env/drift_env.hpp"
 
-#include "runtime/error.hpp"
-#include "runtime/json_reader.hpp"
+#include "base/error.hpp"
+#include "base/json_reader.hpp"
 
 #include <algorithm>
 #include <random>
@@ -204,7 +204,7 @@ std::vector<Recovery> recovery_after_switches(const std::vector<double>& rewards
 
 DriftConfig drift_config_from_json(const nlohmann::json& config, const std::string& where) {
   DriftConfig result;
-  runtime::JsonReader reader(config, where);
+  base::JsonReader reader(config, where);
   std::string name = "drift";
   reader.read("name", name);
   if (name != "drift") throw Error(where + ".name: expected \"drift\", got \"" + name + "\"");

@@ -6,7 +6,7 @@
 #include "env/example_env.hpp"
 #include "env/external_env.hpp"
 #include "env/maze_env.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <map>
 #include <mutex>

@@ -2,8 +2,8 @@
 // for what each part demonstrates.
 #include "env/example_env.hpp"
 
-#include "runtime/error.hpp"
-#include "runtime/json_reader.hpp"
+#include "base/error.hpp"
+#include "base/json_reader.hpp"
 
 #include <set>
 
@@ -133,7 +133,7 @@ std::vector<SftEpisode> ExampleEnvironment::demonstrations(int64_t count, uint64
 
 ExampleConfig example_config_from_json(const nlohmann::json& config, const std::string& where) {
   ExampleConfig result;
-  runtime::JsonReader reader(config, where);
+  base::JsonReader reader(config, where);
   std::string name = "example";
   reader.read("name", name);
   if (name != "example") throw Error(where + ".name: expected \"example\", got \"" + name + "\"");

@@ -2,8 +2,8 @@
 // docs/environments.md for the protocol.
 #include "env/external_env.hpp"
 
-#include "runtime/error.hpp"
-#include "runtime/json_reader.hpp"
+#include "base/error.hpp"
+#include "base/json_reader.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -411,7 +411,7 @@ nlohmann::json ExternalEnvironment::stats() const {
 
 ExternalConfig external_config_from_json(const nlohmann::json& config, const std::string& where) {
   ExternalConfig result;
-  runtime::JsonReader reader(config, where);
+  base::JsonReader reader(config, where);
   std::string name = "external";
   reader.read("name", name);
   if (name != "external") throw Error(where + ".name: expected \"external\", got \"" + name + "\"");

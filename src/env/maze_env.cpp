@@ -1,8 +1,8 @@
 // The maze environment; see maze_env.hpp for the game.
 #include "env/maze_env.hpp"
 
-#include "runtime/error.hpp"
-#include "runtime/json_reader.hpp"
+#include "base/error.hpp"
+#include "base/json_reader.hpp"
 
 #include <cmath>
 #include <cstdlib>
@@ -239,7 +239,7 @@ std::vector<SftEpisode> MazeEnvironment::demonstrations(int64_t count, uint64_t 
 
 MazeConfig maze_config_from_json(const nlohmann::json& config, const std::string& where) {
   MazeConfig result;
-  runtime::JsonReader reader(config, where);
+  base::JsonReader reader(config, where);
   std::string name = "maze";
   reader.read("name", name);
   if (name != "maze") throw Error(where + ".name: expected \"maze\", got \"" + name + "\"");

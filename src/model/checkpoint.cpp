@@ -2,7 +2,7 @@
 #include "model/checkpoint.hpp"
 
 #include "model/safetensors.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <chrono>
 #include <filesystem>

@@ -1,7 +1,7 @@
 // Batched KV-cache decoding; see generation.hpp for the contract.
 #include "model/generation.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 

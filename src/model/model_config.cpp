@@ -1,8 +1,8 @@
 // Validation and HF config.json (de)serialisation of ModelConfig.
 #include "model/model_config.hpp"
 
-#include "runtime/error.hpp"
-#include "runtime/json_reader.hpp"
+#include "base/error.hpp"
+#include "base/json_reader.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -47,7 +47,7 @@ int64_t ModelConfig::parameter_count() const {
 
 ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source, bool allow_unknown_keys) {
   ModelConfig config;
-  runtime::JsonReader reader(json, source);
+  base::JsonReader reader(json, source);
   reader.read("model_type", config.model_type);
   reader.read("vocab_size", config.vocab_size);
   reader.read("hidden_size", config.hidden_size);

@@ -6,7 +6,7 @@
 // this code assumes a little-endian host (x86-64, aarch64), checked below.
 #include "model/safetensors.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>

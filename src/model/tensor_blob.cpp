@@ -2,7 +2,7 @@
 #include "model/tensor_blob.hpp"
 
 #include "model/safetensors.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <cstring>
 #include <map>

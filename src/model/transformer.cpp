@@ -1,7 +1,7 @@
 // Llama/Qwen2-layout transformer; see transformer.hpp for the design.
 #include "model/transformer.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 

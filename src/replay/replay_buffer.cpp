@@ -1,7 +1,7 @@
 // Replay policy; see replay_buffer.hpp.
 #include "replay/replay_buffer.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <algorithm>
 

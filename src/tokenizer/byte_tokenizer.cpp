@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 namespace sao::tokenizer {
 

@@ -2,7 +2,7 @@
 #include "train/episode_eval.hpp"
 
 #include "model/generation.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,7 @@
 // Multi-turn supervised warm start; see episode_sft.hpp.
 #include "train/episode_sft.hpp"
 
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -65,8 +65,8 @@ SftBatch make_episode_sft_batch(const tokenizer::Tokenizer& tokenizer, const std
 }
 
 SftResult run_episode_sft(model::CausalLM& policy, const env::Environment& environment,
-                          const tokenizer::Tokenizer& tokenizer, const runtime::SftSection& options, uint64_t seed,
-                          runtime::JsonlWriter* metrics) {
+                          const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
+                          report::JsonlWriter* metrics) {
   const int64_t max_length = policy->config().max_position_embeddings;
   return run_sft_loop(
       policy, options, "sft " + environment.name(),

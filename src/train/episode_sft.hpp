@@ -9,8 +9,8 @@
 
 #include "env/environment.hpp"
 #include "model/transformer.hpp"
-#include "runtime/progress.hpp"
-#include "runtime/run_config.hpp"
+#include "report/progress.hpp"
+#include "config/run_config.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/sft.hpp"
 
@@ -39,7 +39,7 @@ SftBatch make_episode_sft_batch(const tokenizer::Tokenizer& tokenizer, const std
 // sao::Error when the environment has no demonstrations. Writes one JSON line
 // per logged step to `metrics` when given.
 SftResult run_episode_sft(model::CausalLM& policy, const env::Environment& environment,
-                          const tokenizer::Tokenizer& tokenizer, const runtime::SftSection& options, uint64_t seed,
-                          runtime::JsonlWriter* metrics);
+                          const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
+                          report::JsonlWriter* metrics);
 
 }  // namespace sao::train

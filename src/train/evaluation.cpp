@@ -21,7 +21,7 @@ std::string answer_text(const tokenizer::Tokenizer& tokenizer, const std::vector
 }
 
 EvalResult evaluate_arithmetic(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
-                               const env::ArithmeticTask& task, const runtime::EvalSection& options, uint64_t seed) {
+                               const env::ArithmeticTask& task, const config::EvalSection& options, uint64_t seed) {
   const auto& problems = task.test_set();
   const auto& answer_format = task.config().answer_format;
   const auto start = std::chrono::steady_clock::now();

@@ -4,7 +4,7 @@
 
 #include "env/arithmetic.hpp"
 #include "model/transformer.hpp"
-#include "runtime/run_config.hpp"
+#include "config/run_config.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 #include <cstdint>
@@ -29,6 +29,6 @@ std::string answer_text(const tokenizer::Tokenizer& tokenizer, const std::vector
 
 // Scores `task`'s held-out split.
 EvalResult evaluate_arithmetic(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
-                               const env::ArithmeticTask& task, const runtime::EvalSection& options, uint64_t seed);
+                               const env::ArithmeticTask& task, const config::EvalSection& options, uint64_t seed);
 
 }  // namespace sao::train

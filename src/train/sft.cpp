@@ -49,7 +49,7 @@ torch::Tensor sft_loss(const torch::Tensor& logits, const SftBatch& batch) {
   return (token_nll * mask).sum() / mask.sum().clamp_min(1.0);
 }
 
-double sft_learning_rate(const runtime::SftSection& options, int64_t step) {
+double sft_learning_rate(const config::SftSection& options, int64_t step) {
   if (step < options.warmup_steps) {
     return options.learning_rate * static_cast<double>(step + 1) / static_cast<double>(options.warmup_steps);
   }
@@ -58,12 +58,12 @@ double sft_learning_rate(const runtime::SftSection& options, int64_t step) {
   return options.learning_rate * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
-SftResult run_sft_loop(model::CausalLM& policy, const runtime::SftSection& options, const std::string& label,
-                       const SftBatchMaker& next_batch, runtime::JsonlWriter* metrics) {
+SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& options, const std::string& label,
+                       const SftBatchMaker& next_batch, report::JsonlWriter* metrics) {
   torch::optim::AdamW optimizer(policy->parameters(),
                                 torch::optim::AdamWOptions(options.learning_rate).weight_decay(options.weight_decay));
   policy->train();
-  runtime::ProgressLine progress(label, options.steps);
+  report::ProgressLine progress(label, options.steps);
   SftResult result;
   int64_t tokens_since_log = 0;
   int64_t total_tokens = 0;
@@ -107,7 +107,7 @@ SftResult run_sft_loop(model::CausalLM& policy, const runtime::SftSection& optio
 }
 
 SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
-                  const runtime::SftSection& options, uint64_t seed, runtime::JsonlWriter* metrics) {
+                  const config::SftSection& options, uint64_t seed, report::JsonlWriter* metrics) {
   std::mt19937_64 rng(seed);
   return run_sft_loop(
       policy, options, "sft",

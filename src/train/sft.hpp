@@ -5,8 +5,8 @@
 
 #include "env/arithmetic.hpp"
 #include "model/transformer.hpp"
-#include "runtime/progress.hpp"
-#include "runtime/run_config.hpp"
+#include "report/progress.hpp"
+#include "config/run_config.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 #include <torch/torch.h>
@@ -28,7 +28,7 @@ SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector
 // Mean cross-entropy of the answer tokens; logits [B, T, V].
 torch::Tensor sft_loss(const torch::Tensor& logits, const SftBatch& batch);
 // Linear warm-up, then cosine decay to 10% of the peak.
-double sft_learning_rate(const runtime::SftSection& options, int64_t step);
+double sft_learning_rate(const config::SftSection& options, int64_t step);
 
 struct SftResult {
   int64_t steps = 0;
@@ -41,11 +41,11 @@ struct SftResult {
 // progress and metrics). `next_batch(step)` supplies the data; `label` names
 // the task in the progress line and the metrics.
 using SftBatchMaker = std::function<SftBatch(int64_t step)>;
-SftResult run_sft_loop(model::CausalLM& policy, const runtime::SftSection& options, const std::string& label,
-                       const SftBatchMaker& next_batch, runtime::JsonlWriter* metrics);
+SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& options, const std::string& label,
+                       const SftBatchMaker& next_batch, report::JsonlWriter* metrics);
 
 // Trains `policy` in place on arithmetic. Writes one JSON line per logged step to `metrics`.
 SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
-                  const runtime::SftSection& options, uint64_t seed, runtime::JsonlWriter* metrics);
+                  const config::SftSection& options, uint64_t seed, report::JsonlWriter* metrics);
 
 }  // namespace sao::train

@@ -2,7 +2,7 @@
 #include "train/task_runner.hpp"
 
 #include "env/environment.hpp"
-#include "runtime/error.hpp"
+#include "base/error.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/episode_eval.hpp"
 #include "train/episode_sft.hpp"
@@ -12,7 +12,7 @@
 
 namespace sao::train {
 
-HeldoutResult evaluate_heldout(model::CausalLM& policy, const runtime::RunConfig& config, int64_t learner_step) {
+HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig& config, int64_t learner_step) {
   const tokenizer::ByteTokenizer tokenizer;
   const auto seed = static_cast<uint64_t>(config.run.seed);
   HeldoutResult result;
@@ -48,7 +48,7 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const runtime::RunConfig
   return result;
 }
 
-SftResult run_warm_start(model::CausalLM& policy, const runtime::RunConfig& config, runtime::JsonlWriter* metrics) {
+SftResult run_warm_start(model::CausalLM& policy, const config::RunConfig& config, report::JsonlWriter* metrics) {
   const tokenizer::ByteTokenizer tokenizer;
   const auto seed = static_cast<uint64_t>(config.run.seed);
   if (config.is_arithmetic()) {

@@ -5,8 +5,8 @@
 #pragma once
 
 #include "model/transformer.hpp"
-#include "runtime/progress.hpp"
-#include "runtime/run_config.hpp"
+#include "report/progress.hpp"
+#include "config/run_config.hpp"
 #include "train/sft.hpp"
 
 #include <string>
@@ -24,8 +24,8 @@ struct HeldoutResult {
 
 // `learner_step` >= 0 tells a drifting environment where training is. An
 // environment without a held-out split gives accuracy NaN and total 0.
-HeldoutResult evaluate_heldout(model::CausalLM& policy, const runtime::RunConfig& config, int64_t learner_step);
+HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig& config, int64_t learner_step);
 // Trains `policy` from its current weights on the task's demonstrations.
-SftResult run_warm_start(model::CausalLM& policy, const runtime::RunConfig& config, runtime::JsonlWriter* metrics);
+SftResult run_warm_start(model::CausalLM& policy, const config::RunConfig& config, report::JsonlWriter* metrics);
 
 }  // namespace sao::train

@@ -1,0 +1,46 @@
+// `sao doctor`: what this build and this machine will actually run with.
+// The BLAS line matters most: Debian's reference BLAS makes LibTorch matmuls
+// 20-40x slower than OpenBLAS, and nothing else would tell you.
+#include "app/args.hpp"
+#include "app/commands.hpp"
+#include "report/system_info.hpp"
+#include "sao/build_info.hpp"
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <thread>
+
+namespace sao::cli {
+
+int run_doctor(const Args& args) {
+  const std::vector<FlagSpec> specs = {
+      {"--threads", true, false, "LibTorch/OpenBLAS threads to configure before measuring (default 2)"},
+      {"--help", false, false, "show this help"}};
+  const auto parsed = parse_args("doctor", specs, args);
+  if (parsed.has("--help")) {
+    std::printf("usage: sao doctor [options]\n%s", flags_help(specs).c_str());
+    return 0;
+  }
+  report::configure_threads(parsed.get_int("--threads", 2));
+  const auto blas = report::detect_blas();
+  std::printf("sao %s\n", build_info::kVersion);
+  std::printf("build type          %s\n", build_info::kBuildType);
+  std::printf("compiler            %s\n", build_info::kCompiler);
+  std::printf("libtorch            %s (built against %s)\n", TORCH_VERSION, build_info::kTorchVersion);
+  std::printf("blas                %s\n", blas.name.c_str());
+  std::printf("blas library        %s\n", blas.loaded_path.empty() ? "(none)" : blas.loaded_path.c_str());
+  std::printf("openblas threads    %d\n", blas.openblas_threads);
+  std::printf("torch threads       intra-op %d, inter-op %d\n", torch::get_num_threads(),
+              torch::get_num_interop_threads());
+  std::printf("hardware threads    %u\n", std::thread::hardware_concurrency());
+  std::printf("caf                 %s\n", build_info::kCafVersion);
+  std::printf("cuda toolkit        %s\n", build_info::kCudaToolkitFound ? "found" : "not found");
+  std::printf("nccl                %s\n", build_info::kNcclFound ? "found" : "not found");
+  std::printf("cuda backend        none (sao computes on the CPU; weights sync over CAF)\n");
+  std::printf("cuda device         %s\n", torch::cuda::is_available() ? "available" : "none");
+  std::printf("fp32 matmul 1024^2  %.1f GFLOP/s (measured now)\n", report::measure_matmul_gflops(1024, 5));
+  return 0;
+}
+
+}  // namespace sao::cli

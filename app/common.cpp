@@ -1,0 +1,160 @@
+// Shared subcommand helpers; see common.hpp.
+#include "app/common.hpp"
+
+#include "report/time_accounting.hpp"
+
+#include "model/checkpoint.hpp"
+#include "base/error.hpp"
+#include "report/system_info.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace sao::cli {
+
+std::vector<FlagSpec> config_flags() {
+  return {{"--config", true, false, "run config JSON (default: the embedded config/default.json)"},
+          {"--set", true, true, "override a config key, e.g. --set sft.steps=100 (repeatable)"},
+          {"--run-dir", true, false, "run directory (default: run.dir from the config)"},
+          {"--help", false, false, "show this help"}};
+}
+
+config::RunConfig load_config_from_args(const ParsedArgs& parsed) {
+  auto overrides = parsed.all("--set");
+  if (parsed.has("--run-dir")) overrides.push_back("run.dir=\"" + parsed.get("--run-dir") + "\"");
+  auto config = config::load_run_config(parsed.get("--config"), overrides);
+  report::configure_threads(config.threads.torch_intra_op);
+  return config;
+}
+
+void write_resolved_config(const config::RunConfig& config) {
+  std::filesystem::create_directories(config.run.dir);
+  std::ofstream out(std::filesystem::path(config.run.dir) / "config.json");
+  out << config.document.dump(2) << "\n";
+}
+
+model::CausalLM sft_from_scratch(const config::RunConfig& config, train::SftResult* result) {
+  model::CausalLM policy(config.model);
+  model::init_weights(*policy, static_cast<uint64_t>(config.run.seed));
+  const auto run_dir = std::filesystem::path(config.run.dir);
+  report::JsonlWriter metrics((run_dir / "sft_metrics.jsonl").string());
+  *result = train::run_warm_start(policy, config, &metrics);
+  model::save_policy_checkpoint((run_dir / "sft").string(), policy,
+                                {{"tokenizer", "byte"},
+                                 {"stage", "sft"},
+                                 {"step", result->steps},
+                                 {"policy_version", 0},
+                                 {"run_config", config.document}});
+  return policy;
+}
+
+std::vector<FlagSpec> training_flags() {
+  auto specs = config_flags();
+  specs.push_back({"--steps", true, false, "override train.steps"});
+  specs.push_back({"--resume", false, false, "continue from RUN_DIR/checkpoint (learner state included)"});
+  return specs;
+}
+
+namespace {
+// The warm start: the configured checkpoint, or RUN_DIR/sft (trained now if missing).
+model::CausalLM warm_start_policy(const config::RunConfig& config, const std::string& command) {
+  if (!config.train.init_checkpoint.empty()) return model::load_policy_checkpoint(config.train.init_checkpoint);
+  const std::string sft_dir = (std::filesystem::path(config.run.dir) / "sft").string();
+  if (std::filesystem::exists(std::filesystem::path(sft_dir) / "model.safetensors")) {
+    std::fprintf(stderr, "%s: warm start from %s\n", command.c_str(), sft_dir.c_str());
+    return model::load_policy_checkpoint(sft_dir);
+  }
+  std::fprintf(stderr, "%s: no warm start at %s, running SFT first\n", command.c_str(), sft_dir.c_str());
+  train::SftResult result;
+  auto policy = sft_from_scratch(config, &result);
+  std::fprintf(stderr, "%s: SFT took %.1f s, saved %s\n", command.c_str(), result.seconds, sft_dir.c_str());
+  return policy;
+}
+
+std::atomic<bool> g_stop_requested{false};
+
+extern "C" void request_stop(int) {
+  g_stop_requested.store(true);
+}
+}  // namespace
+
+TrainingStart prepare_training(const ParsedArgs& parsed, const std::string& command) {
+  TrainingStart start;
+  start.config = load_config_from_args(parsed);
+  auto& config = start.config;
+  config.train.steps = parsed.get_int("--steps", config.train.steps);
+  write_resolved_config(config);
+  if (!config.rollout.temperature_is_policy()) {
+    std::fprintf(stderr,
+                 "%s: WARNING: rollouts sample with temperature %.3g, top_k %lld, top_p %.3g; the recorded "
+                 "log-probs are of that distribution, not the policy's own\n",
+                 command.c_str(), config.rollout.temperature, static_cast<long long>(config.rollout.top_k),
+                 config.rollout.top_p);
+  }
+  if (parsed.has("--resume")) {
+    const auto checkpoint = (std::filesystem::path(config.run.dir) / "checkpoint").string();
+    start.policy = model::load_policy_checkpoint(checkpoint + "/policy");
+    start.resume_from = checkpoint + "/learner";
+    std::fprintf(stderr, "%s: resuming from %s\n", command.c_str(), checkpoint.c_str());
+  } else {
+    start.policy = warm_start_policy(config, command);
+  }
+  report::configure_threads(config.threads.train_intra_op);
+  return start;
+}
+
+const std::atomic<bool>* install_stop_handlers() {
+  std::signal(SIGINT, request_stop);
+  std::signal(SIGTERM, request_stop);
+  return &g_stop_requested;
+}
+
+int report_training_outcome(const actors::TrainOutcome& outcome, const config::RunConfig& config,
+                            const std::string& command) {
+  std::printf("%s: finished (%s) after %lld learner steps, policy version %lld\n", command.c_str(),
+              outcome.reason.c_str(), static_cast<long long>(outcome.steps),
+              static_cast<long long>(outcome.policy_version));
+  if (!outcome.summary_json.empty()) {
+    const auto summary = nlohmann::json::parse(outcome.summary_json, nullptr, /*allow_exceptions=*/false);
+    if (summary.is_object() && summary.contains("accuracy_last") && summary["accuracy_last"].is_number()) {
+      std::printf("held-out accuracy: %.4f (before RL: %.4f), run dir %s\n", summary["accuracy_last"].get<double>(),
+                  summary.value("accuracy_first", 0.0), config.run.dir.c_str());
+    }
+    if (summary.is_object() && summary.contains("time_accounting")) {
+      // One line for where the time went; the full accounting is in summary.json.
+      auto shown = summary;
+      shown.erase("time_accounting");
+      std::printf("%s\n", shown.dump().c_str());
+      std::printf("%s\n", report::describe_time_accounting(summary["time_accounting"]).c_str());
+    } else {
+      std::printf("%s\n", outcome.summary_json.c_str());
+    }
+  }
+  if (outcome.actors_left_running != 0) {
+    std::fprintf(stderr, "%s: %lld actors still running at exit\n", command.c_str(),
+                 static_cast<long long>(outcome.actors_left_running));
+    return 4;
+  }
+  return outcome.reason.rfind("learner failed", 0) == 0 ? 1 : 0;
+}
+
+void print_eval_result(const train::HeldoutResult& result, const std::string& checkpoint) {
+  for (const auto& line : result.samples) std::printf("  %s\n", line.c_str());
+  std::printf("held-out accuracy: %.4f (%lld/%lld correct, %.1f s)\n", result.accuracy,
+              static_cast<long long>(result.correct), static_cast<long long>(result.total), result.seconds);
+  const nlohmann::json line = {{"eval", true},
+                               {"split", "test"},
+                               {"checkpoint", checkpoint},
+                               {"accuracy", result.accuracy},
+                               {"correct", result.correct},
+                               {"total", result.total},
+                               {"seconds", result.seconds}};
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace sao::cli

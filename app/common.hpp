@@ -1,0 +1,47 @@
+// Pieces shared by the subcommands that load a run config.
+#pragma once
+
+#include "actors/train.hpp"
+#include "app/args.hpp"
+#include "model/transformer.hpp"
+#include "config/run_config.hpp"
+#include "train/task_runner.hpp"
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace sao::cli {
+
+// --config, --set (repeatable), --run-dir, --help.
+std::vector<FlagSpec> config_flags();
+// Loads the config named by --config (embedded default without it), applies
+// --set overrides and --run-dir, and configures threads.
+config::RunConfig load_config_from_args(const ParsedArgs& parsed);
+// Writes the resolved config into the run directory.
+void write_resolved_config(const config::RunConfig& config);
+// Trains a fresh policy on the task's demonstrations (SFT) and saves it to
+// RUN_DIR/sft; metrics go to RUN_DIR/sft_metrics.jsonl.
+model::CausalLM sft_from_scratch(const config::RunConfig& config, train::SftResult* result);
+// config_flags() plus --steps and --resume: what `train` and a learner node take.
+std::vector<FlagSpec> training_flags();
+// What an RL run starts from.
+struct TrainingStart {
+  config::RunConfig config;
+  model::CausalLM policy{nullptr};
+  std::string resume_from;  // learner checkpoint dir ("" = fresh)
+};
+// Loads the config (writing the resolved one into the run dir), then the
+// policy: RUN_DIR/checkpoint with --resume, else the warm start (the
+// configured checkpoint, or RUN_DIR/sft, trained first if missing).
+TrainingStart prepare_training(const ParsedArgs& parsed, const std::string& command);
+// SIGINT/SIGTERM set the returned flag instead of killing the process, so a
+// run ends with its final evaluation and checkpoint.
+const std::atomic<bool>* install_stop_handlers();
+// Prints how an RL run ended and returns the process exit code.
+int report_training_outcome(const actors::TrainOutcome& outcome, const config::RunConfig& config,
+                            const std::string& command);
+// Prints the human line and one JSON line for an evaluation.
+void print_eval_result(const train::HeldoutResult& result, const std::string& checkpoint);
+
+}  // namespace sao::cli

@@ -1,0 +1,131 @@
+// The run configuration: one JSON document with a section per subsystem.
+// Loading is strict (unknown keys and wrong types are errors that name the
+// key and the file), `--set a.b=c` overrides apply before validation, and the
+// resolved document is written into the run directory so every run records
+// exactly what it ran with.
+#pragma once
+
+#include "algo/learner_config.hpp"
+#include "env/arithmetic.hpp"
+#include "model/generation.hpp"
+#include "model/model_config.hpp"
+#include "replay/replay_buffer.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace sao::config {
+
+struct RunSection {
+  std::string name = "default";
+  int64_t seed = 1;
+  std::string dir = "runs/default";
+};
+
+struct ThreadsSection {
+  // LibTorch and OpenBLAS threads for sft/eval. 1 by default: measured here,
+  // the default model trains at ~10k tokens/s on 1 thread, and 2 threads
+  // collapse to a few hundred tokens/s whenever anything else runs (OpenBLAS
+  // workers spin-wait for a core that is busy).
+  int64_t torch_intra_op = 1;
+  // ... for `sao train`, where the learner and every rollout actor compute on
+  // threads of their own: more than one each oversubscribes 2 cores, and
+  // OpenBLAS's spinning workers then cost far more than they give.
+  int64_t train_intra_op = 1;
+};
+
+struct SftSection {
+  int64_t steps = 400;
+  int64_t batch_size = 64;
+  double learning_rate = 2e-3;
+  int64_t warmup_steps = 20;
+  double weight_decay = 0.01;
+  double grad_clip = 1.0;
+  int64_t log_every = 25;
+};
+
+struct EvalSection {
+  double temperature = 0.0;  // greedy held-out accuracy by default
+  int64_t max_new_tokens = 8;
+  int64_t batch_size = 200;
+};
+
+// How rollout actors sample and talk to environments.
+struct RolloutSection {
+  int64_t num_actors = 1;           // rollout actors (each owns a policy replica)
+  int64_t env_actors = 1;           // env actors; rollout i uses env i % env_actors
+  int64_t episodes_per_actor = 16;  // episodes decoded together in one batch
+  int64_t max_new_tokens = 8;       // per turn
+  int64_t max_turns = 1;            // an episode reaching it is truncated
+  double temperature = 1.0;         // anything but 1/0/1 makes the recorded log-probs a different distribution
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  std::string weight_switch = "in_flight";  // "in_flight" (between decode steps) | "turn_boundary"
+  int64_t env_timeout_ms = 5000;            // a reset/step slower than this loses the episode
+  bool temperature_is_policy() const { return temperature == 1.0 && top_k == 0 && top_p >= 1.0; }
+};
+
+// Which environment the env actors run. Its config is the "task" section,
+// so the built-in arithmetic environment and held-out evaluation share it.
+struct EnvSection {
+  std::string name = "arithmetic";  // a name in the environment registry
+};
+
+struct TrainSection {
+  std::string mode = "async";      // "async" (SAO, GRPO-async) | "sync" (batch barrier)
+  int64_t steps = 200;             // learner steps in the run
+  int64_t eval_every = 25;         // held-out evaluation every N learner steps (0: start and end only)
+  int64_t checkpoint_every = 100;  // 0: only the final checkpoint
+  std::string init_checkpoint;     // policy to start from; empty: RUN_DIR/sft, trained first if missing
+  int64_t scheduler_threads = 2;   // CAF worker threads for the light actors
+  // CAF scheduler policy for those workers: "sharing" (idle workers block on
+  // one queue) or "stealing" (idle workers poll and sleep in short steps).
+  // Sharing by default: stealing's polling took 11.7% of the process CPU and
+  // cost 11% of steps/s on 2 cores (bench/runtime_share.sh, docs/decisions.md).
+  std::string scheduler_policy = "sharing";
+};
+
+// The introspection console's HTTP endpoint (dashboard, JSON API,
+// Prometheus). Loopback only unless `listen` names another address; control
+// commands need the token written to RUN_DIR/console.json at start.
+struct ConsoleSection {
+  bool enabled = true;
+  std::string listen = "127.0.0.1";
+  int64_t port = 8470;  // taken: falls back to a free port (printed, and in RUN_DIR/console.json)
+};
+
+struct RunConfig {
+  std::string source;  // where it came from, for error messages
+  RunSection run;
+  ThreadsSection threads;
+  model::ModelConfig model;
+  env::ArithmeticConfig task;    // parsed "task" section when env.name is "arithmetic"
+  nlohmann::json task_document;  // the raw "task" section: the environment's config
+  bool is_arithmetic() const { return env.name == "arithmetic"; }
+  SftSection sft;
+  EvalSection eval;
+  RolloutSection rollout;
+  EnvSection env;
+  TrainSection train;
+  ConsoleSection console;
+  replay::ReplayConfig replay;
+  algo::LearnerConfig learner;
+  nlohmann::json document;  // the resolved JSON, as written to the run directory
+};
+
+// The config compiled into the binary (config/default.json).
+nlohmann::json default_config_document();
+// Reads a JSON file; errors name the file and, for parse errors, the byte.
+nlohmann::json read_json_file(const std::string& path);
+// Applies "a.b.c=value" (value parsed as JSON, else taken as a string).
+// Throws sao::Error naming the override when the path is malformed.
+void apply_override(nlohmann::json& document, const std::string& assignment);
+// Parses and validates every section. `source` names the origin in errors.
+RunConfig parse_run_config(const nlohmann::json& document, const std::string& source);
+// The embedded default with `file` (if not empty) merged over it, then the
+// overrides.
+RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides);
+
+}  // namespace sao::config
