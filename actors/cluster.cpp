@@ -74,7 +74,7 @@ using Self = caf::stateful_actor<GatekeeperState>*;
 caf::error refuse(Self self, const std::string& node, const std::string& why) {
   ++self->state.refusals;
   std::fprintf(stderr, "gatekeeper: refused node '%s': %s\n", node.c_str(), why.c_str());
-  return caf::make_error(caf::sec::runtime_error, "learner refused the join: " + why);
+  return msg::make_error(msg::Errc::kJoinRefused, "learner refused the join: " + why);
 }
 
 // One section of the cluster status file and the request that fills it.
@@ -219,12 +219,7 @@ void enable_cluster_networking(caf::actor_system_config& config) {
 }
 
 std::string describe_error(caf::actor_system& system, const caf::error& error) {
-  const auto& context = error.context();
-  if (error.category() == caf::atom("system") && error.code() == static_cast<uint8_t>(caf::sec::runtime_error) &&
-      context.size() == 1 && context.match_element<std::string>(0)) {
-    return context.get_as<std::string>(0);
-  }
-  return system.render(error);
+  return msg::error_text(system, error);
 }
 
 caf::actor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config) {
@@ -253,8 +248,7 @@ JoinResult join_learner(caf::actor_system& system, const std::string& host, uint
           [&](caf::error& error) {
             result.error = describe_error(system, error);
             // A timeout or a dropped connection may heal; an answer from the gatekeeper will not.
-            result.refused = error.category() == caf::atom("system") &&
-                             error.code() == static_cast<uint8_t>(caf::sec::runtime_error);
+            result.refused = msg::has_code(error, msg::Errc::kJoinRefused);
           });
   return result;
 }

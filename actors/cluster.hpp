@@ -32,8 +32,8 @@ inline const char* kClusterAppIdentifier = "sao-cluster";
 // Loads the middleman and sets the cluster's app identifier.
 void enable_cluster_networking(caf::actor_system_config& config);
 
-// The human text of an error: the context string of a runtime_error made with
-// caf::make_error(sec::runtime_error, "..."), else CAF's rendering.
+// The human text of an error: the context string of a sao error
+// (msg::make_error), else CAF's rendering.
 std::string describe_error(caf::actor_system& system, const caf::error& error);
 
 // Writes `text` beside `path` and renames it into place, so a reader (a

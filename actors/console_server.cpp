@@ -102,7 +102,7 @@ struct ConsoleServer::Impl {
     std::string failure;
     self->request(coordinator, kRequestTimeout, std::forward<Ts>(message)...)
         .receive([&](Result& value) { result = std::move(value); },
-                 [&](const caf::error& error) { failure = system.render(error); });
+                 [&](const caf::error& error) { failure = msg::error_text(system, error); });
     if (!failure.empty()) throw Error(failure);
     return result;
   }

@@ -1,5 +1,6 @@
 // Coordinator behaviour; see coordinator.hpp.
 #include "actors/coordinator.hpp"
+#include "actors/coordinator_state.hpp"
 
 #include "actors/env_actor.hpp"
 #include "actors/introspection.hpp"
@@ -18,35 +19,13 @@
 
 namespace sao::actors {
 
-struct CoordinatorState {
-  CoordinatorConfig config;
-  caf::actor metrics, weight_sync, learner, replay, introspection;
-  std::vector<caf::actor> envs;
-  std::vector<std::chrono::steady_clock::time_point> env_started;
-  std::vector<caf::actor> rollouts;
-  std::vector<RolloutActorConfig> rollout_configs;
-  // Actors of cluster nodes (actors/cluster.hpp): monitored, never restarted
-  // here (their node rejoins), and told about pauses and the end of the run.
-  std::map<std::string, caf::actor> remote_rollouts;
-  std::map<std::string, caf::actor> remote_envs;  // every remote env hears the learner's step
-  // Env nodes' envs serve the rollouts that have none of their own:
-  // rollout -> the env it was given ("" while there is none).
-  std::set<std::string> env_node_envs;
-  std::map<std::string, std::string> env_of_rollout;
-  int64_t remote_rollouts_lost = 0;
-  bool stopping = false;
-  bool rollouts_paused = false;
-  ActorCounters counters;
-  int64_t steps = 0;
-  int64_t policy_version = 0;
-  int64_t episodes_lost = 0;
-  int64_t env_restarts = 0;
-  int64_t rollout_restarts = 0;
-  static inline const char* name = "coordinator";
-};
+std::vector<caf::actor> all_rollouts(const CoordinatorState& state) {
+  std::vector<caf::actor> rollouts = state.rollouts;
+  for (const auto& item : state.remote_rollouts) rollouts.push_back(item.second);
+  return rollouts;
+}
 
 namespace {
-using Self = caf::stateful_actor<CoordinatorState>*;
 
 EnvActorConfig env_config(const config::RunConfig& run, size_t index) {
   return {"env-" + std::to_string(index), run.env.name, run.task_document};
@@ -78,9 +57,9 @@ void restart_env(Self self, size_t index, const std::string& why) {
   state.envs[index] = spawn_env(self, index);
   state.env_started[index] = std::chrono::steady_clock::now();
   ++state.env_restarts;
-  self->send(state.metrics, atoms::register_atom_v, std::string("env_restart"));
+  self->send(state.metrics, msg::ActorRestarted{"env", "env-" + std::to_string(index)});
   for (size_t r = 0; r < state.rollouts.size(); ++r) {
-    if (r % state.envs.size() == index) self->send(state.rollouts[r], atoms::register_atom_v, state.envs[index]);
+    if (r % state.envs.size() == index) self->send(state.rollouts[r], atoms::env_atom_v, state.envs[index]);
   }
 }
 
@@ -111,12 +90,6 @@ void start(Self self) {
   self->send(state.learner, atoms::start_atom_v, state.replay, state.weight_sync, state.metrics, caf::actor{self});
 }
 
-// Local and remote rollout actors.
-std::vector<caf::actor> all_rollouts(const CoordinatorState& state) {
-  std::vector<caf::actor> rollouts = state.rollouts;
-  for (const auto& item : state.remote_rollouts) rollouts.push_back(item.second);
-  return rollouts;
-}
 
 void shutdown_children(Self self) {
   auto& state = self->state;
@@ -133,24 +106,22 @@ void shutdown_children(Self self) {
   }
 }
 
-void stop_metrics(Self self, const std::string& reason, const std::vector<msg::ActorStatus>& statuses) {
-  self->request(self->state.metrics, std::chrono::seconds(30), atoms::stop_atom_v, statuses)
-      .then(
-          [self, reason](const std::string& summary) {
-            shutdown_children(self);
-            self->send(self->state.config.reply_to,
-                       msg::RunFinished{self->state.steps, self->state.policy_version, reason + "\n" + summary});
-            self->quit();
-          },
-          [self, reason](const caf::error&) {
-            shutdown_children(self);
-            self->send(self->state.config.reply_to,
-                       msg::RunFinished{self->state.steps, self->state.policy_version, reason});
-            self->quit();
-          });
+// Ends the run: every child is told to exit, then whoever started it hears how it ended.
+void end_run(Self self, msg::RunEnd end, std::string detail = "") {
+  shutdown_children(self);
+  self->send(self->state.config.reply_to,
+             msg::RunFinished{self->state.steps, self->state.policy_version, end, std::move(detail)});
+  self->quit();
 }
 
-void finish(Self self, const std::string& reason) {
+void stop_metrics(Self self, msg::RunEnd end, const std::vector<msg::ActorStatus>& statuses) {
+  // The summary (RUN_DIR/summary.json) is written before the run is reported finished.
+  self->request(self->state.metrics, std::chrono::seconds(30), atoms::stop_atom_v, statuses)
+      .then([self, end](const std::string&) { end_run(self, end); },
+            [self, end](const caf::error&) { end_run(self, end); });
+}
+
+void finish(Self self, msg::RunEnd reason) {
   auto& state = self->state;
   if (state.stopping) return;
   state.stopping = true;
@@ -165,63 +136,9 @@ void finish(Self self, const std::string& reason) {
                        reason](const std::vector<msg::ActorStatus>& statuses) { stop_metrics(self, reason, statuses); },
                       [self, reason](const caf::error&) { stop_metrics(self, reason, {}); });
           },
-          [self, reason](const caf::error& error) {
-            shutdown_children(self);
-            self->send(self->state.config.reply_to,
-                       msg::RunFinished{self->state.steps, self->state.policy_version,
-                                        reason + " (final checkpoint failed: " + self->system().render(error) + ")"});
-            self->quit();
+          [self](const caf::error& error) {
+            end_run(self, msg::RunEnd::kFinalCheckpointFailed, self->system().render(error));
           });
-}
-
-// Gives a rollout without envs of its own the env node env that serves the
-// fewest rollouts, or none (it then idles) while no env node is connected.
-void assign_env_node_env(Self self, const std::string& rollout) {
-  auto& state = self->state;
-  std::map<std::string, int64_t> load;
-  for (const auto& env : state.env_node_envs) load[env] = 0;
-  for (const auto& item : state.env_of_rollout) {
-    if (item.first != rollout && load.count(item.second) > 0) ++load[item.second];
-  }
-  std::string best;
-  for (const auto& [env, served] : load) {
-    if (best.empty() || served < load[best]) best = env;
-  }
-  state.env_of_rollout[rollout] = best;
-  if (best.empty()) std::fprintf(stderr, "coordinator: %s waits for an env node\n", rollout.c_str());
-  self->send(state.remote_rollouts[rollout], atoms::register_atom_v,
-             best.empty() ? caf::actor{} : state.remote_envs[best]);
-}
-
-// A cluster node's actor ended (its node stopped, crashed or disconnected).
-// The episodes its rollout had in flight are gone: counted as one batch.
-bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why) {
-  auto& state = self->state;
-  for (auto it = state.remote_envs.begin(); it != state.remote_envs.end(); ++it) {
-    if (it->second.address() != down.source) continue;
-    std::fprintf(stderr, "coordinator: remote %s left (%s)\n", it->first.c_str(), why.c_str());
-    const std::string env = it->first;
-    state.remote_envs.erase(it);
-    if (state.env_node_envs.erase(env) > 0) {
-      for (auto& [rollout, assigned] : state.env_of_rollout) {
-        if (assigned == env) assign_env_node_env(self, rollout);
-      }
-    }
-    return true;
-  }
-  for (auto it = state.remote_rollouts.begin(); it != state.remote_rollouts.end(); ++it) {
-    if (it->second.address() != down.source) continue;
-    const int64_t in_flight = state.config.run.rollout.episodes_per_actor;
-    std::fprintf(stderr, "coordinator: remote %s left (%s); counting its %lld in-flight episodes as lost\n",
-                 it->first.c_str(), why.c_str(), static_cast<long long>(in_flight));
-    ++state.remote_rollouts_lost;
-    state.episodes_lost += in_flight;
-    for (int64_t i = 0; i < in_flight; ++i) self->send(state.metrics, msg::EpisodeLost{it->first, "node lost"});
-    state.env_of_rollout.erase(it->first);
-    state.remote_rollouts.erase(it);
-    return true;
-  }
-  return false;
 }
 
 void on_down(Self self, const caf::down_msg& down) {
@@ -241,28 +158,16 @@ void on_down(Self self, const caf::down_msg& down) {
     if (state.rollouts_paused) self->send(state.rollouts[i], atoms::pause_atom_v);
     state.counters.last_error = "rollout-" + std::to_string(i) + " exited: " + why;
     ++state.rollout_restarts;
-    self->send(state.metrics, atoms::register_atom_v, std::string("rollout_restart"));
+    self->send(state.metrics, msg::ActorRestarted{"rollout", "rollout-" + std::to_string(i)});
     return;
   }
   if (on_remote_down(self, down, why)) return;
   if (state.learner.address() == down.source) {
     std::fprintf(stderr, "coordinator: the learner exited (%s); ending the run\n", why.c_str());
     state.stopping = true;
-    shutdown_children(self);
-    self->send(state.config.reply_to, msg::RunFinished{state.steps, state.policy_version, "learner failed: " + why});
-    self->quit();
+    end_run(self, msg::RunEnd::kLearnerFailed, why);
   }
 }
-void register_remote(Self self, std::map<std::string, caf::actor>& registry, const std::string& name,
-                     const caf::actor& actor) {
-  // A node that rejoins under its old name replaces its previous actor.
-  auto it = registry.find(name);
-  if (it != registry.end()) self->demonitor(it->second);
-  registry[name] = actor;
-  self->monitor(actor);
-  std::fprintf(stderr, "coordinator: remote %s joined\n", name.c_str());
-}
-
 // Every actor of the run with a display name, the coordinator first.
 std::pair<std::vector<caf::actor>, std::vector<std::string>> list_actors(Self self) {
   auto& state = self->state;
@@ -314,7 +219,7 @@ caf::response_promise set_knob(Self self, const std::string& key, const std::str
     change = config::parse_knob_change(key, text);
   } catch (const Error& error) {
     self->state.counters.last_error = error.what();
-    promise.deliver(caf::make_error(caf::sec::runtime_error, error.what()));
+    promise.deliver(msg::make_error(msg::Errc::kRefused, error.what()));
     return promise;
   }
   auto on_learner = [self, promise, change, text, origin]() mutable {
@@ -342,8 +247,8 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
   self->state.config = std::move(config);
   self->set_down_handler([self](const caf::down_msg& down) { on_down(self, down); });
   start(self);
-  if (self->state.config.run.train.steps == 0) finish(self, "budget");
-  return {
+  if (self->state.config.run.train.steps == 0) finish(self, msg::RunEnd::kBudget);
+  caf::message_handler lifecycle_and_control{
       [self](const msg::StepReport& report) {
         ++self->state.counters.handled;
         self->state.steps = report.step;
@@ -351,21 +256,21 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
         // Drifting environments change their rule with the learner's progress.
         for (auto& env : self->state.envs) self->send(env, atoms::train_step_atom_v, report.step);
         for (auto& item : self->state.remote_envs) self->send(item.second, atoms::train_step_atom_v, report.step);
-        if (report.step >= self->state.config.run.train.steps) finish(self, "budget");
+        if (report.step >= self->state.config.run.train.steps) finish(self, msg::RunEnd::kBudget);
       },
       [self](const msg::EpisodeLost& lost) {
         auto& state = self->state;
         ++state.counters.handled;
         ++state.episodes_lost;
         self->send(state.metrics, lost);
-        if (lost.reason.find("timeout") == std::string::npos) return;
+        if (lost.cause != msg::LossCause::kEnvTimeout) return;
         for (size_t i = 0; i < state.rollout_configs.size(); ++i) {
-          if (state.rollout_configs[i].name == lost.rollout) restart_env(self, i % state.envs.size(), lost.reason);
+          if (state.rollout_configs[i].name == lost.rollout) restart_env(self, i % state.envs.size(), lost.detail);
         }
       },
       [self](atoms::stop_atom) {
         ++self->state.counters.handled;
-        finish(self, "stopped on request");
+        finish(self, msg::RunEnd::kStopped);
       },
       [self](atoms::pause_atom) {
         ++self->state.counters.handled;
@@ -389,7 +294,7 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
       [self](atoms::stop_atom, const std::string& origin) {
         ++self->state.counters.handled;
         record_control(self, msg::ControlEvent{"stop", "", "", origin});
-        finish(self, "stopped on request");
+        finish(self, msg::RunEnd::kStopped);
         return std::string("stopping: final evaluation and checkpoint, then exit");
       },
       [self](atoms::checkpoint_atom, const std::string& origin) {
@@ -436,56 +341,8 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
                                {"envs", static_cast<double>(state.envs.size())}});
       },
       [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); },
-      // Cluster: membership numbers (the gatekeeper's status file), the actors
-      // a joining node talks to, then its actors' registration.
-      [self](atoms::join_atom, atoms::status_atom) {
-        ++self->state.counters.handled;
-        const auto& state = self->state;
-        return describe_actor(self, "coordinator", "cluster", state.stopping ? "stopping" : "running", state.counters,
-                              {{"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
-                               {"remote_rollouts_lost", static_cast<double>(state.remote_rollouts_lost)},
-                               {"remote_envs", static_cast<double>(state.remote_envs.size())},
-                               {"env_node_envs", static_cast<double>(state.env_node_envs.size())}});
-      },
-      [self](atoms::join_atom) -> caf::result<caf::actor, caf::actor> {
-        ++self->state.counters.handled;
-        return {self->state.replay, self->state.weight_sync};
-      },
-      // The process whose actors use a node name now (none: a default
-      // node_id); registry keys are "rollout NAME/rollout-i", "env NAME/env-i".
-      [self](atoms::join_atom, const std::string& node_name) -> caf::node_id {
-        ++self->state.counters.handled;
-        const std::string infix = " " + node_name + "/";
-        for (const auto* registry : {&self->state.remote_rollouts, &self->state.remote_envs}) {
-          for (const auto& [key, actor] : *registry) {
-            if (key.find(infix) == key.find(' ')) return actor.node();
-          }
-        }
-        return caf::node_id{};
-      },
-      // needs_env: the rollout's node has no envs; an env node's env serves it.
-      [self](atoms::join_atom, atoms::rollout_atom, const std::string& name, const caf::actor& rollout,
-             bool needs_env) {
-        ++self->state.counters.handled;
-        const std::string key = "rollout " + name;
-        register_remote(self, self->state.remote_rollouts, key, rollout);
-        if (self->state.stopping || self->state.rollouts_paused) self->send(rollout, atoms::pause_atom_v);
-        if (needs_env) assign_env_node_env(self, key);
-      },
-      // from_env_node: an env node's env, shared by rollouts that need one.
-      [self](atoms::join_atom, atoms::env_atom, const std::string& name, const caf::actor& env, bool from_env_node) {
-        auto& state = self->state;
-        ++state.counters.handled;
-        const std::string key = "env " + name;
-        register_remote(self, state.remote_envs, key, env);
-        self->send(env, atoms::train_step_atom_v, state.steps);
-        if (!from_env_node) return;
-        state.env_node_envs.insert(key);
-        for (auto& [rollout, assigned] : state.env_of_rollout) {
-          if (assigned.empty()) assign_env_node_env(self, rollout);
-        }
-      },
   };
+  return lifecycle_and_control.or_else(cluster_membership(self));
 }
 
 caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) {

@@ -23,14 +23,7 @@ struct EnvActorState {
 
 namespace {
 msg::EnvReply to_reply(int64_t episode_id, const env::EnvStep& step) {
-  msg::EnvReply reply;
-  reply.episode_id = episode_id;
-  reply.observation = step.observation;
-  reply.reward = step.reward;
-  reply.terminated = step.terminated;
-  reply.truncated = step.truncated;
-  reply.info_json = step.info.dump();
-  return reply;
+  return {episode_id, rollout::outcome_of(step.observation, step.reward, step.terminated, step.truncated, step.info)};
 }
 
 bool expired(int64_t deadline_unix_ms) {
@@ -55,10 +48,10 @@ void release(EnvActorState& state, int64_t episode_id) {
   state.episodes.erase(it);
 }
 
-caf::error env_error(EnvActorState& state, const std::string& what) {
+caf::error env_error(EnvActorState& state, msg::Errc code, const std::string& what) {
   ++state.errors;
   state.counters.last_error = what;
-  return caf::make_error(caf::sec::runtime_error, state.config.name + ": " + what);
+  return msg::make_error(code, state.config.name + ": " + what);
 }
 }  // namespace
 
@@ -68,7 +61,7 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
       [self](const msg::EnvReset& request) -> caf::result<msg::EnvReply> {
         auto& state = self->state;
         ++state.counters.handled;
-        if (expired(request.deadline_unix_ms)) return env_error(state, "reset request expired before it was served");
+        if (expired(request.deadline_unix_ms)) return env_error(state, msg::Errc::kRequestExpired, "reset request expired before it was served");
         try {
           auto environment = acquire(state);
           report::WorkTimer timer(state.counters.work[report::kWorkEnv]);
@@ -77,7 +70,7 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
           return to_reply(request.episode_id, step);
         } catch (const std::exception& error) {
           state.episodes.erase(request.episode_id);
-          return env_error(state, std::string("reset failed: ") + error.what());
+          return env_error(state, msg::Errc::kEnvFailed, std::string("reset failed: ") + error.what());
         }
       },
       [self](const msg::EnvAction& request) -> caf::result<msg::EnvReply> {
@@ -85,11 +78,11 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
         ++state.counters.handled;
         auto it = state.episodes.find(request.episode_id);
         if (it == state.episodes.end()) {
-          return env_error(state, "step for unknown episode " + std::to_string(request.episode_id));
+          return env_error(state, msg::Errc::kUnknownEpisode, "step for unknown episode " + std::to_string(request.episode_id));
         }
         if (expired(request.deadline_unix_ms)) {
           state.episodes.erase(it);
-          return env_error(state, "step request expired before it was served");
+          return env_error(state, msg::Errc::kRequestExpired, "step request expired before it was served");
         }
         try {
           report::WorkTimer timer(state.counters.work[report::kWorkEnv]);
@@ -98,7 +91,7 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
           return to_reply(request.episode_id, step);
         } catch (const std::exception& error) {
           state.episodes.erase(request.episode_id);
-          return env_error(state, std::string("step failed: ") + error.what());
+          return env_error(state, msg::Errc::kEnvFailed, std::string("step failed: ") + error.what());
         }
       },
       [self](atoms::train_step_atom, int64_t learner_step) {

@@ -7,6 +7,7 @@
 #include "model/checkpoint.hpp"
 #include "model/tensor_blob.hpp"
 #include "base/error.hpp"
+#include "report/metrics_schema.hpp"
 #include "train/task_runner.hpp"
 
 #include <algorithm>
@@ -39,31 +40,6 @@ struct LearnerActorState {
 
 namespace {
 using Self = caf::stateful_actor<LearnerActorState>*;
-
-// The public metrics.jsonl keys (README): every step line carries all of
-// them; a number that is undefined for this step or algorithm is null.
-constexpr const char* kStepMetricKeys[] = {"step",
-                                           "policy_version",
-                                           "wall_time_s",
-                                           "trajectories",
-                                           "tokens",
-                                           "reward_mean",
-                                           "accuracy",
-                                           "policy_loss",
-                                           "value_loss",
-                                           "explained_variance",
-                                           "entropy",
-                                           "dis_reject_low_frac",
-                                           "dis_reject_high_frac",
-                                           "ratio_mean",
-                                           "ratio_max",
-                                           "staleness_mean",
-                                           "staleness_max",
-                                           "dropped_stale",
-                                           "grad_norm",
-                                           "learner_idle_ms",
-                                           "rollout_to_learner_ms",
-                                           "tokens_per_s"};
 
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -114,7 +90,9 @@ std::string save_checkpoint(Self self) {
 std::vector<double> completion_latencies_ms(const msg::TrainBatch& batch, std::chrono::steady_clock::time_point start) {
   const int64_t start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
   std::vector<double> latencies;
-  for (const auto& item : batch.items) latencies.push_back(static_cast<double>(start_ns - item.finished_at_ns) / 1e6);
+  for (const auto& trajectory : batch.trajectories) {
+    latencies.push_back(static_cast<double>(start_ns - trajectory.origin.finished_at_ns) / 1e6);
+  }
   return latencies;
 }
 
@@ -123,12 +101,11 @@ std::vector<double> completion_latencies_ms(const msg::TrainBatch& batch, std::c
 double latest_regime(const msg::TrainBatch& batch) {
   double regime = std::numeric_limits<double>::quiet_NaN();
   int64_t latest = std::numeric_limits<int64_t>::min();
-  for (const auto& item : batch.items) {
-    const auto info = nlohmann::json::parse(item.final_info_json, nullptr, /*allow_exceptions=*/false);
-    if (!info.is_object() || !info.contains("regime_index") || !info["regime_index"].is_number()) continue;
-    if (item.finished_at_ns >= latest) {
-      latest = item.finished_at_ns;
-      regime = info["regime_index"].get<double>();
+  for (const auto& trajectory : batch.trajectories) {
+    if (std::isnan(trajectory.origin.regime_index)) continue;
+    if (trajectory.origin.finished_at_ns >= latest) {
+      latest = trajectory.origin.finished_at_ns;
+      regime = trajectory.origin.regime_index;
     }
   }
   return regime;
@@ -141,9 +118,7 @@ void run_step(Self self, msg::TrainBatch& batch) {
   const double since_previous = seconds_between(state.previous_step_start, start);
   state.previous_step_start = start;
   state.state = "training";
-  std::vector<algo::Trajectory> trajectories;
-  trajectories.reserve(batch.items.size());
-  for (auto& item : batch.items) trajectories.push_back(std::move(item.trajectory));
+  const auto& trajectories = batch.trajectories;
   const auto latencies = completion_latencies_ms(batch, start);
   const double regime = latest_regime(batch);
   algo::StepResult result;
@@ -180,7 +155,7 @@ void run_step(Self self, msg::TrainBatch& batch) {
   metrics["rollout_to_learner_ms_max"] = latency_max;
   if (metrics.count("tokens_per_second")) metrics["learner_tokens_per_s"] = metrics["tokens_per_second"];
   metrics["tokens_per_s"] = since_previous > 0 ? metrics["tokens"] / since_previous : 0.0;
-  for (const char* key : kStepMetricKeys) metrics.emplace(key, std::numeric_limits<double>::quiet_NaN());
+  for (const char* key : report::kStepMetricKeys) metrics.emplace(key, std::numeric_limits<double>::quiet_NaN());
   if (result.policy_updated) self->send(state.weight_sync, current_weights(state));
   state.last_metrics = metrics;
   msg::StepReport report{state.learner->steps(), state.learner->policy_version(), metrics, latencies};
@@ -238,7 +213,7 @@ caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, Learne
           // A failed save keeps the previous checkpoint (written atomically) and the run.
           self->state.counters.last_error = std::string("checkpoint failed: ") + error.what();
           self->state.state = "idle";
-          return caf::make_error(caf::sec::runtime_error, self->state.counters.last_error);
+          return msg::make_error(msg::Errc::kCheckpointFailed, self->state.counters.last_error);
         }
       },
       [self](atoms::set_atom, const std::string& key, double value) -> caf::result<std::string> {
@@ -249,14 +224,12 @@ caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, Learne
             learner.set_actor_lr(value);
           } else if (key == "critic_lr") {
             learner.set_critic_lr(value);
-          } else if (key == "max_staleness") {
-            learner.set_max_staleness(static_cast<int64_t>(value));
           } else {
             throw Error("set " + key + ": not a learner knob");
           }
         } catch (const Error& error) {
           self->state.counters.last_error = error.what();
-          return caf::make_error(caf::sec::runtime_error, error.what());
+          return msg::make_error(msg::Errc::kRefused, error.what());
         }
         return "learner." + key + " applied";
       },
@@ -273,7 +246,6 @@ caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, Learne
         auto status = describe_actor(self, "learner", "learner", st.state, st.counters, {});
         status.numbers["actor_lr"] = st.learner->config().actor_lr;
         status.numbers["critic_lr"] = st.learner->config().critic_lr;
-        status.numbers["max_staleness"] = static_cast<double>(st.learner->config().max_staleness);
         status.numbers["step"] = static_cast<double>(st.learner->steps());
         status.numbers["policy_version"] = static_cast<double>(st.learner->policy_version());
         status.numbers["last_step_ms"] = st.last_step_seconds * 1e3;

@@ -7,6 +7,7 @@
 
 #include "algo/trajectory.hpp"
 #include "model/tensor_blob.hpp"
+#include "rollout/episode_batch.hpp"
 
 #include <caf/all.hpp>
 
@@ -30,17 +31,74 @@ typename Inspector::result_type inspect(Inspector& f, Trajectory& x) {
   // CAF packs doubles in a portable format that turns NaN ("accuracy not
   // defined") into a number, so the accuracy travels as its raw bits.
   uint64_t accuracy_bits = 0;
+  uint64_t regime_bits = 0;
   std::memcpy(&accuracy_bits, &x.accuracy, sizeof(accuracy_bits));
+  std::memcpy(&regime_bits, &x.origin.regime_index, sizeof(regime_bits));
   return f(caf::meta::type_name("Trajectory"), x.tokens, x.action_mask, x.behaviour_logprobs, x.policy_versions,
-           x.rewards, x.terminated, x.truncated, x.group_id, accuracy_bits,
-           caf::meta::load_callback([&]() -> caf::error {
+           x.rewards, x.terminated, x.truncated, x.group_id, accuracy_bits, x.origin.rollout, x.origin.turns,
+           x.origin.finished_at_ns, regime_bits, caf::meta::load_callback([&]() -> caf::error {
              std::memcpy(&x.accuracy, &accuracy_bits, sizeof(accuracy_bits));
+             std::memcpy(&x.origin.regime_index, &regime_bits, sizeof(regime_bits));
              return caf::none;
            }));
 }
 }  // namespace sao::algo
 
+namespace sao::rollout {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EnvOutcome& x) {
+  // NaN means "not reported"; it travels as raw bits (see Trajectory).
+  uint64_t accuracy_bits = 0;
+  uint64_t regime_bits = 0;
+  std::memcpy(&accuracy_bits, &x.accuracy, sizeof(accuracy_bits));
+  std::memcpy(&regime_bits, &x.regime_index, sizeof(regime_bits));
+  return f(caf::meta::type_name("EnvOutcome"), x.observation, x.reward, x.terminated, x.truncated, accuracy_bits,
+           x.success, regime_bits, caf::meta::load_callback([&]() -> caf::error {
+             std::memcpy(&x.accuracy, &accuracy_bits, sizeof(accuracy_bits));
+             std::memcpy(&x.regime_index, &regime_bits, sizeof(regime_bits));
+             return caf::none;
+           }));
+}
+}  // namespace sao::rollout
+
 namespace sao::msg {
+
+// Errors one actor answers another with: callers branch on the code, the
+// context (one string) is for people. Category "sao" (registered with the
+// message types, so system().render() prints "sao.env_failed: ...").
+enum class Errc : uint8_t {
+  kEnvFailed = 1,       // the environment threw on reset/step
+  kRequestExpired = 2,  // the caller's deadline passed before the request was served
+  kUnknownEpisode = 3,  // a step for an episode this env actor does not hold
+  kRefused = 4,         // a command or knob value the actor refused (the text says why)
+  kCheckpointFailed = 5,
+  kJoinRefused = 6,  // the cluster gatekeeper refused a node (final: retrying will not help)
+};
+inline const char* errc_name(uint8_t code) {
+  switch (static_cast<Errc>(code)) {
+    case Errc::kEnvFailed: return "env_failed";
+    case Errc::kRequestExpired: return "request_expired";
+    case Errc::kUnknownEpisode: return "unknown_episode";
+    case Errc::kRefused: return "refused";
+    case Errc::kCheckpointFailed: return "checkpoint_failed";
+    case Errc::kJoinRefused: return "join_refused";
+  }
+  return "unknown";
+}
+inline caf::error make_error(Errc code, std::string what) {
+  return caf::error(static_cast<uint8_t>(code), caf::atom("sao"), caf::make_message(std::move(what)));
+}
+inline bool has_code(const caf::error& error, Errc code) {
+  return error.category() == caf::atom("sao") && error.code() == static_cast<uint8_t>(code);
+}
+// The text of a sao error without its code; other errors rendered by CAF.
+inline std::string error_text(caf::actor_system& system, const caf::error& error) {
+  const auto& context = error.context();
+  if (error.category() == caf::atom("sao") && context.size() == 1 && context.match_element<std::string>(0)) {
+    return context.get_as<std::string>(0);
+  }
+  return system.render(error);
+}
 
 // A full set of policy weights at one version.
 struct PolicyWeights {
@@ -63,25 +121,18 @@ struct EnvAction {
   std::string action;  // decoded action text, without the stop token
   int64_t deadline_unix_ms = 0;
 };
+// The environment's answer, with the info fields the runtime reads as typed
+// values (rollout/episode_batch.hpp), so nobody parses JSON text on arrival.
 struct EnvReply {
   int64_t episode_id = 0;
-  std::string observation;
-  double reward = 0.0;
-  bool terminated = false;
-  bool truncated = false;
-  std::string info_json = "{}";
+  rollout::EnvOutcome outcome;
 };
 
-// One finished episode, sent by a rollout actor to replay.
-struct TrajectoryMsg {
-  algo::Trajectory trajectory;
-  int64_t finished_at_ns = 0;  // steady clock when the episode ended
-  std::string rollout;         // name of the rollout actor that produced it
-  int64_t turns = 0;
-  std::string final_info_json = "{}";  // the environment's info of the last step (e.g. a drift regime)
-};
+// A finished episode travels from the rollout actor to replay and on to the
+// learner as one algo::Trajectory (its origin says where it came from).
 
-// Replay's answer to a trajectory: the back-pressure signal for rollouts.
+// Replay's answer to a trajectory, and to room_atom: the back-pressure
+// signal for rollouts.
 struct ReplayAck {
   bool accepted = false;
   int64_t queued = 0;
@@ -90,7 +141,7 @@ struct ReplayAck {
 
 // Replay -> learner.
 struct TrainBatch {
-  std::vector<TrajectoryMsg> items;
+  std::vector<algo::Trajectory> trajectories;
   int64_t dropped_stale = 0;  // dropped since the previous batch
   int64_t queued_after = 0;
 };
@@ -118,10 +169,30 @@ struct VersionAck {
   int64_t version = 0;
 };
 
+// Why an episode was lost. The coordinator acts on the cause (an env that
+// timed out is restarted), never on the words of the detail text.
+enum class LossCause : uint8_t { kEnvError, kEnvTimeout, kBadEpisode, kNodeLost };
+inline std::string to_string(LossCause cause) {
+  switch (cause) {
+    case LossCause::kEnvError: return "env error";
+    case LossCause::kEnvTimeout: return "env timeout";
+    case LossCause::kBadEpisode: return "bad episode";
+    case LossCause::kNodeLost: return "node lost";
+  }
+  return "unknown";
+}
+
 // Counted episode losses (env error, timeout, crash) from rollouts.
 struct EpisodeLost {
   std::string rollout;
-  std::string reason;
+  LossCause cause = LossCause::kEnvError;
+  std::string detail;  // for people: the error as the rollout saw it
+};
+
+// The coordinator restarted an actor (counted in metrics.jsonl).
+struct ActorRestarted {
+  std::string kind;  // "env" or "rollout"
+  std::string name;
 };
 
 // What every actor reports about itself when asked (introspection). The
@@ -148,11 +219,25 @@ struct ControlEvent {
   std::string origin;   // who asked (e.g. "http 127.0.0.1")
 };
 
-// The end of a run, sent by the coordinator to whoever started it.
+// How a run ended.
+enum class RunEnd : uint8_t { kBudget, kStopped, kLearnerFailed, kFinalCheckpointFailed };
+inline std::string to_string(RunEnd end) {
+  switch (end) {
+    case RunEnd::kBudget: return "budget";
+    case RunEnd::kStopped: return "stopped on request";
+    case RunEnd::kLearnerFailed: return "learner failed";
+    case RunEnd::kFinalCheckpointFailed: return "final checkpoint failed";
+  }
+  return "unknown";
+}
+
+// The end of a run, sent by the coordinator to whoever started it. The
+// summary is in RUN_DIR/summary.json (written by the metrics sink before).
 struct RunFinished {
   int64_t steps = 0;
   int64_t policy_version = 0;
-  std::string reason;
+  RunEnd end = RunEnd::kBudget;
+  std::string detail;  // the error, for kLearnerFailed / kFinalCheckpointFailed
 };
 
 template <class Inspector>
@@ -169,13 +254,7 @@ typename Inspector::result_type inspect(Inspector& f, EnvAction& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EnvReply& x) {
-  return f(caf::meta::type_name("EnvReply"), x.episode_id, x.observation, x.reward, x.terminated, x.truncated,
-           x.info_json);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TrajectoryMsg& x) {
-  return f(caf::meta::type_name("TrajectoryMsg"), x.trajectory, x.finished_at_ns, x.rollout, x.turns,
-           x.final_info_json);
+  return f(caf::meta::type_name("EnvReply"), x.episode_id, x.outcome);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplayAck& x) {
@@ -183,7 +262,7 @@ typename Inspector::result_type inspect(Inspector& f, ReplayAck& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TrainBatch& x) {
-  return f(caf::meta::type_name("TrainBatch"), x.items, x.dropped_stale, x.queued_after);
+  return f(caf::meta::type_name("TrainBatch"), x.trajectories, x.dropped_stale, x.queued_after);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
@@ -199,7 +278,11 @@ typename Inspector::result_type inspect(Inspector& f, VersionAck& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpisodeLost& x) {
-  return f(caf::meta::type_name("EpisodeLost"), x.rollout, x.reason);
+  return f(caf::meta::type_name("EpisodeLost"), x.rollout, x.cause, x.detail);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ActorRestarted& x) {
+  return f(caf::meta::type_name("ActorRestarted"), x.kind, x.name);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorStatus& x) {
@@ -212,41 +295,32 @@ typename Inspector::result_type inspect(Inspector& f, ControlEvent& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunFinished& x) {
-  return f(caf::meta::type_name("RunFinished"), x.steps, x.policy_version, x.reason);
+  return f(caf::meta::type_name("RunFinished"), x.steps, x.policy_version, x.end, x.detail);
 }
 
 }  // namespace sao::msg
 
 CAF_BEGIN_TYPE_ID_BLOCK(sao, caf::first_custom_type_id)
+CAF_ADD_TYPE_ID(sao, (sao::algo::Trajectory))
+CAF_ADD_TYPE_ID(sao, (sao::rollout::EnvOutcome))
 CAF_ADD_TYPE_ID(sao, (sao::msg::PolicyWeights))
 CAF_ADD_TYPE_ID(sao, (sao::msg::EnvReset))
 CAF_ADD_TYPE_ID(sao, (sao::msg::EnvAction))
 CAF_ADD_TYPE_ID(sao, (sao::msg::EnvReply))
-CAF_ADD_TYPE_ID(sao, (sao::msg::TrajectoryMsg))
 CAF_ADD_TYPE_ID(sao, (sao::msg::ReplayAck))
 CAF_ADD_TYPE_ID(sao, (sao::msg::TrainBatch))
 CAF_ADD_TYPE_ID(sao, (sao::msg::StepReport))
 CAF_ADD_TYPE_ID(sao, (sao::msg::EvalReport))
 CAF_ADD_TYPE_ID(sao, (sao::msg::VersionAck))
 CAF_ADD_TYPE_ID(sao, (sao::msg::EpisodeLost))
+CAF_ADD_TYPE_ID(sao, (sao::msg::ActorRestarted))
 CAF_ADD_TYPE_ID(sao, (sao::msg::ActorStatus))
-CAF_ADD_TYPE_ID(sao, (sao::msg::RunFinished))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::PolicyWeights>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::EnvReset>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::EnvAction>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::EnvReply>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::TrajectoryMsg>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::ReplayAck>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::TrainBatch>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::StepReport>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::EvalReport>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::VersionAck>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::EpisodeLost>))
 CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::ActorStatus>))
-CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::RunFinished>))
+CAF_ADD_TYPE_ID(sao, (sao::msg::RunFinished))
 CAF_ADD_TYPE_ID(sao, (sao::msg::ControlEvent))
 CAF_ADD_ATOM(sao, sao::atoms, decode_atom, "decode")
-CAF_ADD_ATOM(sao, sao::atoms, register_atom, "register")
+CAF_ADD_ATOM(sao, sao::atoms, register_atom, "register")  // a rollout registers with weight-sync
+CAF_ADD_ATOM(sao, sao::atoms, room_atom, "room")          // a rollout asks replay whether it has room
 CAF_ADD_ATOM(sao, sao::atoms, learner_idle_atom, "lrn_idle")
 CAF_ADD_ATOM(sao, sao::atoms, stop_atom, "stop")
 CAF_ADD_ATOM(sao, sao::atoms, checkpoint_atom, "checkpoint")
@@ -265,7 +339,7 @@ CAF_ADD_ATOM(sao, sao::atoms, actors_atom, "actors")
 // its rollout and env actors with the coordinator.
 CAF_ADD_ATOM(sao, sao::atoms, join_atom, "join")
 CAF_ADD_ATOM(sao, sao::atoms, rollout_atom, "rollout")
-CAF_ADD_ATOM(sao, sao::atoms, env_atom, "env")
+CAF_ADD_ATOM(sao, sao::atoms, env_atom, "env")  // also: the coordinator gives a rollout its env actor
 CAF_END_TYPE_ID_BLOCK(sao)
 
 namespace sao::actors {
@@ -278,5 +352,10 @@ inline int64_t unix_time_ms() {
 // Registers the "sao" type-ID block; call on every actor_system_config.
 inline void register_message_types(caf::actor_system_config& config) {
   config.add_message_types<caf::id_block::sao>();
+  config.add_error_category(caf::atom("sao"), [](uint8_t code, caf::atom_value, const caf::message& context) {
+    std::string text = std::string("sao.") + msg::errc_name(code);
+    if (context.size() == 1 && context.match_element<std::string>(0)) text += ": " + context.get_as<std::string>(0);
+    return text;
+  });
 }
 }  // namespace sao::actors

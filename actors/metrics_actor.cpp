@@ -206,21 +206,24 @@ caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, Metric
       [self](const msg::EpisodeLost& lost) {
         ++self->state.counters.handled;
         ++self->state.episodes_lost;
-        self->state.counters.last_error = "episode lost in " + lost.rollout + ": " + lost.reason;
+        self->state.counters.last_error =
+            "episode lost in " + lost.rollout + " (" + msg::to_string(lost.cause) + "): " + lost.detail;
       },
-      [self](atoms::register_atom, const std::string& what) {
+      [self](const msg::ActorRestarted& restarted) {
         ++self->state.counters.handled;
-        if (what == "env_restart") ++self->state.env_restarts;
-        if (what == "rollout_restart") ++self->state.rollout_restarts;
+        if (restarted.kind == "env") ++self->state.env_restarts;
+        if (restarted.kind == "rollout") ++self->state.rollout_restarts;
       },
       [self](atoms::stop_atom, const std::vector<msg::ActorStatus>& statuses) {
         auto summary = summary_of(self->state);
         if (auto accounting = time_accounting_of(statuses); !accounting.is_null()) {
           summary["time_accounting"] = std::move(accounting);
         }
-        std::ofstream out(std::filesystem::path(self->state.config.run_dir) / "summary.json");
+        // The run's summary is this file; RunFinished points at it instead of carrying its text.
+        const auto path = (std::filesystem::path(self->state.config.run_dir) / "summary.json").string();
+        std::ofstream out(path);
         out << summary.dump(2) << "\n";
-        return summary.dump();
+        return path;
       },
       [self](atoms::status_atom) {
         auto& st = self->state;

@@ -90,6 +90,7 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
     if (!options.port_file.empty()) write_file_atomically(options.port_file, std::to_string(*port));
     auto console = start_console(system, coordinator, config);
     outcome = await_run_finished(self, coordinator, stop_requested);
+    outcome.summary_json = read_summary(config.run.dir);
     console.reset();  // no requests into a system that is shutting down
     self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
     outcome.actors_left_running = actors_left_running(system);

@@ -27,17 +27,9 @@ using Self = caf::stateful_actor<ReplayActorState>*;
 void try_dispatch(Self self) {
   auto& state = self->state;
   if (!state.learner_idle) return;
-  auto items = state.buffer->take_batch(state.learner_version);
-  if (items.empty()) return;
   msg::TrainBatch batch;
-  batch.items.reserve(items.size());
-  for (auto& item : items) {
-    msg::TrajectoryMsg message;
-    message.trajectory = std::move(item.trajectory);
-    message.finished_at_ns = item.finished_at_ns;
-    message.final_info_json = std::move(item.final_info_json);
-    batch.items.push_back(std::move(message));
-  }
+  batch.trajectories = state.buffer->take_batch(state.learner_version);
+  if (batch.trajectories.empty()) return;
   batch.dropped_stale = state.buffer->stats().dropped_stale - state.dropped_reported;
   state.dropped_reported = state.buffer->stats().dropped_stale;
   batch.queued_after = state.buffer->queued();
@@ -51,15 +43,18 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
   self->state.buffer = std::make_unique<replay::ReplayBuffer>(config);
   self->state.learner = std::move(learner);
   return {
-      [self](msg::TrajectoryMsg& message) {
+      [self](algo::Trajectory& trajectory) {
         auto& state = self->state;
         ++state.counters.handled;
-        ++state.received_from[message.rollout];
-        replay::ReplayItem item{std::move(message.trajectory), message.finished_at_ns,
-                                std::move(message.final_info_json)};
-        const bool accepted = state.buffer->add(std::move(item), state.learner_version);
+        ++state.received_from[trajectory.origin.rollout];
+        const bool accepted = state.buffer->add(std::move(trajectory), state.learner_version);
         try_dispatch(self);
         return msg::ReplayAck{accepted, state.buffer->queued(), state.buffer->full()};
+      },
+      [self](atoms::room_atom) {
+        auto& state = self->state;
+        ++state.counters.handled;
+        return msg::ReplayAck{false, state.buffer->queued(), state.buffer->full()};
       },
       [self](atoms::learner_idle_atom, int64_t policy_version) {
         ++self->state.counters.handled;
@@ -74,7 +69,7 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
           config::apply_knob(state.buffer->config(), config::KnobChange{key, value, true, false});
         } catch (const Error& error) {
           state.counters.last_error = error.what();
-          return caf::make_error(caf::sec::runtime_error, error.what());
+          return msg::make_error(msg::Errc::kRefused, error.what());
         }
         try_dispatch(self);  // a smaller min_batch may release a batch now
         return "replay." + key + " applied";

@@ -23,6 +23,9 @@ std::unique_ptr<ConsoleServer> start_console(caf::actor_system& system, const ca
 TrainOutcome await_run_finished(caf::scoped_actor& self, const caf::actor& coordinator,
                                 const std::atomic<bool>* stop_requested);
 
+// RUN_DIR/summary.json as text ("" when missing).
+std::string read_summary(const std::string& run_dir);
+
 // Gives exiting actors a moment (an env stuck in a slow call finishes it
 // first), then counts what is still alive besides the caller's scoped actor
 // (should be 0).

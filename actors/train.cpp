@@ -10,7 +10,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 namespace sao::actors {
@@ -25,9 +28,8 @@ TrainOutcome await_run_finished(caf::scoped_actor& self, const caf::actor& coord
         [&](const msg::RunFinished& done) {
           outcome.steps = done.steps;
           outcome.policy_version = done.policy_version;
-          const auto newline = done.reason.find('\n');
-          outcome.reason = done.reason.substr(0, newline);
-          if (newline != std::string::npos) outcome.summary_json = done.reason.substr(newline + 1);
+          outcome.learner_failed = done.end == msg::RunEnd::kLearnerFailed;
+          outcome.reason = msg::to_string(done.end) + (done.detail.empty() ? "" : ": " + done.detail);
           finished = true;
         },
         caf::after(std::chrono::milliseconds(200)) >>
@@ -39,6 +41,14 @@ TrainOutcome await_run_finished(caf::scoped_actor& self, const caf::actor& coord
             });
   }
   return outcome;
+}
+
+std::string read_summary(const std::string& run_dir) {
+  std::ifstream in(std::filesystem::path(run_dir) / "summary.json");
+  if (!in) return "";
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 std::unique_ptr<ConsoleServer> start_console(caf::actor_system& system, const caf::actor& coordinator,
@@ -72,6 +82,7 @@ TrainOutcome run_training(const config::RunConfig& config, model::CausalLM polic
     auto coordinator = spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self});
     auto console = start_console(system, coordinator, config);
     outcome = await_run_finished(self, coordinator, stop_requested);
+    outcome.summary_json = read_summary(config.run.dir);
     console.reset();  // no requests into a system that is shutting down
     outcome.actors_left_running = actors_left_running(system);
   }

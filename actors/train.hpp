@@ -15,8 +15,9 @@ namespace sao::actors {
 struct TrainOutcome {
   int64_t steps = 0;
   int64_t policy_version = 0;
-  std::string reason;        // "budget", "stopped on request", "learner failed: ..."
-  std::string summary_json;  // the metrics sink's summary (also RUN_DIR/summary.json)
+  bool learner_failed = false;  // the run ended because the learner exited
+  std::string reason;           // for people: "budget", "stopped on request", "learner failed: ..."
+  std::string summary_json;     // RUN_DIR/summary.json as the metrics sink wrote it ("" if none)
   int64_t actors_left_running = 0;
 };
 

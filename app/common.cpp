@@ -139,7 +139,7 @@ int report_training_outcome(const actors::TrainOutcome& outcome, const config::R
                  static_cast<long long>(outcome.actors_left_running));
     return 4;
   }
-  return outcome.reason.rfind("learner failed", 0) == 0 ? 1 : 0;
+  return outcome.learner_failed ? 1 : 0;
 }
 
 void print_eval_result(const train::HeldoutResult& result, const std::string& checkpoint) {

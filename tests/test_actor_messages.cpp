@@ -84,30 +84,51 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   auto action = round_trip(system, sao::msg::EnvAction{5, "46\n", 1700000000456});
   CHECK(action.action == "46\n");
   CHECK(action.deadline_unix_ms == 1700000000456);
-  auto reply = round_trip(system, sao::msg::EnvReply{5, "obs", 0.5, false, true, "{\"accuracy\":1}"});
-  CHECK(reply.truncated);
-  CHECK(reply.reward == 0.5);
+  sao::rollout::EnvOutcome outcome;
+  outcome.observation = "obs";
+  outcome.reward = 0.5;
+  outcome.truncated = true;
+  outcome.accuracy = 1.0;
+  outcome.success = 0;
+  outcome.regime_index = 2.0;
+  auto reply = round_trip(system, sao::msg::EnvReply{5, outcome});
+  CHECK(reply.episode_id == 5);
+  CHECK(reply.outcome.observation == "obs");
+  CHECK(reply.outcome.truncated);
+  CHECK(reply.outcome.reward == 0.5);
+  CHECK(reply.outcome.accuracy == 1.0);
+  CHECK(reply.outcome.success == 0);
+  CHECK(reply.outcome.regime_index == 2.0);
 
-  sao::msg::TrajectoryMsg trajectory{sample_trajectory(), 123456789, "rollout-3", 2, "{\"regime_index\":1}"};
+  auto trajectory = sample_trajectory();
+  trajectory.origin = {"rollout-3", 2, 123456789, 1.0};
   auto trajectory_back = round_trip(system, trajectory);
-  CHECK(trajectory_back.trajectory.tokens == trajectory.trajectory.tokens);
-  CHECK(trajectory_back.trajectory.behaviour_logprobs == trajectory.trajectory.behaviour_logprobs);
-  CHECK(trajectory_back.trajectory.policy_versions == trajectory.trajectory.policy_versions);
-  CHECK(trajectory_back.trajectory.truncated);
-  CHECK(trajectory_back.trajectory.group_id == trajectory.trajectory.group_id);
-  CHECK(trajectory_back.rollout == "rollout-3");
-  CHECK(trajectory_back.final_info_json == "{\"regime_index\":1}");
+  CHECK(trajectory_back.tokens == trajectory.tokens);
+  CHECK(trajectory_back.behaviour_logprobs == trajectory.behaviour_logprobs);
+  CHECK(trajectory_back.policy_versions == trajectory.policy_versions);
+  CHECK(trajectory_back.truncated);
+  CHECK(trajectory_back.group_id == trajectory.group_id);
+  CHECK(trajectory_back.origin.rollout == "rollout-3");
+  CHECK(trajectory_back.origin.turns == 2);
+  CHECK(trajectory_back.origin.finished_at_ns == 123456789);
+  CHECK(trajectory_back.origin.regime_index == 1.0);
 
   round_trip(system, sao::msg::ReplayAck{true, 17, false});
   sao::msg::TrainBatch batch{{trajectory, trajectory}, 3, 9};
-  CHECK(round_trip(system, batch).items.size() == 2);
+  auto batch_back = round_trip(system, batch);
+  REQUIRE(batch_back.trajectories.size() == 2);
+  CHECK(batch_back.trajectories[1].origin.rollout == "rollout-3");
+  CHECK(batch_back.dropped_stale == 3);
   auto report =
       round_trip(system, sao::msg::StepReport{4, 3, {{"reward_mean", 0.25}, {"policy_loss", -1.0}}, {1.5, 2.5}});
   CHECK(report.metrics.at("reward_mean") == 0.25);
   CHECK(report.rollout_to_learner_ms == std::vector<double>{1.5, 2.5});
   CHECK(round_trip(system, sao::msg::EvalReport{10, 9, 0.375, 400, "test"}).accuracy == 0.375);
   CHECK(round_trip(system, sao::msg::VersionAck{"rollout-1", 44}).version == 44);
-  CHECK(round_trip(system, sao::msg::EpisodeLost{"rollout-1", "env step: timeout"}).reason == "env step: timeout");
+  auto lost = round_trip(system, sao::msg::EpisodeLost{"rollout-1", sao::msg::LossCause::kEnvTimeout, "env step"});
+  CHECK(lost.cause == sao::msg::LossCause::kEnvTimeout);
+  CHECK(lost.detail == "env step");
+  CHECK(round_trip(system, sao::msg::ActorRestarted{"env", "env-0"}).name == "env-0");
   sao::msg::ActorStatus sent{"replay", "replay", "idle", {{"queued", 3}}, 5, 1234, "bad batch", "node-a", 42};
   auto status = round_trip(system, sent);
   CHECK(status.numbers.at("queued") == 3);
@@ -121,13 +142,30 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(event.key == "min_batch");
   CHECK(event.value == "4");
   CHECK(event.origin == "http 127.0.0.1");
-  CHECK(round_trip(system, sao::msg::RunFinished{100, 90, "budget"}).reason == "budget");
+  auto finished = round_trip(system, sao::msg::RunFinished{100, 90, sao::msg::RunEnd::kLearnerFailed, "oom"});
+  CHECK(finished.end == sao::msg::RunEnd::kLearnerFailed);
+  CHECK(finished.detail == "oom");
+}
+
+TEST_CASE("sao errors carry a code callers branch on and a text for people") {
+  System s;
+  const auto error = sao::msg::make_error(sao::msg::Errc::kRefused, "set min_batch: must be >= 1");
+  CHECK(sao::msg::has_code(error, sao::msg::Errc::kRefused));
+  CHECK_FALSE(sao::msg::has_code(error, sao::msg::Errc::kEnvFailed));
+  CHECK_FALSE(sao::msg::has_code(caf::make_error(caf::sec::request_timeout), sao::msg::Errc::kRefused));
+  CHECK(sao::msg::error_text(*s.system, error) == "set min_batch: must be >= 1");
+  CHECK(s.system->render(error) == "sao.refused: set min_batch: must be >= 1");
+  // The code survives a round trip through the serialiser (a cluster reply).
+  auto back = round_trip(*s.system, error);
+  CHECK(sao::msg::has_code(back, sao::msg::Errc::kRefused));
+  CHECK(sao::msg::error_text(*s.system, back) == "set min_batch: must be >= 1");
 }
 
 TEST_CASE("a NaN accuracy survives the wire") {
   System s;
   auto trajectory = sample_trajectory();
   trajectory.accuracy = std::nan("");
-  auto back = round_trip(*s.system, sao::msg::TrajectoryMsg{trajectory, 1, "r", 1, "{}"});
-  CHECK(std::isnan(back.trajectory.accuracy));
+  auto back = round_trip(*s.system, trajectory);
+  CHECK(std::isnan(back.accuracy));
+  CHECK(std::isnan(back.origin.regime_index));
 }

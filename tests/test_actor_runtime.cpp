@@ -6,6 +6,8 @@
 #include "actors/replay_actor.hpp"
 #include "actors/rollout_actor.hpp"
 #include "actors/weight_sync_actor.hpp"
+#include "env/environment.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
 #include "config/run_config.hpp"
@@ -28,16 +30,16 @@ struct System {
   }
 };
 
-sao::msg::TrajectoryMsg trajectory_at_version(int64_t version) {
-  sao::msg::TrajectoryMsg message;
-  auto& t = message.trajectory;
+sao::algo::Trajectory trajectory_at_version(int64_t version) {
+  sao::algo::Trajectory message;
+  auto& t = message;
   t.tokens = {257, 49, 61, 50, 258};
   t.action_mask = {0, 0, 0, 1, 1};
   t.behaviour_logprobs = {0, 0, 0, -0.5f, -0.1f};
   t.policy_versions = {-1, -1, -1, version, version};
   t.rewards = {0, 0, 0, 0, 1};
-  message.finished_at_ns = 1;
-  message.rollout = "test";
+  message.origin.finished_at_ns = 1;
+  message.origin.rollout = "test";
   return message;
 }
 
@@ -184,20 +186,83 @@ TEST_CASE("an env actor turns environment errors into error replies and stays up
   caf::scoped_actor self{*s.system};
   auto env = sao::actors::spawn_env_actor(*s.system, {"env-0", "arithmetic", nlohmann::json::object()});
   std::string error_text;
+  caf::error failure;
   self->request(env, 2s, sao::msg::EnvAction{42, "1"})
-      .receive([](const sao::msg::EnvReply&) {},
-               [&](const caf::error& error) { error_text = s.system->render(error); });
-  CHECK(error_text.find("env-0: step for unknown episode 42") != std::string::npos);
+      .receive([](const sao::msg::EnvReply&) {}, [&](const caf::error& error) { failure = error; });
+  CHECK(sao::msg::has_code(failure, sao::msg::Errc::kUnknownEpisode));
+  CHECK(sao::msg::error_text(*s.system, failure) == "env-0: step for unknown episode 42");
   bool replied = false;
   self->request(env, 2s, sao::msg::EnvReset{1, 7})
-      .receive([&](const sao::msg::EnvReply& reply) { replied = !reply.observation.empty(); },
+      .receive([&](const sao::msg::EnvReply& reply) { replied = !reply.outcome.observation.empty(); },
                [](const caf::error&) {});
   CHECK(replied);
   // A request whose caller already gave up is not served.
   error_text.clear();
   self->request(env, 2s, sao::msg::EnvReset{2, 7, sao::actors::unix_time_ms() - 1})
-      .receive([](const sao::msg::EnvReply&) {},
-               [&](const caf::error& error) { error_text = s.system->render(error); });
-  CHECK(error_text.find("reset request expired") != std::string::npos);
+      .receive([](const sao::msg::EnvReply&) {}, [&](const caf::error& error) { failure = error; });
+  CHECK(sao::msg::has_code(failure, sao::msg::Errc::kRequestExpired));
+  CHECK(sao::msg::error_text(*s.system, failure) == "env-0: reset request expired before it was served");
   caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+// Empty observation at reset; any action ends the episode with info
+// {"success": true} and no accuracy (see tests/test_rollout_episode.cpp).
+class SuccessOnlyEnv : public sao::env::Environment {
+ public:
+  sao::env::EnvStep reset(uint64_t) override { return {"", 0.0, false, false, nlohmann::json::object()}; }
+  sao::env::EnvStep step(const std::string&) override {
+    return {"", 1.0, true, false, nlohmann::json{{"success", true}, {"regime_index", 3}}};
+  }
+  std::string name() const override { return "success_only"; }
+};
+}  // namespace
+
+TEST_CASE("the rollout actor plays episodes by the shared rules: <|obs|> for an empty reset, success as accuracy") {
+  sao::env::register_environment("success_only", [](const nlohmann::json&, const std::string&) {
+    return std::make_unique<SuccessOnlyEnv>();
+  });
+  System s;
+  auto& system = *s.system;
+  caf::scoped_actor replay{system};
+  caf::scoped_actor driver{system};
+  auto weight_sync = sao::actors::spawn_weight_sync_actor(system);
+  auto env = sao::actors::spawn_env_actor(system, {"env-0", "success_only", nlohmann::json::object()});
+  sao::model::CausalLM policy(tiny_byte_model());
+  sao::model::init_weights(*policy, 1);
+  driver->send(weight_sync, weights_of(policy, 0));
+  sao::actors::RolloutActorConfig config;
+  config.name = "rollout-0";
+  config.model = tiny_byte_model();
+  config.rollout.episodes_per_actor = 2;
+  config.rollout.max_new_tokens = 3;
+  config.env = env;
+  config.replay = replay;
+  config.weight_sync = weight_sync;
+  config.coordinator = driver;
+  auto rollout = sao::actors::spawn_rollout_actor(system, config);
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  std::vector<sao::algo::Trajectory> received;
+  bool timed_out = false;
+  while (received.size() < 2 && !timed_out) {
+    replay->receive(
+        [&](const sao::algo::Trajectory& trajectory) -> sao::msg::ReplayAck {
+          received.push_back(trajectory);
+          return {true, 0, false};
+        },
+        caf::after(60s) >> [&] { timed_out = true; });
+  }
+  caf::anon_send_exit(rollout, caf::exit_reason::user_shutdown);
+  for (auto& actor : {weight_sync, env}) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  REQUIRE_FALSE(timed_out);
+  for (const auto& trajectory : received) {
+    REQUIRE(trajectory.tokens.size() >= 3);
+    CHECK(trajectory.tokens[0] == tokenizer.bos_id());
+    CHECK(trajectory.tokens[1] == *tokenizer.special_id("<|obs|>"));
+    CHECK(trajectory.accuracy == 1.0);
+    CHECK(trajectory.origin.rollout == "rollout-0");
+    CHECK(trajectory.origin.turns == 1);
+    CHECK(trajectory.origin.regime_index == 3.0);
+    CHECK(trajectory.origin.finished_at_ns > 0);
+  }
 }

@@ -218,7 +218,7 @@ TEST_CASE("an SAO step reports every metric of SAO.md") {
                           "explained_variance", "entropy",          "dis_reject_low_frac", "dis_reject_high_frac",
                           "ratio_mean",         "ratio_max",        "staleness_mean",      "staleness_max",
                           "grad_norm",          "tokens",           "skipped_nonfinite",   "critic_only",
-                          "value_grad_norm",    "staleness_hist_0", "dropped_stale",       "tokens_per_second",
+                          "value_grad_norm",    "staleness_hist_0",       "tokens_per_second",
                           "step_seconds",       "value_loss_final", "action_tokens"}) {
     INFO(key);
     CHECK(result.metrics.count(key) == 1);
@@ -444,22 +444,21 @@ TEST_CASE("PPO with critic and the running-mean ablation run a step") {
   }
 }
 
-TEST_CASE("staleness is measured against the learner's policy version; stale and future tokens") {
+TEST_CASE("staleness is measured against the learner's policy version, never filtered here; future tokens refused") {
   auto m = make_models(18);
-  auto config = sao_config();
-  config.max_staleness = 0;
-  Learner learner(config, m.policy, m.critic);
+  Learner learner(sao_config(), m.policy, m.critic);
   CHECK(throws_with([&] { learner.step(make_batch(m.policy, 19, 2, /*version=*/5)); }, "newer than the learner's 0"));
   learner.step(make_batch(m.policy, 20));
   REQUIRE(learner.policy_version() == 1);
+  // Staleness admission is replay's alone: a stale trajectory reaching the
+  // learner is trained on and measured.
   auto mixed = make_batch(m.policy, 21, 3, /*version=*/1);
   auto stale = make_batch(m.policy, 22, 1, /*version=*/0);
   mixed.push_back(stale[0]);
   auto result = learner.step(mixed);
-  CHECK(result.dropped_stale == 1);
-  CHECK(result.metrics["dropped_stale"] == 1.0);
-  CHECK(result.metrics["trajectories"] == 3.0);
-  CHECK(result.metrics["staleness_max"] == 0.0);
+  CHECK(result.metrics["trajectories"] == 4.0);
+  CHECK(result.metrics["staleness_max"] == 1.0);
+  CHECK(result.metrics.count("dropped_stale") == 0);
 
   auto m2 = make_models(18);
   Learner lenient(sao_config(), m2.policy, m2.critic);

@@ -78,7 +78,7 @@ TEST_CASE("live knobs: what is accepted and what is refused, by name") {
   CHECK_FALSE(lr.for_replay);
   auto staleness = parse_knob_change("max_staleness", "-1");
   CHECK(staleness.for_replay);
-  CHECK(staleness.for_learner);
+  CHECK_FALSE(staleness.for_learner);  // staleness admission is replay's alone
   CHECK(parse_knob_change("min_batch", "8").value == 8);
   CHECK_THROWS_WITH_AS(parse_knob_change("temperature", "1"),
                        "set temperature: not a live knob (live knobs: max_staleness, min_batch, max_batch, actor_lr, "

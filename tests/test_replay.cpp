@@ -8,12 +8,11 @@
 
 using sao::replay::ReplayBuffer;
 using sao::replay::ReplayConfig;
-using sao::replay::ReplayItem;
 
 namespace {
-ReplayItem item(int64_t oldest_version, int64_t newest_version, int64_t group_id = 0) {
-  ReplayItem result;
-  auto& t = result.trajectory;
+sao::algo::Trajectory item(int64_t oldest_version, int64_t newest_version, int64_t group_id = 0) {
+  sao::algo::Trajectory result;
+  auto& t = result;
   t.tokens = {1, 2, 3, 4};
   t.action_mask = {0, 0, 1, 1};
   t.behaviour_logprobs = {0, 0, -1, -1};
@@ -25,7 +24,7 @@ ReplayItem item(int64_t oldest_version, int64_t newest_version, int64_t group_id
 }  // namespace
 
 TEST_CASE("staleness is measured from the oldest action token") {
-  CHECK(ReplayBuffer::staleness(item(3, 5).trajectory, 7) == 4);
+  CHECK(ReplayBuffer::staleness(item(3, 5), 7) == 4);
 }
 
 TEST_CASE("a trajectory staler than max_staleness is dropped on arrival and counted") {
@@ -48,7 +47,7 @@ TEST_CASE("staleness is checked again when the batch is handed out") {
   CHECK(buffer.add(item(5, 5), 5));
   auto batch = buffer.take_batch(6);  // the first is now 2 versions old
   REQUIRE(batch.size() == 1);
-  CHECK(batch[0].trajectory.oldest_version() == 5);
+  CHECK(batch[0].oldest_version() == 5);
   CHECK(buffer.stats().dropped_stale == 1);
   CHECK(buffer.stats().staleness_histogram.at(1) == 1);
 }
@@ -67,8 +66,8 @@ TEST_CASE("min_batch 1 hands out at once; max_batch caps the batch; the queue is
   buffer.add(item(0, 0, 12), 0);
   auto batch = buffer.take_batch(0);
   REQUIRE(batch.size() == 2);
-  CHECK(batch[0].trajectory.group_id == 10);
-  CHECK(batch[1].trajectory.group_id == 11);
+  CHECK(batch[0].group_id == 10);
+  CHECK(batch[1].group_id == 11);
   CHECK(buffer.queued() == 1);
   CHECK_FALSE(buffer.full());
   buffer.add(item(0, 0), 0);
@@ -91,8 +90,8 @@ TEST_CASE("GRPO groups enter the queue only when complete and leave whole") {
   buffer.add(item(0, 0, 8), 0);
   auto batch = buffer.take_batch(0);
   REQUIRE(batch.size() == 2);
-  CHECK(batch[0].trajectory.group_id == 8);
-  CHECK(batch[1].trajectory.group_id == 8);
+  CHECK(batch[0].group_id == 8);
+  CHECK(batch[1].group_id == 8);
   CHECK(buffer.pending_partial() == 1);
 }
 
@@ -109,7 +108,7 @@ TEST_CASE("the synchronous barrier hands out exactly max_batch trajectories of o
   buffer.add(item(2, 2), 2);
   auto batch = buffer.take_batch(2);
   REQUIRE(batch.size() == 3);
-  for (const auto& entry : batch) CHECK(entry.trajectory.oldest_version() == 2);
+  for (const auto& entry : batch) CHECK(entry.oldest_version() == 2);
 }
 
 TEST_CASE("bad replay configs name the key") {

@@ -198,11 +198,11 @@ TEST_CASE("maze episodes through env, rollout and weight-sync actors are multi-t
   rollout_config.coordinator = driver;
   auto rollout = sao::actors::spawn_rollout_actor(system, rollout_config);
 
-  std::vector<sao::msg::TrajectoryMsg> received;
+  std::vector<sao::algo::Trajectory> received;
   bool timed_out = false;
   while (received.size() < 12 && !timed_out) {
     replay->receive(
-        [&](const sao::msg::TrajectoryMsg& message) -> sao::msg::ReplayAck {
+        [&](const sao::algo::Trajectory& message) -> sao::msg::ReplayAck {
           received.push_back(message);
           return {true, 0, false};
         },
@@ -221,12 +221,12 @@ TEST_CASE("maze episodes through env, rollout and weight-sync actors are multi-t
   int64_t max_turns = 0;
   int64_t successes = 0;
   for (const auto& message : received) {
-    const auto& t = message.trajectory;
+    const auto& t = message;
     CHECK_NOTHROW(t.validate("trajectory"));
     const auto parts = split(t);
-    max_turns = std::max(max_turns, message.turns);
-    CHECK(static_cast<int64_t>(parts.actions.size()) == message.turns);
-    CHECK(message.turns >= 3);  // the shortest maze path is 3 moves
+    max_turns = std::max(max_turns, message.origin.turns);
+    CHECK(static_cast<int64_t>(parts.actions.size()) == message.origin.turns);
+    CHECK(message.origin.turns >= 3);  // the shortest maze path is 3 moves
     // Every action token has a version and a log-prob; nothing else does.
     for (size_t i = 0; i < t.size(); ++i) {
       if (t.action_mask[i] == 1) {

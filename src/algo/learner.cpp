@@ -209,13 +209,7 @@ void Learner::set_critic_lr(double lr) {
   set_optimizer_lr(*critic_optimizer_, lr);
 }
 
-void Learner::set_max_staleness(int64_t max_staleness) {
-  if (max_staleness < -1) throw Error("learner: max_staleness must be >= 0, or -1 for no limit");
-  config_.max_staleness = max_staleness;
-}
-
-std::vector<Trajectory> Learner::admit(const std::vector<Trajectory>& trajectories, StepResult& result) const {
-  std::vector<Trajectory> kept;
+void Learner::check_admissible(const std::vector<Trajectory>& trajectories) const {
   for (size_t i = 0; i < trajectories.size(); ++i) {
     const auto& tr = trajectories[i];
     const std::string where = "trajectory " + std::to_string(i);
@@ -227,13 +221,7 @@ std::vector<Trajectory> Learner::admit(const std::vector<Trajectory>& trajectori
                     std::to_string(policy_version_));
       }
     }
-    if (config_.max_staleness >= 0 && policy_version_ - tr.oldest_version() > config_.max_staleness) {
-      ++result.dropped_stale;
-      continue;
-    }
-    kept.push_back(tr);
   }
-  return kept;
 }
 
 void Learner::record_skip(StepResult& result) {
@@ -244,11 +232,10 @@ void Learner::record_skip(StepResult& result) {
 StepResult Learner::step(const std::vector<Trajectory>& trajectories) {
   const auto start = std::chrono::steady_clock::now();
   StepResult result;
-  auto kept = admit(trajectories, result);
-  if (!kept.empty()) train(kept, result);
+  check_admissible(trajectories);
+  if (!trajectories.empty()) train(trajectories, result);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Metrics& m = result.metrics;
-  m["dropped_stale"] = static_cast<double>(result.dropped_stale);
   m["critic_updates"] = static_cast<double>(result.critic_updates);
   m["policy_updated"] = result.policy_updated ? 1.0 : 0.0;
   m["step_skipped"] = result.skipped_nonfinite ? 1.0 : 0.0;

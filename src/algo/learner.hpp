@@ -47,7 +47,7 @@ namespace sao::algo {
 //   dis_reject_low_frac / dis_reject_high_frac (DIS) or ppo_clip_low_frac /
 //   ppo_clip_high_frac / ppo_dual_clip_frac (PPO), ratio_mean, ratio_max,
 //   staleness_mean, staleness_max, staleness_hist_0 / _1 / _2_3 / _4_7 /
-//   _8_plus (action-token counts), dropped_stale, grad_norm (actor, before
+//   _8_plus (action-token counts), grad_norm (actor, before
 //   clipping), value_grad_norm (last critic update), tokens (real tokens),
 //   action_tokens, trajectories, step_seconds, tokens_per_second,
 //   advantage_mean, advantage_std, baseline_mean (running mean only),
@@ -61,7 +61,6 @@ struct StepResult {
   bool policy_updated = false;
   bool skipped_nonfinite = false;
   int64_t critic_updates = 0;  // critic optimiser steps taken
-  int64_t dropped_stale = 0;
   torch::Tensor critic_targets;  // [B, T] fixed R used by all K updates (undefined without critic)
   torch::Tensor advantages;      // [B, T] actor advantages (0 off actions)
 };
@@ -94,8 +93,8 @@ class Learner {
 
   // One complete step. Throws sao::Error for malformed trajectories (named
   // by index), GRPO groups of the wrong size, or tokens from a future
-  // policy version. An empty batch (or one fully dropped as stale) does
-  // nothing but report dropped_stale.
+  // policy version. An empty batch does nothing. Staleness admission is
+  // replay's (replay/replay_buffer.hpp); this only measures staleness.
   StepResult step(const std::vector<Trajectory>& trajectories);
 
   // Checkpoint: policy.safetensors, critic.safetensors, actor_optimizer.pt,
@@ -112,7 +111,6 @@ class Learner {
   // state (moments) is kept. Learning rates must be > 0; throws sao::Error.
   void set_actor_lr(double lr);
   void set_critic_lr(double lr);  // sao::Error if this learner has no critic
-  void set_max_staleness(int64_t max_staleness);
 
   const LearnerConfig& config() const { return config_; }
   model::CausalLM& policy() { return policy_; }
@@ -123,7 +121,9 @@ class Learner {
   const RunningMeanBaseline& running_baseline() const { return running_baseline_; }
 
  private:
-  std::vector<Trajectory> admit(const std::vector<Trajectory>& trajectories, StepResult& result) const;
+  // Validates every trajectory and checks the one staleness invariant the
+  // learner owns: no action token from a policy newer than its own.
+  void check_admissible(const std::vector<Trajectory>& trajectories) const;
   void train(const std::vector<Trajectory>& kept, StepResult& result);
   torch::Tensor critic_stage(const TrajectoryBatch& batch, StepResult& result);
   bool critic_update(const TrajectoryBatch& batch, const torch::Tensor& targets, const torch::Tensor& old_values,

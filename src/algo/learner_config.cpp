@@ -122,7 +122,6 @@ LearnerConfig LearnerConfig::from_json(base::JsonReader& reader) {
   reader.read("group_size", c.group_size);
   reader.read("grpo_scale_by_std", c.grpo_scale_by_std);
   reader.read("running_mean_window", c.running_mean_window);
-  reader.read("max_staleness", c.max_staleness);
   reader.read("pad_id", c.pad_id);
   reader.reject_unknown_keys();
   c.validate(reader.where());
@@ -159,7 +158,6 @@ nlohmann::json LearnerConfig::to_json() const {
           {"group_size", group_size},
           {"grpo_scale_by_std", grpo_scale_by_std},
           {"running_mean_window", running_mean_window},
-          {"max_staleness", max_staleness},
           {"pad_id", pad_id}};
 }
 
@@ -186,7 +184,6 @@ void LearnerConfig::validate(const std::string& where) const {
   require(max_grad_norm >= 0, where, "max_grad_norm", "must be >= 0 (0 disables clipping)");
   require(group_size >= 1, where, "group_size", "must be >= 1");
   require(running_mean_window >= 1, where, "running_mean_window", "must be >= 1");
-  require(max_staleness >= -1, where, "max_staleness", "must be >= 0, or -1 for no limit");
   require(pad_id >= 0, where, "pad_id", "must be >= 0");
 }
 

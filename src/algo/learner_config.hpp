@@ -66,8 +66,7 @@ struct LearnerConfig {
   bool grpo_scale_by_std = true;  // false = Dr.GRPO
   int64_t running_mean_window = 128;
 
-  // Admission and collation.
-  int64_t max_staleness = -1;  // drop a trajectory whose oldest token is staler; -1 = no limit
+  // Collation. (Staleness admission is replay's alone: replay/replay_buffer.hpp.)
   int64_t pad_id = 0;
 
   bool uses_critic() const { return baseline == BaselineKind::kCritic; }

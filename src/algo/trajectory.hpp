@@ -26,6 +26,16 @@
 
 namespace sao::algo {
 
+// Where an episode came from. The maths never reads it; it travels with the
+// trajectory from the rollout to the learner (unchanged, in the same
+// struct) for the step's metrics: latency, drift regime, turns.
+struct EpisodeOrigin {
+  std::string rollout;                                             // actor that played it, e.g. "rollout-0"
+  int64_t turns = 0;                                               // policy turns in the episode
+  int64_t finished_at_ns = 0;                                      // steady clock when the episode ended
+  double regime_index = std::numeric_limits<double>::quiet_NaN();  // drifting envs: regime at the end
+};
+
 struct Trajectory {
   std::vector<int64_t> tokens;                                 // all ids: prompt, actions, observations
   std::vector<uint8_t> action_mask;                            // 1 where the policy generated the token
@@ -36,6 +46,7 @@ struct Trajectory {
   bool truncated = false;                                      // cut by a cap: bootstrap from the critic
   int64_t group_id = 0;                                        // prompt/group id (GRPO groups share it)
   double accuracy = std::numeric_limits<double>::quiet_NaN();  // task accuracy, NaN when undefined
+  EpisodeOrigin origin;
 
   size_t size() const { return tokens.size(); }
   int64_t num_action_tokens() const;

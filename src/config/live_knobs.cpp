@@ -47,8 +47,7 @@ KnobChange parse_knob_change(const std::string& key, const std::string& text) {
   if (value != std::floor(value)) throw Error("set " + key + ": must be an integer, got " + text);
   if (key == "max_staleness") {
     if (value < -1) throw Error("set max_staleness: must be >= 0, or -1 for no limit, got " + text);
-    change.for_replay = true;
-    change.for_learner = true;  // the learner re-checks staleness when it steps
+    change.for_replay = true;  // replay is the one owner of staleness admission
     return change;
   }
   if (value < 1) throw Error("set " + key + ": must be >= 1, got " + text);

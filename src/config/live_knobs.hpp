@@ -15,7 +15,7 @@ struct KnobChange {
   std::string key;
   double value = 0.0;
   bool for_replay = false;   // applied to the replay buffer's admission/batching
-  bool for_learner = false;  // applied to the learner (learning rates, its own staleness check)
+  bool for_learner = false;  // applied to the learner (learning rates)
 };
 
 // The knobs that are safe to change live, with a one-line description each.

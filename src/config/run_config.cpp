@@ -199,7 +199,6 @@ void derive_dependent_settings(RunConfig& config) {
     config.replay.capacity = std::max(config.replay.capacity, config.replay.max_batch);
   }
   config.replay.validate(config.source + ".replay");
-  config.learner.max_staleness = -1;  // admission is replay's job
   config.learner.validate(config.source + ".learner");
 }
 

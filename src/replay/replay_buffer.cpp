@@ -31,9 +31,9 @@ bool ReplayBuffer::is_stale(const algo::Trajectory& trajectory, int64_t learner_
   return config_.max_staleness >= 0 && staleness(trajectory, learner_version) > config_.max_staleness;
 }
 
-bool ReplayBuffer::add(ReplayItem item, int64_t learner_version) {
+bool ReplayBuffer::add(algo::Trajectory item, int64_t learner_version) {
   ++stats_.received;
-  if (is_stale(item.trajectory, learner_version)) {
+  if (is_stale(item, learner_version)) {
     ++stats_.dropped_stale;
     return false;
   }
@@ -42,11 +42,11 @@ bool ReplayBuffer::add(ReplayItem item, int64_t learner_version) {
     groups_.push_back({std::move(item)});
     return true;
   }
-  auto& members = partial_[item.trajectory.group_id];
+  auto& members = partial_[item.group_id];
   members.push_back(std::move(item));
   if (static_cast<int64_t>(members.size()) == config_.group_size) {
     groups_.push_back(std::move(members));
-    partial_.erase(groups_.back().front().trajectory.group_id);
+    partial_.erase(groups_.back().front().group_id);
   }
   return true;
 }
@@ -55,7 +55,7 @@ void ReplayBuffer::drop_stale_groups(int64_t learner_version) {
   // A group is only useful whole (its baseline is the group mean): one stale member drops the group.
   for (auto it = groups_.begin(); it != groups_.end();) {
     const bool stale = std::any_of(it->begin(), it->end(),
-                                   [&](const ReplayItem& item) { return is_stale(item.trajectory, learner_version); });
+                                   [&](const algo::Trajectory& item) { return is_stale(item, learner_version); });
     if (stale) {
       stats_.dropped_stale += static_cast<int64_t>(it->size());
       it = groups_.erase(it);
@@ -82,22 +82,22 @@ bool ReplayBuffer::ready(int64_t learner_version) const {
   if (!config_.synchronous) return waiting >= config_.min_batch;
   if (waiting < config_.max_batch) return false;
   // The barrier: a synchronous batch is made of one policy version only.
-  const int64_t version = groups_.front().front().trajectory.oldest_version();
+  const int64_t version = groups_.front().front().oldest_version();
   int64_t same_version = 0;
   for (const auto& group : groups_) {
-    for (const auto& item : group) same_version += item.trajectory.oldest_version() == version ? 1 : 0;
+    for (const auto& item : group) same_version += item.oldest_version() == version ? 1 : 0;
   }
   return same_version >= config_.max_batch;
 }
 
-std::vector<ReplayItem> ReplayBuffer::take_batch(int64_t learner_version) {
+std::vector<algo::Trajectory> ReplayBuffer::take_batch(int64_t learner_version) {
   drop_stale_groups(learner_version);
-  std::vector<ReplayItem> batch;
+  std::vector<algo::Trajectory> batch;
   if (!ready(learner_version)) return batch;
-  const int64_t batch_version = groups_.front().front().trajectory.oldest_version();
+  const int64_t batch_version = groups_.front().front().oldest_version();
   for (auto it = groups_.begin(); it != groups_.end() && static_cast<int64_t>(batch.size()) < config_.max_batch;) {
-    const bool same_version = std::all_of(it->begin(), it->end(), [&](const ReplayItem& item) {
-      return item.trajectory.oldest_version() == batch_version;
+    const bool same_version = std::all_of(it->begin(), it->end(), [&](const algo::Trajectory& item) {
+      return item.oldest_version() == batch_version;
     });
     const bool fits = static_cast<int64_t>(batch.size() + it->size()) <= config_.max_batch;
     if (fits && (!config_.synchronous || same_version)) {
@@ -107,7 +107,7 @@ std::vector<ReplayItem> ReplayBuffer::take_batch(int64_t learner_version) {
       ++it;
     }
   }
-  for (const auto& item : batch) ++stats_.staleness_histogram[staleness(item.trajectory, learner_version)];
+  for (const auto& item : batch) ++stats_.staleness_histogram[staleness(item, learner_version)];
   stats_.handed_out += static_cast<int64_t>(batch.size());
   return batch;
 }

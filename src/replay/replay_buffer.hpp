@@ -7,6 +7,8 @@
 // version among its action tokens. It is checked when a trajectory arrives
 // and again when a batch is handed out (the learner may have moved on while
 // it waited); a trajectory staler than max_staleness is dropped and counted.
+// This class is the one owner of staleness admission: the learner only
+// checks that no token is newer than itself.
 #pragma once
 
 #include "algo/trajectory.hpp"
@@ -29,12 +31,6 @@ struct ReplayConfig {
   void validate(const std::string& where) const;
 };
 
-struct ReplayItem {
-  algo::Trajectory trajectory;
-  int64_t finished_at_ns = 0;          // steady-clock time the episode ended (rollout_to_learner_ms)
-  std::string final_info_json = "{}";  // environment info of the last step, passed through to metrics
-};
-
 struct ReplayStats {
   int64_t received = 0;
   int64_t admitted = 0;
@@ -47,10 +43,11 @@ class ReplayBuffer {
  public:
   explicit ReplayBuffer(ReplayConfig config);
 
-  // Returns false if the trajectory was dropped as stale.
-  bool add(ReplayItem item, int64_t learner_version);
+  // Returns false if the trajectory was dropped as stale. Trajectories are
+  // stored and handed out as they came (moved, never rewrapped).
+  bool add(algo::Trajectory trajectory, int64_t learner_version);
   // A batch for the learner, or empty if the policy says wait. Re-checks staleness.
-  std::vector<ReplayItem> take_batch(int64_t learner_version);
+  std::vector<algo::Trajectory> take_batch(int64_t learner_version);
   bool ready(int64_t learner_version) const;
 
   int64_t queued() const;           // trajectories waiting in complete groups
@@ -66,8 +63,8 @@ class ReplayBuffer {
   void drop_stale_groups(int64_t learner_version);
 
   ReplayConfig config_;
-  std::deque<std::vector<ReplayItem>> groups_;          // complete groups, oldest first
-  std::map<int64_t, std::vector<ReplayItem>> partial_;  // group id -> members so far
+  std::deque<std::vector<algo::Trajectory>> groups_;          // complete groups, oldest first
+  std::map<int64_t, std::vector<algo::Trajectory>> partial_;  // group id -> members so far
   ReplayStats stats_;
 };
 

@@ -1,8 +1,8 @@
 // Held-out multi-turn evaluation; see episode_eval.hpp.
 #include "train/episode_eval.hpp"
 
-#include "model/generation.hpp"
 #include "base/error.hpp"
+#include "rollout/episode_batch.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,38 +10,10 @@
 namespace sao::train {
 
 namespace {
-struct Row {
-  int64_t index = 0;
-  double reward = 0.0;
-  int64_t turns = 0;
-  bool active = true;
-  bool success = false;
-  std::string transcript;
-};
-
-std::vector<int64_t> observation_tokens(const tokenizer::Tokenizer& tokenizer, const std::string& text) {
-  auto ids = tokenizer.encode(text);
-  if (ids.empty()) {
-    const auto obs = tokenizer.special_id("<|obs|>");
-    if (!obs) throw Error("evaluate_episodes: empty observation needs an <|obs|> token, which this tokenizer lacks");
-    ids.push_back(*obs);
-  }
-  return ids;
+rollout::EnvOutcome outcome(const env::EnvStep& step) {
+  return rollout::outcome_of(step.observation, step.reward, step.terminated, step.truncated, step.info);
 }
 }  // namespace
-
-bool step_succeeded(const env::EnvStep& final_step) {
-  const auto& info = final_step.info;
-  if (info.is_object() && info.contains("success")) {
-    const auto& value = info["success"];
-    if (value.is_boolean()) return value.get<bool>();
-    if (value.is_number()) return value.get<double>() != 0.0;
-  }
-  if (info.is_object() && info.contains("accuracy") && info["accuracy"].is_number()) {
-    return info["accuracy"].get<double>() >= 1.0 - 1e-9;
-  }
-  return final_step.terminated && final_step.reward > 0.0;
-}
 
 EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
                                     const EnvironmentMaker& make_environment, const EpisodeEvalOptions& options,
@@ -55,10 +27,11 @@ EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::To
   int64_t max_turns = options.max_turns > 0 ? options.max_turns : probe->limits().max_turns;
   if (max_turns <= 0) max_turns = 64;
 
-  model::SamplingConfig sampling;
-  sampling.temperature = options.temperature;
-  sampling.max_new_tokens = options.max_new_tokens;
-  sampling.stop_tokens = {tokenizer.eos_id()};
+  rollout::EpisodeSettings settings;
+  settings.sampling.temperature = options.temperature;
+  settings.sampling.max_new_tokens = options.max_new_tokens;
+  settings.max_turns = max_turns;
+  settings.keep_transcripts = options.sample_transcripts > 0;
 
   const bool was_training = policy->is_training();
   policy->eval();
@@ -71,67 +44,34 @@ EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::To
     while (static_cast<int64_t>(environments.size()) < count) {
       environments.push_back(environments.empty() && probe ? std::move(probe) : make_environment());
     }
-    std::vector<Row> rows(static_cast<size_t>(count));
-    std::vector<std::vector<int64_t>> prompts;
+    rollout::EpisodeBatch batch(tokenizer, settings, static_cast<size_t>(count));
     for (int64_t r = 0; r < count; ++r) {
-      auto& row = rows[static_cast<size_t>(r)];
       auto& environment = *environments[static_cast<size_t>(r)];
-      row.index = begin + r;
       if (options.learner_step >= 0) environment.on_training_step(options.learner_step);
-      std::vector<int64_t> prompt = {tokenizer.bos_id()};
       try {
-        const auto first = environment.reset_heldout(row.index);
-        const auto ids = observation_tokens(tokenizer, first.observation);
-        prompt.insert(prompt.end(), ids.begin(), ids.end());
-        row.transcript = first.observation;
-        if (first.done()) row.active = false;  // nothing to play (counts as a failure)
+        batch.reset_done(static_cast<size_t>(r), outcome(environment.reset_heldout(begin + r)));
       } catch (const std::exception& error) {
-        ++result.errors;
-        row.active = false;
-        row.transcript = std::string("reset error: ") + error.what();
-      }
-      prompts.push_back(std::move(prompt));
-    }
-    model::DecodeSession session(std::move(prompts), sampling, seed + static_cast<uint64_t>(begin));
-    // Rows that ended before decoding still occupy a session row; they just generate one ignored turn.
-    auto any_active = [&] { return std::any_of(rows.begin(), rows.end(), [](const Row& row) { return row.active; }); };
-    while (any_active()) {
-      session.step(policy, 0);
-      for (size_t r = 0; r < rows.size(); ++r) {
-        auto& row = rows[r];
-        const auto& sequence = session.sequence(r);
-        if (!row.active || sequence.finish == model::FinishReason::kRunning) continue;
-        std::vector<int64_t> action(sequence.tokens.begin() + static_cast<std::ptrdiff_t>(sequence.turn_start),
-                                    sequence.tokens.end());
-        action.erase(std::find(action.begin(), action.end(), tokenizer.eos_id()), action.end());
-        const std::string text = tokenizer.decode(action, /*skip_special=*/true);
-        ++row.turns;
-        row.transcript += " | " + text;
-        env::EnvStep step;
-        try {
-          step = environments[r]->step(text);
-        } catch (const std::exception& error) {
-          ++result.errors;
-          row.active = false;
-          row.transcript += std::string(" => env error: ") + error.what();
-          continue;
-        }
-        row.reward += step.reward;
-        const bool context_full = sequence.finish == model::FinishReason::kContextFull;
-        if (step.done() || row.turns >= max_turns || context_full) {
-          row.active = false;
-          row.success = step.done() && step_succeeded(step);
-          row.transcript += row.success ? " => success" : " => failure";
-          continue;
-        }
-        row.transcript += " -> " + step.observation;
-        session.continue_row(r, observation_tokens(tokenizer, step.observation), options.max_new_tokens);
+        batch.reset_failed(static_cast<size_t>(r), error.what());
       }
     }
-    for (const auto& row : rows) {
+    if (batch.start(seed + static_cast<uint64_t>(begin))) {
+      while (batch.any_generating()) {
+        for (const auto& ended : batch.decode_step(policy, 0)) {
+          try {
+            batch.step_done(ended.row, outcome(environments[ended.row]->step(ended.action_text)));
+          } catch (const std::exception& error) {
+            batch.step_failed(ended.row, error.what());
+          }
+        }
+      }
+    }
+    for (size_t r = 0; r < batch.size(); ++r) {
+      const auto& row = batch.row(r);
+      result.errors += row.env_error ? 1 : 0;
       result.successes += row.success ? 1 : 0;
-      reward_sum += row.reward;
-      turn_sum += row.turns;
+      reward_sum += row.reward_sum;
+      // A turn whose env step failed was still played.
+      turn_sum += static_cast<int64_t>(row.turns.size()) + (row.current.action_tokens.empty() ? 0 : 1);
       if (static_cast<int64_t>(result.samples.size()) < options.sample_transcripts) {
         result.samples.push_back(row.transcript);
       }

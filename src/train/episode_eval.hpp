@@ -1,15 +1,10 @@
 // Held-out evaluation for multi-turn environments: plays the environment's
 // held-out split (reset_heldout(0..n)) with the policy, greedy by default,
-// batched through one DecodeSession whose rows continue turn after turn
-// (continue_row), exactly as the rollout plays training episodes:
-//   [BOS] + observation bytes, generate to EOS, step(action text), append the
-//   next observation's bytes (an empty one as <|obs|>), generate again.
-//
-// Success of an episode: info["success"] on its final step if present
-// (true / non-zero), else info["accuracy"] >= 1, else (terminated and a
-// positive final reward). An episode cut by max_turns or the model's context
-// is a failure; one whose environment throws is counted in `errors` (and as a
-// failure), never aborting the evaluation.
+// through the same episode state machine the rollout actor uses
+// (rollout/episode_batch.hpp: prompt, turns, end and success are defined
+// there). An episode cut by max_turns or the model's context is a failure;
+// one whose environment throws is counted in `errors` (and as a failure),
+// never aborting the evaluation.
 #pragma once
 
 #include "env/environment.hpp"
@@ -52,8 +47,5 @@ using EnvironmentMaker = std::function<std::unique_ptr<env::Environment>()>;
 EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
                                     const EnvironmentMaker& make_environment, const EpisodeEvalOptions& options,
                                     uint64_t seed);
-
-// Whether a final step counts as success (the rule above).
-bool step_succeeded(const env::EnvStep& final_step);
 
 }  // namespace sao::train

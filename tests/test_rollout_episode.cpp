@@ -1,0 +1,200 @@
+// The one episode state machine (rollout/episode_batch.hpp), which the
+// rollout actor and held-out evaluation share. Pins the two behaviours that
+// had drifted between their former copies: an empty reset observation is
+// marked with <|obs|> (evaluation did, the rollout did not), and an
+// environment that reports only "success" gives the episode accuracy 1/0
+// (evaluation counted it, the rollout dropped it).
+#include "rollout/episode_batch.hpp"
+
+#include "base/error.hpp"
+#include "env/environment.hpp"
+#include "model/transformer.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
+#include "train/episode_eval.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <memory>
+
+using sao::rollout::EnvOutcome;
+using sao::rollout::EpisodeBatch;
+using sao::rollout::EpisodeSettings;
+using sao::rollout::RowState;
+
+namespace {
+
+sao::model::CausalLM tiny_policy() {
+  sao::model::ModelConfig config;
+  config.hidden_size = 32;
+  config.intermediate_size = 48;
+  config.num_hidden_layers = 1;
+  config.num_attention_heads = 2;
+  config.num_key_value_heads = 1;
+  config.max_position_embeddings = 64;
+  torch::manual_seed(5);
+  sao::model::CausalLM policy(config);
+  policy->eval();
+  return policy;
+}
+
+// Empty observation at reset; any action ends the episode with success and
+// no accuracy field. Held-out episodes: 3.
+class SuccessOnlyEnv : public sao::env::Environment {
+ public:
+  sao::env::EnvStep reset(uint64_t) override { return {"", 0.0, false, false, nlohmann::json::object()}; }
+  sao::env::EnvStep step(const std::string&) override {
+    return {"", 1.0, true, false, nlohmann::json{{"success", true}}};
+  }
+  std::string name() const override { return "success_only"; }
+  int64_t heldout_size() const override { return 3; }
+  sao::env::EnvStep reset_heldout(int64_t) override { return reset(0); }
+  sao::env::EnvLimits limits() const override { return {1, 4, 0}; }
+};
+
+EpisodeSettings settings(int64_t max_turns = 1) {
+  EpisodeSettings result;
+  result.sampling.max_new_tokens = 3;
+  result.max_turns = max_turns;
+  return result;
+}
+
+EnvOutcome text(const std::string& observation) {
+  EnvOutcome outcome;
+  outcome.observation = observation;
+  return outcome;
+}
+
+}  // namespace
+
+TEST_CASE("the env's info is read into typed signals; anything malformed counts as absent") {
+  auto outcome = sao::rollout::outcome_of("o", 0.5, true, false,
+                                          nlohmann::json{{"accuracy", 0.25}, {"success", 1}, {"regime_index", 2}});
+  CHECK(outcome.observation == "o");
+  CHECK(outcome.accuracy == 0.25);
+  CHECK(outcome.success == 1);
+  CHECK(outcome.regime_index == 2.0);
+  auto bad = sao::rollout::outcome_of("", 0, false, false,
+                                      nlohmann::json{{"accuracy", "high"}, {"success", "yes"}, {"regime_index", {}}});
+  CHECK(std::isnan(bad.accuracy));
+  CHECK(bad.success == -1);
+  CHECK(std::isnan(bad.regime_index));
+  CHECK(std::isnan(sao::rollout::outcome_of("", 0, false, false, nlohmann::json::array()).accuracy));
+}
+
+TEST_CASE("success and accuracy of a final step follow one rule") {
+  EnvOutcome step;
+  step.terminated = true;
+  step.reward = 1.0;
+  CHECK(sao::rollout::episode_succeeded(step));  // no signal: terminated with a positive reward
+  CHECK(std::isnan(sao::rollout::episode_accuracy(step)));
+  step.success = 0;
+  CHECK_FALSE(sao::rollout::episode_succeeded(step));  // "success" wins over the reward
+  CHECK(sao::rollout::episode_accuracy(step) == 0.0);
+  step.success = -1;
+  step.accuracy = 0.5;
+  CHECK_FALSE(sao::rollout::episode_succeeded(step));
+  CHECK(sao::rollout::episode_accuracy(step) == 0.5);
+  step.success = 1;
+  CHECK(sao::rollout::episode_succeeded(step));
+  CHECK(sao::rollout::episode_accuracy(step) == 0.5);  // "accuracy" wins when both are given
+}
+
+TEST_CASE("rollout side: an empty reset observation is <|obs|>, and success alone gives accuracy 1") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  auto policy = tiny_policy();
+  EpisodeBatch batch(tokenizer, settings(), 2);
+  SuccessOnlyEnv env;
+  for (size_t row = 0; row < 2; ++row) {
+    const auto first = env.reset(row);
+    batch.reset_done(row, sao::rollout::outcome_of(first.observation, first.reward, first.terminated,
+                                                   first.truncated, first.info));
+  }
+  REQUIRE(batch.start(11));
+  int64_t steps = 0;
+  while (batch.any_generating()) {
+    for (const auto& ended : batch.decode_step(policy, /*version=*/7)) {
+      CHECK(batch.row(ended.row).state == RowState::kWaitingEnv);
+      const auto reply = env.step(ended.action_text);
+      batch.step_done(ended.row, sao::rollout::outcome_of(reply.observation, reply.reward, reply.terminated,
+                                                          reply.truncated, reply.info));
+    }
+    REQUIRE(++steps <= 4);  // one turn of at most 3 new tokens
+  }
+  REQUIRE(batch.finished());
+  for (size_t row = 0; row < 2; ++row) {
+    const auto trajectory = batch.trajectory(row, /*group_id=*/40 + static_cast<int64_t>(row));
+    REQUIRE(trajectory.tokens.size() >= 3);
+    CHECK(trajectory.tokens[0] == tokenizer.bos_id());
+    CHECK(trajectory.tokens[1] == *tokenizer.special_id("<|obs|>"));
+    CHECK(trajectory.action_mask[1] == 0);
+    CHECK(trajectory.action_mask[2] == 1);
+    CHECK(trajectory.accuracy == 1.0);
+    CHECK(trajectory.terminated);
+    CHECK(trajectory.group_id == 40 + static_cast<int64_t>(row));
+    CHECK(trajectory.total_reward() == doctest::Approx(1.0));
+    for (size_t t = 0; t < trajectory.size(); ++t) {
+      if (trajectory.action_mask[t]) CHECK(trajectory.policy_versions[t] == 7);
+    }
+    CHECK(batch.row(row).success);
+  }
+}
+
+TEST_CASE("evaluation side: the same environment counts every held-out episode as a success") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  auto policy = tiny_policy();
+  sao::train::EpisodeEvalOptions options;
+  options.max_new_tokens = 3;
+  options.sample_transcripts = 1;
+  const auto result = sao::train::evaluate_episodes(
+      policy, tokenizer, [] { return std::make_unique<SuccessOnlyEnv>(); }, options, 3);
+  CHECK(result.episodes == 3);
+  CHECK(result.successes == 3);
+  CHECK(result.errors == 0);
+  CHECK(result.mean_turns == 1.0);
+  CHECK(result.mean_reward == 1.0);
+  REQUIRE(result.samples.size() == 1);
+  CHECK(result.samples[0].find(" => success") != std::string::npos);
+}
+
+TEST_CASE("an episode ends at max_turns, on the env's word, or is lost with a reason") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  auto policy = tiny_policy();
+  EpisodeBatch batch(tokenizer, settings(/*max_turns=*/2), 4);
+  batch.reset_done(0, text("a"));
+  batch.reset_failed(1, "boom");
+  EnvOutcome ended_at_reset = text("done already");
+  ended_at_reset.terminated = true;
+  batch.reset_done(2, ended_at_reset);
+  CHECK(batch.resets_pending());
+  CHECK_THROWS_WITH_AS(batch.start(1), "episode batch: start() before every reset was answered", sao::Error);
+  batch.reset_done(3, text("b"));
+  CHECK(batch.row(1).state == RowState::kLost);
+  CHECK(batch.row(1).env_error);
+  CHECK(batch.row(1).lost_reason == "reset: boom");
+  CHECK(batch.row(2).state == RowState::kLost);
+  CHECK_FALSE(batch.row(2).env_error);
+  CHECK(batch.row(2).lost_reason == "the environment ended the episode at reset");
+  REQUIRE(batch.start(2));
+  int64_t turns_answered = 0;
+  while (batch.any_generating()) {
+    for (const auto& ended : batch.decode_step(policy, 0)) {
+      if (ended.row == 3) {
+        batch.step_failed(3, "env crashed");
+        continue;
+      }
+      ++turns_answered;
+      batch.step_done(ended.row, text("more"));  // never terminates on its own
+    }
+  }
+  CHECK(turns_answered == 2);  // row 0 played max_turns = 2 turns
+  CHECK(batch.finished());
+  CHECK(batch.row(0).state == RowState::kFinished);
+  CHECK(batch.row(0).turns.size() == 2);
+  CHECK_FALSE(batch.row(0).terminated);  // cut by max_turns: the learner bootstraps
+  CHECK_FALSE(batch.row(0).success);
+  CHECK(batch.trajectory(0, 0).truncated);
+  CHECK(batch.row(3).state == RowState::kLost);
+  CHECK(batch.row(3).lost_reason == "step: env crashed");
+  CHECK_THROWS_WITH_AS(batch.trajectory(3, 0), "episode batch: row 3 is not finished", sao::Error);
+}
