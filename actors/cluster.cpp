@@ -27,9 +27,16 @@ void describe_type(std::string& out) {
   out += '=' + std::to_string(bytes.size()) + ';';
 }
 
-template <caf::type_id_t... Offsets>
+template <caf::type_id_t Begin, caf::type_id_t... Offsets>
 void describe_types(std::string& out, std::integer_sequence<caf::type_id_t, Offsets...>) {
-  (describe_type<caf::id_block::sao::begin + Offsets>(out), ...);
+  (describe_type<Begin + Offsets>(out), ...);
+}
+
+// Actor handles serialise through the actor system (node and actor id), so
+// only their names enter the fingerprint.
+template <caf::type_id_t Begin, caf::type_id_t... Offsets>
+void name_types(std::string& out, std::integer_sequence<caf::type_id_t, Offsets...>) {
+  ((out += std::string(caf::type_name_by_id<Begin + Offsets>::value) + ';'), ...);
 }
 
 uint64_t fnv1a(const std::string& text) {
@@ -205,9 +212,13 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 }
 
 std::string message_set_fingerprint() {
-  std::string description = "sao-cluster-protocol-1;";
-  describe_types(description,
-                 std::make_integer_sequence<caf::type_id_t, caf::id_block::sao::end - caf::id_block::sao::begin>{});
+  // Protocol 2: typed actor interfaces (actors/protocol.hpp); their handles are a block of their own.
+  std::string description = "sao-cluster-protocol-2;";
+  describe_types<caf::id_block::sao::begin>(
+      description, std::make_integer_sequence<caf::type_id_t, caf::id_block::sao::end - caf::id_block::sao::begin>{});
+  name_types<caf::id_block::sao_handles::begin>(
+      description, std::make_integer_sequence<caf::type_id_t,
+                                              caf::id_block::sao_handles::end - caf::id_block::sao_handles::begin>{});
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(description)));
   return hex;
@@ -242,8 +253,10 @@ JoinResult join_learner(caf::actor_system& system, const std::string& host, uint
           [&](std::string& config_json, int64_t number, caf::actor& coordinator, caf::actor& replay,
               caf::actor& weight_sync) {
             result.ok = true;
-            result.grant = {std::move(config_json), number, std::move(coordinator), std::move(replay),
-                            std::move(weight_sync)};
+            // The handshake uses built-in types only (see protocol.hpp); the
+            // fingerprint matched, so these handles speak our interfaces.
+            result.grant = {std::move(config_json), number, caf::actor_cast<CoordinatorActor>(coordinator),
+                            caf::actor_cast<ReplayActor>(replay), caf::actor_cast<WeightSyncActor>(weight_sync)};
           },
           [&](caf::error& error) {
             result.error = describe_error(system, error);

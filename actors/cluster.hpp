@@ -13,7 +13,7 @@
 // From then on every message is an ordinary sao message between actors.
 #pragma once
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 
 #include <cstdint>
 #include <string>
@@ -57,7 +57,9 @@ caf::actor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config);
 struct JoinGrant {
   std::string run_config_json;
   int64_t node_number = 0;  // 1, 2, ... in join order; makes rollout indices unique
-  caf::actor coordinator, replay, weight_sync;
+  CoordinatorActor coordinator;
+  ReplayActor replay;
+  WeightSyncActor weight_sync;
 };
 
 struct JoinRequest {

@@ -1,7 +1,7 @@
 // HTTP endpoint of the introspection console; see console_server.hpp.
 #include "actors/console_server.hpp"
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "base/error.hpp"
 #include "config/live_knobs.hpp"
 #include "report/prometheus.hpp"
@@ -82,7 +82,7 @@ void reply_error(httplib::Response& response, int status, const std::string& mes
 
 struct ConsoleServer::Impl {
   caf::actor_system& system;
-  caf::actor coordinator;
+  CoordinatorActor coordinator;
   std::string token = random_token();
   std::string host;
   int port = 0;
@@ -90,7 +90,7 @@ struct ConsoleServer::Impl {
   std::thread thread;
   std::filesystem::path endpoint_file;
 
-  Impl(caf::actor_system& actor_system, caf::actor coordinator_actor)
+  Impl(caf::actor_system& actor_system, CoordinatorActor coordinator_actor)
       : system(actor_system), coordinator(std::move(coordinator_actor)) {}
 
   // Asks the coordinator and waits for the reply (on this HTTP worker
@@ -276,7 +276,7 @@ struct ConsoleServer::Impl {
   }
 };
 
-ConsoleServer::ConsoleServer(caf::actor_system& system, const caf::actor& coordinator,
+ConsoleServer::ConsoleServer(caf::actor_system& system, const CoordinatorActor& coordinator,
                              const config::ConsoleSection& config, const std::string& run_dir)
     : impl_(std::make_unique<Impl>(system, coordinator)) {
   auto& impl = *impl_;

@@ -6,6 +6,7 @@
 // actor. httplib stays inside the .cpp.
 #pragma once
 
+#include "actors/protocol.hpp"
 #include "config/run_config.hpp"
 
 #include <memory>
@@ -24,7 +25,7 @@ class ConsoleServer {
   // with a warning); writes RUN_DIR/console.json {url, token} readable by
   // the owner only, and prints the URL. Throws sao::Error when it cannot
   // bind at all.
-  ConsoleServer(caf::actor_system& system, const caf::actor& coordinator, const config::ConsoleSection& config,
+  ConsoleServer(caf::actor_system& system, const CoordinatorActor& coordinator, const config::ConsoleSection& config,
                 const std::string& run_dir);
   ~ConsoleServer();  // stops serving and joins the server thread
   ConsoleServer(const ConsoleServer&) = delete;

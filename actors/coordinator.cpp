@@ -19,8 +19,8 @@
 
 namespace sao::actors {
 
-std::vector<caf::actor> all_rollouts(const CoordinatorState& state) {
-  std::vector<caf::actor> rollouts = state.rollouts;
+std::vector<RolloutActor> all_rollouts(const CoordinatorState& state) {
+  std::vector<RolloutActor> rollouts = state.rollouts;
   for (const auto& item : state.remote_rollouts) rollouts.push_back(item.second);
   return rollouts;
 }
@@ -31,13 +31,13 @@ EnvActorConfig env_config(const config::RunConfig& run, size_t index) {
   return {"env-" + std::to_string(index), run.env.name, run.task_document};
 }
 
-caf::actor spawn_env(Self self, size_t index) {
+EnvActor spawn_env(Self self, size_t index) {
   auto env = spawn_env_actor(self->system(), env_config(self->state.config.run, index));
   self->monitor(env);
   return env;
 }
 
-caf::actor spawn_rollout(Self self, size_t index) {
+RolloutActor spawn_rollout(Self self, size_t index) {
   auto& config = self->state.rollout_configs[index];
   config.env = self->state.envs[index % self->state.envs.size()];
   auto rollout = spawn_rollout_actor(self->system(), config);
@@ -52,7 +52,7 @@ void restart_env(Self self, size_t index, const std::string& why) {
   if (std::chrono::steady_clock::now() - state.env_started[index] < timeout) return;
   std::fprintf(stderr, "coordinator: restarting env-%zu (%s)\n", index, why.c_str());
   state.counters.last_error = "env-" + std::to_string(index) + ": " + why;
-  self->demonitor(state.envs[index]);
+  self->demonitor(state.envs[index].address());
   self->send_exit(state.envs[index], caf::exit_reason::kill);
   state.envs[index] = spawn_env(self, index);
   state.env_started[index] = std::chrono::steady_clock::now();
@@ -67,7 +67,7 @@ void start(Self self) {
   auto& state = self->state;
   const auto& run = state.config.run;
   state.metrics = spawn_metrics_actor(self->system(), MetricsActorConfig{run.run.dir, run.train.steps, run.replay});
-  state.introspection = spawn_introspection_actor(self->system(), self);
+  state.introspection = spawn_introspection_actor(self->system(), caf::actor_cast<CoordinatorActor>(self));
   state.weight_sync = spawn_weight_sync_actor(self->system());
   state.learner =
       spawn_learner_actor(self->system(), LearnerActorConfig{run, state.config.policy, state.config.resume_from});
@@ -83,22 +83,23 @@ void start(Self self) {
     auto config = rollout_config_from_run(run, "rollout-" + std::to_string(i), i);
     config.replay = state.replay;
     config.weight_sync = state.weight_sync;
-    config.coordinator = self;
+    config.coordinator = caf::actor_cast<CoordinatorActor>(self);
     state.rollout_configs.push_back(config);
     state.rollouts.push_back(spawn_rollout(self, static_cast<size_t>(i)));
   }
-  self->send(state.learner, atoms::start_atom_v, state.replay, state.weight_sync, state.metrics, caf::actor{self});
+  self->send(state.learner, atoms::start_atom_v, state.replay, state.weight_sync, state.metrics,
+             caf::actor_cast<CoordinatorActor>(self));
 }
 
 
 void shutdown_children(Self self) {
   auto& state = self->state;
-  std::vector<caf::actor> children = {state.metrics, state.weight_sync, state.learner, state.replay,
-                                      state.introspection};
-  children.insert(children.end(), state.envs.begin(), state.envs.end());
-  const auto rollouts = all_rollouts(state);
-  children.insert(children.end(), rollouts.begin(), rollouts.end());
-  for (const auto& item : state.remote_envs) children.push_back(item.second);
+  std::vector<caf::actor_addr> children = {state.metrics.address(), state.weight_sync.address(),
+                                           state.learner.address(), state.replay.address(),
+                                           state.introspection.address()};
+  for (const auto& env : state.envs) children.push_back(env.address());
+  for (const auto& rollout : all_rollouts(state)) children.push_back(rollout.address());
+  for (const auto& item : state.remote_envs) children.push_back(item.second.address());
   for (auto& child : children) {
     if (!child) continue;
     self->demonitor(child);
@@ -109,8 +110,9 @@ void shutdown_children(Self self) {
 // Ends the run: every child is told to exit, then whoever started it hears how it ended.
 void end_run(Self self, msg::RunEnd end, std::string detail = "") {
   shutdown_children(self);
-  self->send(self->state.config.reply_to,
-             msg::RunFinished{self->state.steps, self->state.policy_version, end, std::move(detail)});
+  // The caller waits in a blocking (untyped) actor, hence anon_send.
+  caf::anon_send(self->state.config.reply_to,
+                 msg::RunFinished{self->state.steps, self->state.policy_version, end, std::move(detail)});
   self->quit();
 }
 
@@ -169,10 +171,10 @@ void on_down(Self self, const caf::down_msg& down) {
   }
 }
 // Every actor of the run with a display name, the coordinator first.
-std::pair<std::vector<caf::actor>, std::vector<std::string>> list_actors(Self self) {
+std::pair<std::vector<StatusActor>, std::vector<std::string>> list_actors(Self self) {
   auto& state = self->state;
-  std::vector<caf::actor> actors = {self,          state.learner,      state.replay, state.weight_sync,
-                                    state.metrics, state.introspection};
+  std::vector<StatusActor> actors = {caf::actor_cast<StatusActor>(self), state.learner, state.replay,
+                                     state.weight_sync, state.metrics, state.introspection};
   std::vector<std::string> names = {"coordinator", "learner", "replay", "weight-sync", "metrics", "introspection"};
   for (size_t i = 0; i < state.rollouts.size(); ++i) {
     actors.push_back(state.rollouts[i]);
@@ -183,11 +185,14 @@ std::pair<std::vector<caf::actor>, std::vector<std::string>> list_actors(Self se
     names.push_back("env-" + std::to_string(i));
   }
   // Cluster nodes' actors, named "<node>/rollout-<i>", "<node>/env-<i>".
-  for (const auto* registry : {&state.remote_rollouts, &state.remote_envs}) {
-    for (const auto& [key, actor] : *registry) {
-      actors.push_back(actor);
-      names.push_back(key.substr(key.find(' ') + 1));
-    }
+  auto display_name = [](const std::string& key) { return key.substr(key.find(' ') + 1); };
+  for (const auto& [key, actor] : state.remote_rollouts) {
+    actors.push_back(actor);
+    names.push_back(display_name(key));
+  }
+  for (const auto& [key, actor] : state.remote_envs) {
+    actors.push_back(actor);
+    names.push_back(display_name(key));
   }
   return {actors, names};
 }
@@ -212,8 +217,9 @@ void set_rollouts_paused(Self self, bool paused, const std::string& origin) {
 // Applies a live knob: replay first (it validates against the rest of the
 // replay config), then the learner, then logs it. The reply names what
 // changed, or the error of the first part that refused.
-caf::response_promise set_knob(Self self, const std::string& key, const std::string& text, const std::string& origin) {
-  auto promise = self->make_response_promise();
+caf::typed_response_promise<std::string> set_knob(Self self, const std::string& key, const std::string& text,
+                                                  const std::string& origin) {
+  auto promise = self->make_response_promise<std::string>();
   config::KnobChange change;
   try {
     change = config::parse_knob_change(key, text);
@@ -243,12 +249,12 @@ caf::response_promise set_knob(Self self, const std::string& key, const std::str
 }
 }  // namespace
 
-caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, CoordinatorConfig config) {
+CoordinatorActor::behavior_type coordinator_behavior(Self self, CoordinatorConfig config) {
   self->state.config = std::move(config);
   self->set_down_handler([self](const caf::down_msg& down) { on_down(self, down); });
   start(self);
   if (self->state.config.run.train.steps == 0) finish(self, msg::RunEnd::kBudget);
-  caf::message_handler lifecycle_and_control{
+  return {
       [self](const msg::StepReport& report) {
         ++self->state.counters.handled;
         self->state.steps = report.step;
@@ -299,12 +305,12 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
       },
       [self](atoms::checkpoint_atom, const std::string& origin) {
         ++self->state.counters.handled;
-        auto promise = self->make_response_promise();
+        auto promise = self->make_response_promise<std::string>();
         self->request(self->state.learner, std::chrono::minutes(5), atoms::checkpoint_atom_v)
             .then(
                 [self, promise, origin](const std::string& dir) mutable {
                   record_control(self, msg::ControlEvent{"checkpoint", "", dir, origin});
-                  promise.deliver("checkpoint written to " + dir);
+                  promise.deliver(std::string("checkpoint written to ") + dir);
                 },
                 [promise](const caf::error& error) mutable { promise.deliver(error); });
         return promise;
@@ -313,10 +319,10 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
         ++self->state.counters.handled;
         return set_knob(self, key, value, origin);
       },
-      [self](atoms::actors_atom) {
+      [self](atoms::actors_atom) -> caf::result<std::vector<StatusActor>, std::vector<std::string>> {
         ++self->state.counters.handled;
         auto [actors, names] = list_actors(self);
-        return caf::make_message(std::move(actors), std::move(names));
+        return {std::move(actors), std::move(names)};
       },
       [self](atoms::snapshot_atom) {
         ++self->state.counters.handled;
@@ -341,12 +347,34 @@ caf::behavior coordinator_actor(caf::stateful_actor<CoordinatorState>* self, Coo
                                {"envs", static_cast<double>(state.envs.size())}});
       },
       [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); },
+      // Cluster membership (coordinator_cluster.cpp).
+      [self](atoms::join_atom, atoms::status_atom) {
+        ++self->state.counters.handled;
+        return cluster_status(self);
+      },
+      // The actors a joining node talks to.
+      [self](atoms::join_atom) -> caf::result<ReplayActor, WeightSyncActor> {
+        ++self->state.counters.handled;
+        return {self->state.replay, self->state.weight_sync};
+      },
+      [self](atoms::join_atom, const std::string& node_name) {
+        ++self->state.counters.handled;
+        return node_using_name(self, node_name);
+      },
+      [self](atoms::join_atom, atoms::rollout_atom, const std::string& name, const RolloutActor& rollout,
+             bool needs_env) {
+        ++self->state.counters.handled;
+        rollout_joined(self, name, rollout, needs_env);
+      },
+      [self](atoms::join_atom, atoms::env_atom, const std::string& name, const EnvActor& env, bool from_env_node) {
+        ++self->state.counters.handled;
+        env_joined(self, name, env, from_env_node);
+      },
   };
-  return lifecycle_and_control.or_else(cluster_membership(self));
 }
 
-caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) {
-  return system.spawn(coordinator_actor, std::move(config));
+CoordinatorActor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) {
+  return system.spawn(coordinator_behavior, std::move(config));
 }
 
 }  // namespace sao::actors

@@ -4,7 +4,7 @@
 // checkpoint, and shuts every actor down before reporting RunFinished.
 #pragma once
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "model/transformer.hpp"
 #include "config/run_config.hpp"
 
@@ -23,6 +23,6 @@ struct CoordinatorConfig {
 };
 
 // Spawns the actor (state and behaviour are private to the .cpp).
-caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config);
+CoordinatorActor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config);
 
 }  // namespace sao::actors

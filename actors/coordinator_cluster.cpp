@@ -21,15 +21,15 @@ void assign_env_node_env(Self self, const std::string& rollout) {
   }
   state.env_of_rollout[rollout] = best;
   if (best.empty()) std::fprintf(stderr, "coordinator: %s waits for an env node\n", rollout.c_str());
-  self->send(state.remote_rollouts[rollout], atoms::env_atom_v,
-             best.empty() ? caf::actor{} : state.remote_envs[best]);
+  self->send(state.remote_rollouts[rollout], atoms::env_atom_v, best.empty() ? EnvActor{} : state.remote_envs[best]);
 }
 
-void register_remote(Self self, std::map<std::string, caf::actor>& registry, const std::string& name,
-                     const caf::actor& actor) {
+template <class Handle>
+void register_remote(Self self, std::map<std::string, Handle>& registry, const std::string& name,
+                     const Handle& actor) {
   // A node that rejoins under its old name replaces its previous actor.
   auto it = registry.find(name);
-  if (it != registry.end()) self->demonitor(it->second);
+  if (it != registry.end()) self->demonitor(it->second.address());
   registry[name] = actor;
   self->monitor(actor);
   std::fprintf(stderr, "coordinator: remote %s joined\n", name.c_str());
@@ -70,58 +70,44 @@ bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why
   return false;
 }
 
-caf::message_handler cluster_membership(Self self) {
-  return {
-      // Cluster: membership numbers (the gatekeeper's status file), the actors
-      // a joining node talks to, then its actors' registration.
-      [self](atoms::join_atom, atoms::status_atom) {
-        ++self->state.counters.handled;
-        const auto& state = self->state;
-        return describe_actor(self, "coordinator", "cluster", state.stopping ? "stopping" : "running", state.counters,
-                              {{"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
-                               {"remote_rollouts_lost", static_cast<double>(state.remote_rollouts_lost)},
-                               {"remote_envs", static_cast<double>(state.remote_envs.size())},
-                               {"env_node_envs", static_cast<double>(state.env_node_envs.size())}});
-      },
-      [self](atoms::join_atom) -> caf::result<caf::actor, caf::actor> {
-        ++self->state.counters.handled;
-        return {self->state.replay, self->state.weight_sync};
-      },
-      // The process whose actors use a node name now (none: a default
-      // node_id); registry keys are "rollout NAME/rollout-i", "env NAME/env-i".
-      [self](atoms::join_atom, const std::string& node_name) -> caf::node_id {
-        ++self->state.counters.handled;
-        const std::string infix = " " + node_name + "/";
-        for (const auto* registry : {&self->state.remote_rollouts, &self->state.remote_envs}) {
-          for (const auto& [key, actor] : *registry) {
-            if (key.find(infix) == key.find(' ')) return actor.node();
-          }
-        }
-        return caf::node_id{};
-      },
-      // needs_env: the rollout's node has no envs; an env node's env serves it.
-      [self](atoms::join_atom, atoms::rollout_atom, const std::string& name, const caf::actor& rollout,
-             bool needs_env) {
-        ++self->state.counters.handled;
-        const std::string key = "rollout " + name;
-        register_remote(self, self->state.remote_rollouts, key, rollout);
-        if (self->state.stopping || self->state.rollouts_paused) self->send(rollout, atoms::pause_atom_v);
-        if (needs_env) assign_env_node_env(self, key);
-      },
-      // from_env_node: an env node's env, shared by rollouts that need one.
-      [self](atoms::join_atom, atoms::env_atom, const std::string& name, const caf::actor& env, bool from_env_node) {
-        auto& state = self->state;
-        ++state.counters.handled;
-        const std::string key = "env " + name;
-        register_remote(self, state.remote_envs, key, env);
-        self->send(env, atoms::train_step_atom_v, state.steps);
-        if (!from_env_node) return;
-        state.env_node_envs.insert(key);
-        for (auto& [rollout, assigned] : state.env_of_rollout) {
-          if (assigned.empty()) assign_env_node_env(self, rollout);
-        }
-      },
-  };
+msg::ActorStatus cluster_status(Self self) {
+  const auto& state = self->state;
+  return describe_actor(self, "coordinator", "cluster", state.stopping ? "stopping" : "running", state.counters,
+                        {{"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
+                         {"remote_rollouts_lost", static_cast<double>(state.remote_rollouts_lost)},
+                         {"remote_envs", static_cast<double>(state.remote_envs.size())},
+                         {"env_node_envs", static_cast<double>(state.env_node_envs.size())}});
+}
+
+// Registry keys are "rollout NAME/rollout-i", "env NAME/env-i".
+caf::node_id node_using_name(Self self, const std::string& node_name) {
+  const std::string infix = " " + node_name + "/";
+  for (const auto& [key, actor] : self->state.remote_rollouts) {
+    if (key.find(infix) == key.find(' ')) return actor.node();
+  }
+  for (const auto& [key, actor] : self->state.remote_envs) {
+    if (key.find(infix) == key.find(' ')) return actor.node();
+  }
+  return caf::node_id{};
+}
+
+void rollout_joined(Self self, const std::string& name, const RolloutActor& rollout, bool needs_env) {
+  const std::string key = "rollout " + name;
+  register_remote(self, self->state.remote_rollouts, key, rollout);
+  if (self->state.stopping || self->state.rollouts_paused) self->send(rollout, atoms::pause_atom_v);
+  if (needs_env) assign_env_node_env(self, key);
+}
+
+void env_joined(Self self, const std::string& name, const EnvActor& env, bool from_env_node) {
+  auto& state = self->state;
+  const std::string key = "env " + name;
+  register_remote(self, state.remote_envs, key, env);
+  self->send(env, atoms::train_step_atom_v, state.steps);
+  if (!from_env_node) return;
+  state.env_node_envs.insert(key);
+  for (auto& [rollout, assigned] : state.env_of_rollout) {
+    if (assigned.empty()) assign_env_node_env(self, rollout);
+  }
 }
 
 }  // namespace sao::actors

@@ -5,8 +5,14 @@
 #pragma once
 
 #include "actors/coordinator.hpp"
+#include "actors/env_actor.hpp"
+#include "actors/learner_actor.hpp"
+#include "actors/metrics_actor.hpp"
+#include "actors/introspection_actor.hpp"
+#include "actors/replay_actor.hpp"
+#include "actors/weight_sync_actor.hpp"
 #include "actors/introspection.hpp"
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "actors/rollout_actor.hpp"
 
 #include <caf/all.hpp>
@@ -21,15 +27,19 @@ namespace sao::actors {
 
 struct CoordinatorState {
   CoordinatorConfig config;
-  caf::actor metrics, weight_sync, learner, replay, introspection;
-  std::vector<caf::actor> envs;
+  MetricsActor metrics;
+  WeightSyncActor weight_sync;
+  LearnerActor learner;
+  ReplayActor replay;
+  IntrospectionActor introspection;
+  std::vector<EnvActor> envs;
   std::vector<std::chrono::steady_clock::time_point> env_started;
-  std::vector<caf::actor> rollouts;
+  std::vector<RolloutActor> rollouts;
   std::vector<RolloutActorConfig> rollout_configs;
   // Actors of cluster nodes (actors/cluster.hpp): monitored, never restarted
   // here (their node rejoins), and told about pauses and the end of the run.
-  std::map<std::string, caf::actor> remote_rollouts;
-  std::map<std::string, caf::actor> remote_envs;  // every remote env hears the learner's step
+  std::map<std::string, RolloutActor> remote_rollouts;
+  std::map<std::string, EnvActor> remote_envs;  // every remote env hears the learner's step
   // Env nodes' envs serve the rollouts that have none of their own:
   // rollout -> the env it was given ("" while there is none).
   std::set<std::string> env_node_envs;
@@ -46,15 +56,22 @@ struct CoordinatorState {
   static inline const char* name = "coordinator";
 };
 
-using Self = caf::stateful_actor<CoordinatorState>*;
+using Self = CoordinatorActor::stateful_pointer<CoordinatorState>;
 
 // Local and remote rollout actors.
-std::vector<caf::actor> all_rollouts(const CoordinatorState& state);
+std::vector<RolloutActor> all_rollouts(const CoordinatorState& state);
 
-// Cluster membership (coordinator_cluster.cpp).
+// Cluster membership (coordinator_cluster.cpp): what the coordinator's
+// join handlers do.
 // A cluster node's actor ended: true if it was one (then handled).
 bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why);
-// The handlers for nodes' join messages; the coordinator's behaviour falls back to them.
-caf::message_handler cluster_membership(Self self);
+// Membership numbers for the gatekeeper's status file.
+msg::ActorStatus cluster_status(Self self);
+// The process whose actors use a node name now (none: a default node_id).
+caf::node_id node_using_name(Self self, const std::string& node_name);
+// needs_env: the rollout's node has no envs; an env node's env serves it.
+void rollout_joined(Self self, const std::string& name, const RolloutActor& rollout, bool needs_env);
+// from_env_node: an env node's env, shared by rollouts that need one.
+void env_joined(Self self, const std::string& name, const EnvActor& env, bool from_env_node);
 
 }  // namespace sao::actors

@@ -55,7 +55,7 @@ caf::error env_error(EnvActorState& state, msg::Errc code, const std::string& wh
 }
 }  // namespace
 
-caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig config) {
+EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorState> self, EnvActorConfig config) {
   self->state.config = std::move(config);
   return {
       [self](const msg::EnvReset& request) -> caf::result<msg::EnvReply> {
@@ -102,7 +102,8 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
         for (auto& item : state.episodes) item.second->on_training_step(learner_step);
       },
       [self](atoms::status_atom) {
-        const auto& state = self->state;
+        auto& state = self->state;
+        ++state.counters.handled;
         return describe_actor(self, state.config.name, "env", state.episodes.empty() ? "idle" : "serving",
                               state.counters,
                               {{"open_episodes", static_cast<double>(state.episodes.size())},
@@ -112,8 +113,8 @@ caf::behavior env_actor(caf::stateful_actor<EnvActorState>* self, EnvActorConfig
   };
 }
 
-caf::actor spawn_env_actor(caf::actor_system& system, EnvActorConfig config) {
-  return system.spawn<caf::detached>(env_actor, std::move(config));
+EnvActor spawn_env_actor(caf::actor_system& system, EnvActorConfig config) {
+  return system.spawn<caf::detached>(env_actor_behavior, std::move(config));
 }
 
 }  // namespace sao::actors

@@ -5,7 +5,7 @@
 // request timeout, and the coordinator restarts the actor.
 #pragma once
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +20,6 @@ struct EnvActorConfig {
 };
 
 // Spawns the actor (state and behaviour are private to the .cpp).
-caf::actor spawn_env_actor(caf::actor_system& system, EnvActorConfig config);
+EnvActor spawn_env_actor(caf::actor_system& system, EnvActorConfig config);
 
 }  // namespace sao::actors

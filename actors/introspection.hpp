@@ -3,7 +3,7 @@
 // fields (mailbox depth, messages handled, last error) for every kind.
 #pragma once
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 
 #include "report/time_accounting.hpp"
 

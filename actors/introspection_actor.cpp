@@ -10,14 +10,14 @@
 namespace sao::actors {
 
 struct IntrospectionState {
-  caf::actor coordinator;
+  CoordinatorActor coordinator;
   ActorCounters counters;
   int64_t snapshots = 0;
   static inline const char* name = "introspection";
 };
 
 namespace {
-using Self = caf::stateful_actor<IntrospectionState>*;
+using Self = IntrospectionActor::stateful_pointer<IntrospectionState>;
 
 // CAF names nodes only once the network layer is up; a purely local run's
 // actors are named by host and process instead.
@@ -28,15 +28,17 @@ std::string node_name(const caf::node_id& node) {
   return std::string(host) + ":" + std::to_string(::getpid());
 }
 
+using SnapshotPromise = caf::typed_response_promise<std::vector<msg::ActorStatus>>;
+
 // One snapshot in progress: replies arrive in any order, each in its slot.
 struct Gathering {
   std::vector<msg::ActorStatus> statuses;
   size_t pending = 0;
-  caf::response_promise promise;
+  SnapshotPromise promise;
 };
 
-void gather(Self self, const std::vector<caf::actor>& actors, const std::vector<std::string>& names,
-            caf::response_promise promise) {
+void gather(Self self, const std::vector<StatusActor>& actors, const std::vector<std::string>& names,
+            SnapshotPromise promise) {
   auto gathering = std::make_shared<Gathering>();
   gathering->statuses.resize(actors.size());
   gathering->pending = actors.size();
@@ -67,16 +69,16 @@ void gather(Self self, const std::vector<caf::actor>& actors, const std::vector<
 }
 }  // namespace
 
-caf::behavior introspection_actor(caf::stateful_actor<IntrospectionState>* self, caf::actor coordinator) {
+IntrospectionActor::behavior_type introspection_behavior(Self self, CoordinatorActor coordinator) {
   self->state.coordinator = std::move(coordinator);
   return {
       [self](atoms::snapshot_atom) {
         auto& state = self->state;
         ++state.counters.handled;
         ++state.snapshots;
-        auto promise = self->make_response_promise();
+        auto promise = self->make_response_promise<std::vector<msg::ActorStatus>>();
         self->request(state.coordinator, kStatusTimeout, atoms::actors_atom_v)
-            .then([self, promise](const std::vector<caf::actor>& actors,
+            .then([self, promise](const std::vector<StatusActor>& actors,
                                   const std::vector<std::string>& names) { gather(self, actors, names, promise); },
                   [self, promise](const caf::error& error) mutable {
                     self->state.counters.last_error =
@@ -94,8 +96,8 @@ caf::behavior introspection_actor(caf::stateful_actor<IntrospectionState>* self,
   };
 }
 
-caf::actor spawn_introspection_actor(caf::actor_system& system, caf::actor coordinator) {
-  return system.spawn(introspection_actor, std::move(coordinator));
+IntrospectionActor spawn_introspection_actor(caf::actor_system& system, CoordinatorActor coordinator) {
+  return system.spawn(introspection_behavior, std::move(coordinator));
 }
 
 }  // namespace sao::actors

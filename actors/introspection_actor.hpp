@@ -6,7 +6,7 @@
 // (actors_atom), so restarted and newly joined actors are always included.
 #pragma once
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 
 namespace sao::actors {
 
@@ -14,6 +14,6 @@ namespace sao::actors {
 // unresponsive (a learner step is ~0.2 s on the default model).
 constexpr auto kStatusTimeout = std::chrono::seconds(3);
 
-caf::actor spawn_introspection_actor(caf::actor_system& system, caf::actor coordinator);
+IntrospectionActor spawn_introspection_actor(caf::actor_system& system, CoordinatorActor coordinator);
 
 }  // namespace sao::actors

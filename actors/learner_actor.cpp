@@ -27,7 +27,10 @@ std::string checkpoint_dir(const std::string& run_dir) {
 struct LearnerActorState {
   LearnerActorConfig config;
   std::unique_ptr<algo::Learner> learner;
-  caf::actor replay, weight_sync, metrics, coordinator;
+  ReplayActor replay;
+  WeightSyncActor weight_sync;
+  MetricsActor metrics;
+  CoordinatorActor coordinator;
   std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point previous_step_start = std::chrono::steady_clock::now();
@@ -39,7 +42,7 @@ struct LearnerActorState {
 };
 
 namespace {
-using Self = caf::stateful_actor<LearnerActorState>*;
+using Self = LearnerActor::stateful_pointer<LearnerActorState>;
 
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -172,7 +175,7 @@ void run_step(Self self, msg::TrainBatch& batch) {
 }
 }  // namespace
 
-caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, LearnerActorConfig config) {
+LearnerActor::behavior_type learner_behavior(Self self, LearnerActorConfig config) {
   auto& state = self->state;
   state.config = std::move(config);
   const auto& run = state.config.run;
@@ -184,8 +187,8 @@ caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, Learne
   state.learner = std::make_unique<algo::Learner>(run.learner, state.config.policy, critic);
   if (!state.config.resume_from.empty()) state.learner->load(state.config.resume_from);
   return {
-      [self](atoms::start_atom, const caf::actor& replay, const caf::actor& weight_sync, const caf::actor& metrics,
-             const caf::actor& coordinator) {
+      [self](atoms::start_atom, const ReplayActor& replay, const WeightSyncActor& weight_sync,
+             const MetricsActor& metrics, const CoordinatorActor& coordinator) {
         auto& st = self->state;
         ++st.counters.handled;
         st.coordinator = coordinator;
@@ -260,8 +263,8 @@ caf::behavior learner_actor(caf::stateful_actor<LearnerActorState>* self, Learne
   };
 }
 
-caf::actor spawn_learner_actor(caf::actor_system& system, LearnerActorConfig config) {
-  return system.spawn<caf::detached>(learner_actor, std::move(config));
+LearnerActor spawn_learner_actor(caf::actor_system& system, LearnerActorConfig config) {
+  return system.spawn<caf::detached>(learner_behavior, std::move(config));
 }
 
 }  // namespace sao::actors

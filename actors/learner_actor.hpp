@@ -4,7 +4,7 @@
 // Detached: a step blocks its thread for the length of the maths.
 #pragma once
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "model/transformer.hpp"
 #include "config/run_config.hpp"
 
@@ -19,7 +19,7 @@ struct LearnerActorConfig {
 };
 
 // Spawns the actor (state and behaviour are private to the .cpp).
-caf::actor spawn_learner_actor(caf::actor_system& system, LearnerActorConfig config);
+LearnerActor spawn_learner_actor(caf::actor_system& system, LearnerActorConfig config);
 
 // Where the learner writes its checkpoint inside a run directory.
 std::string checkpoint_dir(const std::string& run_dir);

@@ -36,7 +36,7 @@ struct MetricsActorState {
 };
 
 namespace {
-using Self = caf::stateful_actor<MetricsActorState>*;
+using Self = MetricsActor::stateful_pointer<MetricsActorState>;
 
 // The actors' own time accounting (introspection numbers) summarised, or
 // null when no actor reported any (e.g. every status request timed out).
@@ -163,7 +163,7 @@ std::string history_since(const MetricsActorState& state, int64_t since_step) {
 }
 }  // namespace
 
-caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, MetricsActorConfig config) {
+MetricsActor::behavior_type metrics_behavior(Self self, MetricsActorConfig config) {
   auto& state = self->state;
   state.config = std::move(config);
   state.writer =
@@ -238,8 +238,8 @@ caf::behavior metrics_actor(caf::stateful_actor<MetricsActorState>* self, Metric
   };
 }
 
-caf::actor spawn_metrics_actor(caf::actor_system& system, MetricsActorConfig config) {
-  return system.spawn(metrics_actor, std::move(config));
+MetricsActor spawn_metrics_actor(caf::actor_system& system, MetricsActorConfig config) {
+  return system.spawn(metrics_behavior, std::move(config));
 }
 
 }  // namespace sao::actors

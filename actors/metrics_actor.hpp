@@ -5,7 +5,7 @@
 // the console and dashboard read (`history_atom`).
 #pragma once
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "replay/replay_buffer.hpp"
 
 #include <nlohmann/json.hpp>
@@ -28,6 +28,6 @@ constexpr size_t kHistoryKeptSteps = 20000;
 constexpr size_t kHistoryReplyLimit = 2000;
 
 // Spawns the actor (state and behaviour are private to the .cpp).
-caf::actor spawn_metrics_actor(caf::actor_system& system, MetricsActorConfig config);
+MetricsActor spawn_metrics_actor(caf::actor_system& system, MetricsActorConfig config);
 
 }  // namespace sao::actors

@@ -4,7 +4,7 @@
 #include "actors/cluster.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/env_actor.hpp"
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "actors/rollout_actor.hpp"
 #include "actors/run_control.hpp"
 #include "actors/system_config.hpp"
@@ -29,7 +29,7 @@ namespace sao::actors {
 namespace {
 
 void configure_system(caf::actor_system_config& config, int64_t scheduler_threads, const std::string& policy) {
-  register_message_types(config);
+  register_protocol(config);
   enable_cluster_networking(config);
   configure_scheduler(config, scheduler_threads, policy);
 }
@@ -81,8 +81,10 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
         spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self, options.local_rollouts});
     self->request(coordinator, caf::infinite, atoms::join_atom_v)
         .receive(
-            [&](caf::actor& replay, caf::actor& weight_sync) {
-              self->send(gatekeeper, atoms::start_atom_v, coordinator, replay, weight_sync);
+            [&](ReplayActor& replay, WeightSyncActor& weight_sync) {
+              // The gatekeeper hands these out in its untyped handshake (cluster.hpp).
+              self->send(gatekeeper, atoms::start_atom_v, caf::actor_cast<caf::actor>(coordinator),
+                         caf::actor_cast<caf::actor>(replay), caf::actor_cast<caf::actor>(weight_sync));
             },
             [&](caf::error&) {});  // a coordinator that failed to start reports RunFinished below
     std::fprintf(stderr, "learner node: listening on %s:%u (build fingerprint %s)\n", options.listen_host.c_str(),
@@ -103,11 +105,11 @@ namespace {
 // One membership of a rollout node: the actors it spawned after a join.
 struct NodeSession {
   JoinGrant grant;
-  std::vector<caf::actor> envs;
-  std::vector<caf::actor> rollouts;
+  std::vector<EnvActor> envs;
+  std::vector<RolloutActor> rollouts;
   std::set<caf::actor_addr> exited;  // local actors whose down message was already received
-  std::vector<caf::actor> local() const {
-    std::vector<caf::actor> all = envs;
+  std::vector<StatusActor> local() const {
+    std::vector<StatusActor> all(envs.begin(), envs.end());
     all.insert(all.end(), rollouts.begin(), rollouts.end());
     return all;
   }
@@ -147,7 +149,7 @@ NodeSession start_session(caf::actor_system& system, caf::scoped_actor& self, co
 }
 
 void stop_session(caf::scoped_actor& self, NodeSession& session) {
-  self->demonitor(session.grant.coordinator);
+  self->demonitor(session.grant.coordinator.address());
   auto local = session.local();
   for (auto& actor : local) self->send_exit(actor, caf::exit_reason::user_shutdown);
   // Wait for their down messages, so the next session starts from a clean slate.

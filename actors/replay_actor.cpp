@@ -12,7 +12,7 @@ namespace sao::actors {
 
 struct ReplayActorState {
   std::unique_ptr<replay::ReplayBuffer> buffer;
-  caf::actor learner;
+  LearnerActor learner;
   bool learner_idle = false;
   int64_t learner_version = 0;
   int64_t dropped_reported = 0;
@@ -22,7 +22,7 @@ struct ReplayActorState {
 };
 
 namespace {
-using Self = caf::stateful_actor<ReplayActorState>*;
+using Self = ReplayActor::stateful_pointer<ReplayActorState>;
 
 void try_dispatch(Self self) {
   auto& state = self->state;
@@ -38,8 +38,7 @@ void try_dispatch(Self self) {
 }
 }  // namespace
 
-caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::ReplayConfig config,
-                           caf::actor learner) {
+ReplayActor::behavior_type replay_behavior(Self self, replay::ReplayConfig config, LearnerActor learner) {
   self->state.buffer = std::make_unique<replay::ReplayBuffer>(config);
   self->state.learner = std::move(learner);
   return {
@@ -103,8 +102,8 @@ caf::behavior replay_actor(caf::stateful_actor<ReplayActorState>* self, replay::
   };
 }
 
-caf::actor spawn_replay_actor(caf::actor_system& system, replay::ReplayConfig config, caf::actor learner) {
-  return system.spawn(replay_actor, config, std::move(learner));
+ReplayActor spawn_replay_actor(caf::actor_system& system, replay::ReplayConfig config, LearnerActor learner) {
+  return system.spawn(replay_behavior, config, std::move(learner));
 }
 
 }  // namespace sao::actors

@@ -3,12 +3,12 @@
 // every finished rollout can trigger a step without the learner polling.
 #pragma once
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "replay/replay_buffer.hpp"
 
 namespace sao::actors {
 
 // Spawns the actor (state and behaviour are private to the .cpp).
-caf::actor spawn_replay_actor(caf::actor_system& system, replay::ReplayConfig config, caf::actor learner);
+ReplayActor spawn_replay_actor(caf::actor_system& system, replay::ReplayConfig config, LearnerActor learner);
 
 }  // namespace sao::actors

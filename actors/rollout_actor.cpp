@@ -66,7 +66,7 @@ struct RolloutActorState {
 };
 
 namespace {
-using Self = caf::stateful_actor<RolloutActorState>*;
+using Self = RolloutActor::stateful_pointer<RolloutActorState>;
 
 void start_session(Self self);
 void schedule_decode(Self self);
@@ -283,14 +283,14 @@ msg::ActorStatus status_of(Self self) {
 }
 }  // namespace
 
-caf::behavior rollout_actor(caf::stateful_actor<RolloutActorState>* self, RolloutActorConfig config) {
+RolloutActor::behavior_type rollout_behavior(Self self, RolloutActorConfig config) {
   auto& state = self->state;
   state.config = std::move(config);
   if (state.config.group_size < 1) state.config.group_size = 1;
   state.policy = model::CausalLM(state.config.model);
   state.policy->eval();
   // Ask for the current weights; generation starts when they arrive.
-  self->send(state.config.weight_sync, atoms::register_atom_v, state.config.name, caf::actor{self});
+  self->send(state.config.weight_sync, atoms::register_atom_v, state.config.name, caf::actor_cast<RolloutActor>(self));
   return {
       [self](msg::PolicyWeights& weights) {
         auto& st = self->state;
@@ -337,7 +337,7 @@ caf::behavior rollout_actor(caf::stateful_actor<RolloutActorState>* self, Rollou
         self->state.paused = false;
         start_session(self);
       },
-      [self](atoms::env_atom, const caf::actor& env) {
+      [self](atoms::env_atom, const EnvActor& env) {
         // The coordinator replaced our env actor (restart after a failure, or
         // an env node joined or left); a null handle means none for now.
         ++self->state.counters.handled;
@@ -363,8 +363,8 @@ RolloutActorConfig rollout_config_from_run(const config::RunConfig& run, std::st
   return config;
 }
 
-caf::actor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config) {
-  return system.spawn<caf::detached>(rollout_actor, std::move(config));
+RolloutActor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config) {
+  return system.spawn<caf::detached>(rollout_behavior, std::move(config));
 }
 
 }  // namespace sao::actors

@@ -9,7 +9,7 @@
 // step blocks for the length of a forward pass.
 #pragma once
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "model/model_config.hpp"
 #include "config/run_config.hpp"
 
@@ -25,10 +25,10 @@ struct RolloutActorConfig {
   int64_t group_size = 1;    // G episodes share a prompt (GRPO)
   bool synchronous = false;  // one batch per weight version (batch barrier)
   uint64_t seed = 1;
-  caf::actor env;  // may start null (a cluster rollout served by env nodes): it waits for one
-  caf::actor replay;
-  caf::actor weight_sync;
-  caf::actor coordinator;
+  EnvActor env;  // may start null (a cluster rollout served by env nodes): it waits for one
+  ReplayActor replay;
+  WeightSyncActor weight_sync;
+  CoordinatorActor coordinator;
 };
 
 // A rollout actor's settings from the run config; the caller fills in the
@@ -37,6 +37,6 @@ struct RolloutActorConfig {
 RolloutActorConfig rollout_config_from_run(const config::RunConfig& run, std::string name, int64_t index);
 
 // Spawns the actor (state and behaviour are private to the .cpp).
-caf::actor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config);
+RolloutActor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config);
 
 }  // namespace sao::actors

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "actors/console_server.hpp"
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "actors/train.hpp"
 
 #include <atomic>
@@ -15,12 +15,12 @@ namespace sao::actors {
 
 // The run's console endpoint when config.console.enabled; nullptr (with a
 // message) when it is off or cannot bind. Reset it before the system ends.
-std::unique_ptr<ConsoleServer> start_console(caf::actor_system& system, const caf::actor& coordinator,
+std::unique_ptr<ConsoleServer> start_console(caf::actor_system& system, const CoordinatorActor& coordinator,
                                              const config::RunConfig& config);
 
 // Blocks until the coordinator reports RunFinished; sends it a stop when
 // *stop_requested turns true (nullptr: never).
-TrainOutcome await_run_finished(caf::scoped_actor& self, const caf::actor& coordinator,
+TrainOutcome await_run_finished(caf::scoped_actor& self, const CoordinatorActor& coordinator,
                                 const std::atomic<bool>* stop_requested);
 
 // RUN_DIR/summary.json as text ("" when missing).

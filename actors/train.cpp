@@ -5,7 +5,7 @@
 
 #include "actors/console_server.hpp"
 #include "actors/coordinator.hpp"
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "actors/run_control.hpp"
 
 #include <chrono>
@@ -18,7 +18,7 @@
 
 namespace sao::actors {
 
-TrainOutcome await_run_finished(caf::scoped_actor& self, const caf::actor& coordinator,
+TrainOutcome await_run_finished(caf::scoped_actor& self, const CoordinatorActor& coordinator,
                                 const std::atomic<bool>* stop_requested) {
   TrainOutcome outcome;
   bool finished = false;
@@ -51,7 +51,7 @@ std::string read_summary(const std::string& run_dir) {
   return text.str();
 }
 
-std::unique_ptr<ConsoleServer> start_console(caf::actor_system& system, const caf::actor& coordinator,
+std::unique_ptr<ConsoleServer> start_console(caf::actor_system& system, const CoordinatorActor& coordinator,
                                              const config::RunConfig& config) {
   if (!config.console.enabled) return nullptr;
   try {
@@ -73,7 +73,7 @@ int64_t actors_left_running(caf::actor_system& system) {
 TrainOutcome run_training(const config::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                           const std::atomic<bool>* stop_requested) {
   caf::actor_system_config system_config;
-  register_message_types(system_config);
+  register_protocol(system_config);
   configure_scheduler(system_config, config.train.scheduler_threads, config.train.scheduler_policy);
   TrainOutcome outcome;
   {

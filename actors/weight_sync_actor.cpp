@@ -12,7 +12,7 @@ struct WeightSyncState {
   // rollout it is sent to (copy-on-write), so a push costs no tensor copies.
   caf::message latest;
   int64_t latest_version = -1;
-  std::map<std::string, caf::actor> rollouts;
+  std::map<std::string, RolloutActor> rollouts;
   std::map<std::string, int64_t> running_version;  // rollout name -> version it acknowledged
   // At most one push per rollout is unacknowledged: a rollout across a slow
   // link (or a model that takes longer to send than to train a step) gets the
@@ -25,17 +25,22 @@ struct WeightSyncState {
 };
 
 namespace {
-void push_latest(caf::stateful_actor<WeightSyncState>* self, const std::string& rollout) {
+using Self = WeightSyncActor::stateful_pointer<WeightSyncState>;
+
+void push_latest(Self self, const std::string& rollout) {
   auto& state = self->state;
   if (state.latest_version < 0 || state.awaiting_ack[rollout]) return;
   if (state.running_version[rollout] >= state.latest_version) return;
-  self->send(state.rollouts[rollout], state.latest);
+  // The prepared message is shared by every push (no tensor copies); a
+  // typed send would take the struct by value, so it goes out untyped - it
+  // is a msg::PolicyWeights, which RolloutActor accepts.
+  caf::anon_send(caf::actor_cast<caf::actor>(state.rollouts[rollout]), state.latest);
   state.awaiting_ack[rollout] = true;
   ++state.pushes;
 }
 }  // namespace
 
-caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
+WeightSyncActor::behavior_type weight_sync_behavior(Self self) {
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;
     for (auto it = state.rollouts.begin(); it != state.rollouts.end(); ++it) {
@@ -56,7 +61,7 @@ caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
         state.latest = caf::make_message(std::move(weights));
         for (const auto& item : state.rollouts) push_latest(self, item.first);
       },
-      [self](atoms::register_atom, const std::string& name, const caf::actor& rollout) {
+      [self](atoms::register_atom, const std::string& name, const RolloutActor& rollout) {
         auto& state = self->state;
         ++state.counters.handled;
         state.rollouts[name] = rollout;
@@ -100,8 +105,8 @@ caf::behavior weight_sync_actor(caf::stateful_actor<WeightSyncState>* self) {
   };
 }
 
-caf::actor spawn_weight_sync_actor(caf::actor_system& system) {
-  return system.spawn(weight_sync_actor);
+WeightSyncActor spawn_weight_sync_actor(caf::actor_system& system) {
+  return system.spawn(weight_sync_behavior);
 }
 
 }  // namespace sao::actors

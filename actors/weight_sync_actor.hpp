@@ -5,11 +5,11 @@
 // slow receiver skips versions instead of queueing them.
 #pragma once
 
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 
 namespace sao::actors {
 
 // Spawns the actor (state and behaviour are private to the .cpp).
-caf::actor spawn_weight_sync_actor(caf::actor_system& system);
+WeightSyncActor spawn_weight_sync_actor(caf::actor_system& system);
 
 }  // namespace sao::actors

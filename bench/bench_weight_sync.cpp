@@ -7,7 +7,7 @@
 //
 // Usage: bench_weight_sync [REPEATS]   (default 3; the median is printed)
 #include "actors/cluster.hpp"
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
 #include "config/run_config.hpp"
@@ -85,7 +85,7 @@ double loopback_bytes_per_second(size_t total) {
 }
 
 void configure_system(caf::actor_system_config& config) {
-  sao::actors::register_message_types(config);
+  sao::actors::register_protocol(config);
   sao::actors::enable_cluster_networking(config);
 }
 

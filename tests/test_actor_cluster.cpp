@@ -18,7 +18,7 @@ struct GatekeeperFixture {
   caf::actor gatekeeper;
 
   GatekeeperFixture() {
-    sao::actors::register_message_types(config);
+    sao::actors::register_protocol(config);
     system = std::make_unique<caf::actor_system>(config);
     // As coordinator it answers "who uses this node name": nobody.
     stand_in = system->spawn(

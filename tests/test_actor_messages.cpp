@@ -1,7 +1,7 @@
 // Every message type survives CAF's binary serializer, both as a value and
 // inside a caf::message (which also proves the type-ID block is registered):
 // the wire format used between processes.
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 
 #include <doctest/doctest.h>
 
@@ -13,7 +13,7 @@ struct System {
   caf::actor_system_config config;
   std::unique_ptr<caf::actor_system> system;
   System() {
-    sao::actors::register_message_types(config);
+    sao::actors::register_protocol(config);
     system = std::make_unique<caf::actor_system>(config);
   }
 };

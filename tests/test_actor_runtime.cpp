@@ -2,7 +2,7 @@
 // step for a single trajectory, drops stale ones, and weight updates reach
 // every rollout actor.
 #include "actors/env_actor.hpp"
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "actors/replay_actor.hpp"
 #include "actors/rollout_actor.hpp"
 #include "actors/weight_sync_actor.hpp"
@@ -25,7 +25,7 @@ struct System {
   caf::actor_system_config config;
   std::unique_ptr<caf::actor_system> system;
   System() {
-    sao::actors::register_message_types(config);
+    sao::actors::register_protocol(config);
     system = std::make_unique<caf::actor_system>(config);
   }
 };
@@ -67,7 +67,7 @@ TEST_CASE("in SAO mode a single finished trajectory starts a learner step at onc
   sao::replay::ReplayConfig config;
   config.min_batch = 1;
   config.max_batch = 8;
-  auto replay = sao::actors::spawn_replay_actor(*s.system, config, learner);
+  auto replay = sao::actors::spawn_replay_actor(*s.system, config, caf::actor_cast<sao::actors::LearnerActor>(learner));
   learner->send(replay, sao::atoms::learner_idle_atom_v, int64_t{0});
   bool acked = false;
   rollout->request(replay, 2s, trajectory_at_version(0))
@@ -75,7 +75,7 @@ TEST_CASE("in SAO mode a single finished trajectory starts a learner step at onc
                [&](const caf::error& error) { FAIL(s.system->render(error)); });
   CHECK(acked);
   bool got_batch = false;
-  learner->receive([&](const sao::msg::TrainBatch& batch) { got_batch = batch.items.size() == 1; },
+  learner->receive([&](const sao::msg::TrainBatch& batch) { got_batch = batch.trajectories.size() == 1; },
                    caf::after(2s) >> [] {});
   CHECK(got_batch);
   // The learner is busy now: a second trajectory waits instead of being sent.
@@ -85,7 +85,7 @@ TEST_CASE("in SAO mode a single finished trajectory starts a learner step at onc
   learner->receive([&](const sao::msg::TrainBatch&) { second_batch = true; }, caf::after(200ms) >> [] {});
   CHECK_FALSE(second_batch);
   learner->send(replay, sao::atoms::learner_idle_atom_v, int64_t{1});
-  learner->receive([&](const sao::msg::TrainBatch& batch) { second_batch = batch.items.size() == 1; },
+  learner->receive([&](const sao::msg::TrainBatch& batch) { second_batch = batch.trajectories.size() == 1; },
                    caf::after(2s) >> [] {});
   CHECK(second_batch);
   caf::anon_send_exit(replay, caf::exit_reason::user_shutdown);
@@ -97,7 +97,7 @@ TEST_CASE("a trajectory staler than max_staleness is dropped and counted") {
   caf::scoped_actor rollout{*s.system};
   sao::replay::ReplayConfig config;
   config.max_staleness = 2;
-  auto replay = sao::actors::spawn_replay_actor(*s.system, config, learner);
+  auto replay = sao::actors::spawn_replay_actor(*s.system, config, caf::actor_cast<sao::actors::LearnerActor>(learner));
   learner->send(replay, sao::atoms::learner_idle_atom_v, int64_t{5});
   bool accepted = true;
   rollout
@@ -134,13 +134,13 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
   caf::scoped_actor fake_learner{system};
   caf::scoped_actor driver{system};
   sao::replay::ReplayConfig replay_config;
-  auto replay = sao::actors::spawn_replay_actor(system, replay_config, fake_learner);
+  auto replay = sao::actors::spawn_replay_actor(system, replay_config, caf::actor_cast<sao::actors::LearnerActor>(fake_learner));
   auto weight_sync = sao::actors::spawn_weight_sync_actor(system);
   auto env = sao::actors::spawn_env_actor(system, {"env-0", "arithmetic", nlohmann::json::object()});
   sao::model::CausalLM policy(tiny_byte_model());
   sao::model::init_weights(*policy, 1);
   driver->send(weight_sync, weights_of(policy, 0));
-  std::vector<caf::actor> rollouts;
+  std::vector<sao::actors::RolloutActor> rollouts;
   for (int i = 0; i < 3; ++i) {
     sao::actors::RolloutActorConfig config;
     config.name = "rollout-" + std::to_string(i);
@@ -150,9 +150,9 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
     config.rollout.max_new_tokens = 4;
     config.rollout.weight_switch = weight_switch;
     config.env = env;
-    config.replay = replay;
+    config.replay = caf::actor_cast<sao::actors::ReplayActor>(replay);
     config.weight_sync = weight_sync;
-    config.coordinator = driver;
+    config.coordinator = caf::actor_cast<sao::actors::CoordinatorActor>(driver);
     rollouts.push_back(sao::actors::spawn_rollout_actor(system, config));
   }
   auto versions_converged_to = [&](int64_t version) {
@@ -178,7 +178,9 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
                  [](const caf::error&) {});
   }
   for (auto& actor : rollouts) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  for (auto& actor : {replay, weight_sync, env}) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  for (const auto& actor : {replay.address(), weight_sync.address(), env.address()}) {
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
 }
 
 TEST_CASE("an env actor turns environment errors into error replies and stays up") {
@@ -237,9 +239,9 @@ TEST_CASE("the rollout actor plays episodes by the shared rules: <|obs|> for an 
   config.rollout.episodes_per_actor = 2;
   config.rollout.max_new_tokens = 3;
   config.env = env;
-  config.replay = replay;
+  config.replay = caf::actor_cast<sao::actors::ReplayActor>(replay);
   config.weight_sync = weight_sync;
-  config.coordinator = driver;
+  config.coordinator = caf::actor_cast<sao::actors::CoordinatorActor>(driver);
   auto rollout = sao::actors::spawn_rollout_actor(system, config);
   const sao::tokenizer::ByteTokenizer tokenizer;
   std::vector<sao::algo::Trajectory> received;
@@ -253,7 +255,7 @@ TEST_CASE("the rollout actor plays episodes by the shared rules: <|obs|> for an 
         caf::after(60s) >> [&] { timed_out = true; });
   }
   caf::anon_send_exit(rollout, caf::exit_reason::user_shutdown);
-  for (auto& actor : {weight_sync, env}) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  for (const auto& actor : {weight_sync.address(), env.address()}) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   REQUIRE_FALSE(timed_out);
   for (const auto& trajectory : received) {
     REQUIRE(trajectory.tokens.size() >= 3);

@@ -9,7 +9,7 @@
 //     step lines and leaves no actor running;
 //   - the same for an external environment (deploy/envs/guess_number.py).
 #include "actors/env_actor.hpp"
-#include "actors/messages.hpp"
+#include "actors/protocol.hpp"
 #include "actors/rollout_actor.hpp"
 #include "actors/train.hpp"
 #include "actors/weight_sync_actor.hpp"
@@ -180,7 +180,7 @@ TEST_CASE("maze episodes through env, rollout and weight-sync actors are multi-t
   const auto& policy = warm_maze_policy();
 
   caf::actor_system_config system_config;
-  sao::actors::register_message_types(system_config);
+  sao::actors::register_protocol(system_config);
   caf::actor_system system{system_config};
   caf::scoped_actor replay{system};  // this test plays replay
   caf::scoped_actor driver{system};  // ... and the coordinator
@@ -193,9 +193,9 @@ TEST_CASE("maze episodes through env, rollout and weight-sync actors are multi-t
   rollout_config.rollout = config.rollout;
   rollout_config.rollout.episodes_per_actor = 8;
   rollout_config.env = env;
-  rollout_config.replay = replay;
+  rollout_config.replay = caf::actor_cast<sao::actors::ReplayActor>(replay);
   rollout_config.weight_sync = weight_sync;
-  rollout_config.coordinator = driver;
+  rollout_config.coordinator = caf::actor_cast<sao::actors::CoordinatorActor>(driver);
   auto rollout = sao::actors::spawn_rollout_actor(system, rollout_config);
 
   std::vector<sao::algo::Trajectory> received;
@@ -209,7 +209,7 @@ TEST_CASE("maze episodes through env, rollout and weight-sync actors are multi-t
         caf::after(20s) >> [&] { timed_out = true; });
   }
   caf::anon_send_exit(rollout, caf::exit_reason::user_shutdown);
-  for (auto& actor : {weight_sync, env}) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  for (const auto& actor : {weight_sync.address(), env.address()}) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   REQUIRE_FALSE(timed_out);
 
   std::vector<Transcript> recorded;

@@ -1,0 +1,119 @@
+// The typed actor protocol: what each actor of a run accepts and answers,
+// checked by the compiler at every send and request. Every actor is spawned
+// through one of these interfaces (the message structs and atoms are in
+// messages.hpp). An interface lists an actor's self-messages too (a rollout's
+// decode steps), because a typed actor can only receive what it declares.
+//
+// Two places hold untyped handles on purpose: the caller that waits for
+// RunFinished (a blocking scoped actor), and the cluster gatekeeper's join
+// handshake, which uses CAF's built-in types only so that a node built from
+// other sources can still read the refusal; after the build fingerprint
+// matched, the handles it hands out are cast to these interfaces once
+// (actors/cluster.cpp).
+#pragma once
+
+#include "actors/messages.hpp"
+
+#include <caf/all.hpp>
+
+#include <string>
+#include <vector>
+
+namespace sao::actors {
+
+// What every actor answers: the introspection console asks all of them
+// through this interface (every interface below includes it).
+using StatusActor = caf::typed_actor<caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+
+using EnvActor = caf::typed_actor<caf::replies_to<msg::EnvReset>::with<msg::EnvReply>,
+                                   caf::replies_to<msg::EnvAction>::with<msg::EnvReply>,
+                                   caf::reacts_to<atoms::train_step_atom, int64_t>,
+                                   caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+
+using RolloutActor = caf::typed_actor<caf::reacts_to<msg::PolicyWeights>,
+                                       caf::reacts_to<atoms::decode_atom>,  // self: one decode step
+                                       caf::reacts_to<atoms::start_atom>,   // self: try to start a session
+                                       caf::reacts_to<atoms::pause_atom>, caf::reacts_to<atoms::resume_atom>,
+                                       caf::reacts_to<atoms::env_atom, EnvActor>,  // the env to play against
+                                       caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+
+using ReplayActor = caf::typed_actor<caf::replies_to<algo::Trajectory>::with<msg::ReplayAck>,
+                                      caf::replies_to<atoms::room_atom>::with<msg::ReplayAck>,
+                                      caf::reacts_to<atoms::learner_idle_atom, int64_t>,
+                                      caf::replies_to<atoms::set_atom, std::string, double>::with<std::string>,
+                                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+
+using WeightSyncActor =
+    caf::typed_actor<caf::reacts_to<msg::PolicyWeights>, caf::reacts_to<atoms::register_atom, std::string, RolloutActor>,
+                     caf::reacts_to<msg::VersionAck>, caf::replies_to<atoms::versions_atom>::with<msg::ActorStatus>,
+                     caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+
+using MetricsActor =
+    caf::typed_actor<caf::reacts_to<msg::StepReport>, caf::reacts_to<msg::EvalReport>,
+                     caf::reacts_to<msg::ControlEvent>, caf::reacts_to<msg::EpisodeLost>,
+                     caf::reacts_to<msg::ActorRestarted>,
+                     // The console's history: JSON text that is the HTTP body as it is served.
+                     caf::replies_to<atoms::history_atom, int64_t>::with<std::string>,
+                     // The end of the run: writes RUN_DIR/summary.json, answers its path.
+                     caf::replies_to<atoms::stop_atom, std::vector<msg::ActorStatus>>::with<std::string>,
+                     caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+
+using IntrospectionActor =
+    caf::typed_actor<caf::replies_to<atoms::snapshot_atom>::with<std::vector<msg::ActorStatus>>,
+                     caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+
+using CoordinatorActor = caf::typed_actor<
+    // From the learner and the rollouts.
+    caf::reacts_to<msg::StepReport>, caf::reacts_to<msg::EpisodeLost>,
+    // From the process that started the run (signals).
+    caf::reacts_to<atoms::stop_atom>, caf::reacts_to<atoms::pause_atom>, caf::reacts_to<atoms::resume_atom>,
+    // Operator commands (console, HTTP), with their origin for control.log.
+    caf::replies_to<atoms::pause_atom, std::string>::with<std::string>,
+    caf::replies_to<atoms::resume_atom, std::string>::with<std::string>,
+    caf::replies_to<atoms::stop_atom, std::string>::with<std::string>,
+    caf::replies_to<atoms::checkpoint_atom, std::string>::with<std::string>,
+    caf::replies_to<atoms::set_atom, std::string, std::string, std::string>::with<std::string>,
+    // Introspection: every actor of the run with its display name.
+    caf::replies_to<atoms::actors_atom>::with<std::vector<StatusActor>, std::vector<std::string>>,
+    caf::replies_to<atoms::snapshot_atom>::with<std::vector<msg::ActorStatus>>,
+    caf::replies_to<atoms::history_atom, int64_t>::with<std::string>,
+    caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>,
+    caf::replies_to<atoms::versions_atom>::with<msg::ActorStatus>,
+    // Cluster membership (coordinator_cluster.cpp).
+    caf::replies_to<atoms::join_atom, atoms::status_atom>::with<msg::ActorStatus>,
+    caf::replies_to<atoms::join_atom>::with<ReplayActor, WeightSyncActor>,
+    caf::replies_to<atoms::join_atom, std::string>::with<caf::node_id>,
+    caf::reacts_to<atoms::join_atom, atoms::rollout_atom, std::string, RolloutActor, bool>,
+    caf::reacts_to<atoms::join_atom, atoms::env_atom, std::string, EnvActor, bool>>;
+
+using LearnerActor =
+    caf::typed_actor<caf::reacts_to<atoms::start_atom, ReplayActor, WeightSyncActor, MetricsActor, CoordinatorActor>,
+                     caf::reacts_to<msg::TrainBatch>,
+                     caf::replies_to<atoms::checkpoint_atom>::with<std::string>,
+                     caf::replies_to<atoms::set_atom, std::string, double>::with<std::string>,
+                     caf::replies_to<atoms::stop_atom>::with<msg::EvalReport>,
+                     caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+
+}  // namespace sao::actors
+
+// Handles travel inside messages (a node registers its actors with the
+// coordinator; the introspection list), so each interface has a type ID.
+CAF_BEGIN_TYPE_ID_BLOCK(sao_handles, caf::id_block::sao::end)
+CAF_ADD_TYPE_ID(sao_handles, (sao::actors::StatusActor))
+CAF_ADD_TYPE_ID(sao_handles, (std::vector<sao::actors::StatusActor>))
+CAF_ADD_TYPE_ID(sao_handles, (sao::actors::EnvActor))
+CAF_ADD_TYPE_ID(sao_handles, (sao::actors::RolloutActor))
+CAF_ADD_TYPE_ID(sao_handles, (sao::actors::ReplayActor))
+CAF_ADD_TYPE_ID(sao_handles, (sao::actors::WeightSyncActor))
+CAF_ADD_TYPE_ID(sao_handles, (sao::actors::MetricsActor))
+CAF_ADD_TYPE_ID(sao_handles, (sao::actors::CoordinatorActor))
+CAF_END_TYPE_ID_BLOCK(sao_handles)
+
+namespace sao::actors {
+// Registers the message and handle type IDs and the "sao" error category;
+// call on every actor_system_config.
+inline void register_protocol(caf::actor_system_config& config) {
+  register_message_types(config);
+  config.add_message_types<caf::id_block::sao_handles>();
+}
+}  // namespace sao::actors
