@@ -1,14 +1,15 @@
 // Cluster protocol and gatekeeper; see cluster.hpp.
 #include "actors/cluster.hpp"
 
+#include "base/atomic_file.hpp"
+#include "base/constant_time.hpp"
 #include "base/error.hpp"
+#include "base/hash.hpp"
 
 #include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <utility>
 
@@ -39,24 +40,9 @@ void name_types(std::string& out, std::integer_sequence<caf::type_id_t, Offsets.
   ((out += std::string(caf::type_name_by_id<Begin + Offsets>::value) + ';'), ...);
 }
 
-uint64_t fnv1a(const std::string& text) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (const unsigned char c : text) {
-    hash ^= c;
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
-// Compares without an early exit, so the time taken does not reveal how
-// many leading characters of a guess were right.
+// An unset secret admits nobody, not a node that presents an empty one.
 bool same_secret(const std::string& given, const std::string& expected) {
-  if (expected.empty()) return false;
-  unsigned char difference = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < given.size(); ++i) {
-    difference |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
-  }
-  return difference == 0;
+  return !expected.empty() && base::constant_time_equal(given, expected);
 }
 
 using JoinPromise = caf::typed_response_promise<std::string, int64_t, caf::actor, caf::actor, caf::actor>;
@@ -100,7 +86,7 @@ void collect_status(Self self, std::shared_ptr<const std::vector<StatusSource>> 
   if (index == sources->size()) {
     status["nodes_joined"] = self->state.nodes_joined;
     status["refusals"] = self->state.refusals;
-    write_file_atomically(self->state.config.status_path, status.dump(2));
+    write_status_file(self->state.config.status_path, status.dump(2));
     return;
   }
   const auto& source = (*sources)[index];
@@ -201,14 +187,12 @@ caf::behavior gatekeeper_actor(Self self, GatekeeperConfig config) {
 
 }  // namespace
 
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary);
-    out << text << "\n";
+void write_status_file(const std::string& path, const std::string& text) {
+  try {
+    base::write_text_file_atomically(path, text + "\n");
+  } catch (const Error&) {
+    // A status file that cannot be written must not stop the run.
   }
-  std::error_code ignored;  // a status file that cannot be written must not stop the run
-  std::filesystem::rename(temporary, path, ignored);
 }
 
 std::string message_set_fingerprint() {
@@ -220,7 +204,7 @@ std::string message_set_fingerprint() {
       description, std::make_integer_sequence<caf::type_id_t,
                                               caf::id_block::sao_handles::end - caf::id_block::sao_handles::begin>{});
   char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(description)));
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(base::fnv1a64(description)));
   return hex;
 }
 

@@ -36,9 +36,11 @@ void enable_cluster_networking(caf::actor_system_config& config);
 // (msg::make_error), else CAF's rendering.
 std::string describe_error(caf::actor_system& system, const caf::error& error);
 
-// Writes `text` beside `path` and renames it into place, so a reader (a
-// script polling a status file) never sees half a file.
-void write_file_atomically(const std::string& path, const std::string& text);
+// Replaces `path` with `text` atomically (base::write_text_file_atomically),
+// so a script polling a status file never sees half a file. Best effort: a
+// file that cannot be written is skipped, because a status file must not stop
+// the run.
+void write_status_file(const std::string& path, const std::string& text);
 
 struct GatekeeperConfig {
   std::string secret;       // shared secret every joining node must present

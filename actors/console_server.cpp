@@ -2,6 +2,7 @@
 #include "actors/console_server.hpp"
 
 #include "actors/protocol.hpp"
+#include "base/constant_time.hpp"
 #include "base/error.hpp"
 #include "config/live_knobs.hpp"
 #include "report/prometheus.hpp"
@@ -32,15 +33,6 @@ std::string random_token() {
   const char* hex = "0123456789abcdef";
   for (int i = 0; i < 32; ++i) token.push_back(hex[device() % 16]);
   return token;
-}
-
-// Compares without an early exit so the time taken does not reveal how much
-// of a guessed token was right.
-bool same_token(const std::string& given, const std::string& expected) {
-  if (given.size() != expected.size()) return false;
-  unsigned char difference = 0;
-  for (size_t i = 0; i < given.size(); ++i) difference |= static_cast<unsigned char>(given[i] ^ expected[i]);
-  return difference == 0;
 }
 
 nlohmann::json number_or_null(double value) {
@@ -258,7 +250,7 @@ struct ConsoleServer::Impl {
                     "control needs the run's token (Authorization: Bearer TOKEN; see RUN_DIR/console.json)");
         return;
       }
-      if (!same_token(given, token)) {
+      if (!base::constant_time_equal(given, token)) {
         reply_error(response, 403, "wrong token for this run");
         return;
       }

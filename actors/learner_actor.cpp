@@ -14,15 +14,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 #include <memory>
 
 namespace sao::actors {
-
-std::string checkpoint_dir(const std::string& run_dir) {
-  return (std::filesystem::path(run_dir) / "checkpoint").string();
-}
 
 struct LearnerActorState {
   LearnerActorConfig config;
@@ -75,11 +70,11 @@ msg::EvalReport evaluate(Self self) {
 std::string save_checkpoint(Self self) {
   auto& state = self->state;
   state.state = "checkpointing";
-  const auto dir = checkpoint_dir(state.config.run.run.dir);
+  const auto dir = model::rl_checkpoint_dir(state.config.run.run.dir);
   report::WorkTimer timer(state.counters.work[report::kWorkCheckpoint]);
   model::write_directory_atomically(dir, [&](const std::string& staging) {
-    state.learner->save((std::filesystem::path(staging) / "learner").string());
-    model::save_policy_checkpoint((std::filesystem::path(staging) / "policy").string(), state.learner->policy(),
+    state.learner->save(model::checkpoint_learner_dir(staging));
+    model::save_policy_checkpoint(model::checkpoint_policy_dir(staging), state.learner->policy(),
                                   {{"tokenizer", "byte"},
                                    {"stage", "rl"},
                                    {"step", state.learner->steps()},

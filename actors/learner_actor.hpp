@@ -21,7 +21,4 @@ struct LearnerActorConfig {
 // Spawns the actor (state and behaviour are private to the .cpp).
 LearnerActor spawn_learner_actor(caf::actor_system& system, LearnerActorConfig config);
 
-// Where the learner writes its checkpoint inside a run directory.
-std::string checkpoint_dir(const std::string& run_dir);
-
 }  // namespace sao::actors

@@ -36,24 +36,6 @@ void configure_system(caf::actor_system_config& config, int64_t scheduler_thread
 
 }  // namespace
 
-HostPort parse_host_port(const std::string& text, const std::string& flag) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    throw Error(flag + " '" + text + "': expected HOST:PORT, e.g. 127.0.0.1:7420");
-  }
-  HostPort result;
-  result.host = text.substr(0, colon);
-  try {
-    size_t used = 0;
-    const int port = std::stoi(text.substr(colon + 1), &used);
-    if (used != text.size() - colon - 1 || port < 0 || port > 65535) throw std::out_of_range("port");
-    result.port = static_cast<uint16_t>(port);
-  } catch (const std::exception&) {
-    throw Error(flag + " '" + text + "': port must be a number in 0..65535");
-  }
-  return result;
-}
-
 TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                               const LearnerNodeOptions& options, const std::atomic<bool>* stop_requested) {
   if (options.secret.empty()) throw Error("learner node: a shared secret is required");
@@ -89,7 +71,7 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
             [&](caf::error&) {});  // a coordinator that failed to start reports RunFinished below
     std::fprintf(stderr, "learner node: listening on %s:%u (build fingerprint %s)\n", options.listen_host.c_str(),
                  static_cast<unsigned>(*port), gatekeeper_config.fingerprint.c_str());
-    if (!options.port_file.empty()) write_file_atomically(options.port_file, std::to_string(*port));
+    if (!options.port_file.empty()) write_status_file(options.port_file, std::to_string(*port));
     auto console = start_console(system, coordinator, config);
     outcome = await_run_finished(self, coordinator, stop_requested);
     outcome.summary_json = read_summary(config.run.dir);
@@ -192,7 +174,7 @@ void report_status(caf::scoped_actor& self, const WorkerNodeOptions& options, co
             [&](const caf::error&) {});
   }
   std::fflush(stdout);
-  if (!options.status_file.empty()) write_file_atomically(options.status_file, status.dump(2));
+  if (!options.status_file.empty()) write_status_file(options.status_file, status.dump(2));
 }
 
 bool sleep_unless_stopped(double seconds, const std::atomic<bool>* stop_requested) {

@@ -17,19 +17,16 @@
 
 namespace sao::actors {
 
-// "host:port" -> host and port. Throws sao::Error naming `flag` when malformed.
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-};
-HostPort parse_host_port(const std::string& text, const std::string& flag);
+// The learner's default listening port, and so the port nodes join.
+inline constexpr uint16_t kDefaultClusterPort = 7420;
 
 struct LearnerNodeOptions {
   std::string listen_host = "127.0.0.1";
-  uint16_t listen_port = 7420;  // 0: the OS picks one (written to port_file)
-  std::string port_file;        // receives the bound port once the learner listens ("" = none)
-  std::string secret;           // nodes must present it to join
-  int64_t local_rollouts = 0;   // rollout actors in the learner's own process
+  // 0: the OS picks one (written to port_file).
+  uint16_t listen_port = kDefaultClusterPort;
+  std::string port_file;       // receives the bound port once the learner listens ("" = none)
+  std::string secret;          // nodes must present it to join
+  int64_t local_rollouts = 0;  // rollout actors in the learner's own process
 };
 
 // Runs the learner side of a cluster run until its step budget or a stop
@@ -42,7 +39,7 @@ struct WorkerNodeOptions {
   std::string role = "rollout";  // "rollout" | "env"
   std::string name;              // unique per node; its actors are "<name>/rollout-<i>", "<name>/env-<i>"
   std::string learner_host;
-  uint16_t learner_port = 7420;
+  uint16_t learner_port = kDefaultClusterPort;
   std::string secret;
   int64_t rollouts = 1;  // rollout actors on this node (role rollout)
   // Env actors on this node. Rollout node: rollout i uses env i % envs; 0 =

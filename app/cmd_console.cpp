@@ -6,6 +6,7 @@
 #include "app/args.hpp"
 #include "app/commands.hpp"
 #include "base/error.hpp"
+#include "base/host_port.hpp"
 
 #include <httplib.h>
 #include <poll.h>
@@ -35,17 +36,9 @@ Connection resolve_connection(const ParsedArgs& parsed) {
     connection = {endpoint.host, endpoint.port, endpoint.token};
   }
   if (parsed.has("--connect")) {
-    const auto target = parsed.get("--connect");
-    const auto colon = target.rfind(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == target.size()) {
-      throw Error("--connect " + target + ": expected HOST:PORT");
-    }
-    connection.host = target.substr(0, colon);
-    try {
-      connection.port = std::stoi(target.substr(colon + 1));
-    } catch (const std::exception&) {
-      throw Error("--connect " + target + ": the port is not a number");
-    }
+    const auto target = base::parse_host_port(parsed.get("--connect"), "--connect");
+    connection.host = target.host;
+    connection.port = target.port;
   }
   if (connection.host.empty()) throw Error("give --connect HOST:PORT or --run-dir RUN_DIR");
   if (parsed.has("--token")) connection.token = parsed.get("--token");

@@ -6,6 +6,7 @@
 #include "app/commands.hpp"
 #include "app/common.hpp"
 #include "base/error.hpp"
+#include "base/host_port.hpp"
 #include "report/system_info.hpp"
 
 #include <unistd.h>
@@ -47,9 +48,11 @@ std::string default_node_name() {
 
 int run_learner(const ParsedArgs& parsed) {
   actors::LearnerNodeOptions options;
-  const auto listen = actors::parse_host_port(parsed.get("--listen", "127.0.0.1:7420"), "--listen");
-  options.listen_host = listen.host;
-  options.listen_port = listen.port;
+  if (parsed.has("--listen")) {
+    const auto listen = base::parse_host_port(parsed.get("--listen"), "--listen");
+    options.listen_host = listen.host;
+    options.listen_port = listen.port;
+  }
   options.port_file = parsed.get("--port-file");
   options.local_rollouts = parsed.get_int("--local-rollouts", 0);
   if (options.local_rollouts < 0) throw Error("--local-rollouts must be >= 0");
@@ -77,7 +80,7 @@ int run_worker(const ParsedArgs& parsed, const std::string& role) {
   if (role == "env" && parsed.has("--rollouts")) throw Error("--rollouts is for --role rollout");
   actors::WorkerNodeOptions options;
   options.role = role;
-  const auto learner = actors::parse_host_port(parsed.get("--join"), "--join");
+  const auto learner = base::parse_host_port(parsed.get("--join"), "--join");
   options.learner_host = learner.host;
   options.learner_port = learner.port;
   options.name = parsed.get("--name", default_node_name());
@@ -99,8 +102,10 @@ int run_worker(const ParsedArgs& parsed, const std::string& role) {
 int run_node(const Args& args) {
   auto specs = training_flags();
   specs.push_back({"--role", true, false, "learner | rollout | env"});
-  specs.push_back(
-      {"--listen", true, false, "learner: ADDR:PORT to accept nodes on (default 127.0.0.1:7420; port 0 = any)"});
+  const actors::LearnerNodeOptions learner_defaults;
+  specs.push_back({"--listen", true, false,
+                   "learner: ADDR:PORT to accept nodes on (default " + learner_defaults.listen_host + ":" +
+                       std::to_string(learner_defaults.listen_port) + "; port 0 = any)"});
   specs.push_back({"--port-file", true, false, "learner: write the port actually bound to this file"});
   specs.push_back({"--local-rollouts", true, false, "learner: rollout actors in the learner process (default 0)"});
   specs.push_back({"--join", true, false, "rollout/env: the learner's HOST:PORT"});

@@ -2,6 +2,7 @@
 #include "app/commands.hpp"
 #include "app/common.hpp"
 #include "base/error.hpp"
+#include "model/checkpoint.hpp"
 #include "train/task_runner.hpp"
 
 #include <cstdio>
@@ -26,7 +27,7 @@ int run_sft(const Args& args) {
                config.run.dir.c_str());
   train::SftResult result;
   auto policy = sft_from_scratch(config, &result);
-  const std::string checkpoint = (std::filesystem::path(config.run.dir) / "sft").string();
+  const std::string checkpoint = model::sft_checkpoint_dir(config.run.dir);
   std::printf("sft: %lld steps in %.1f s (%.0f tokens/s), final loss %.4f, saved %s\n",
               static_cast<long long>(result.steps), result.seconds, result.tokens_per_second, result.final_loss,
               checkpoint.c_str());

@@ -43,7 +43,7 @@ model::CausalLM sft_from_scratch(const config::RunConfig& config, train::SftResu
   const auto run_dir = std::filesystem::path(config.run.dir);
   report::JsonlWriter metrics((run_dir / "sft_metrics.jsonl").string());
   *result = train::run_warm_start(policy, config, &metrics);
-  model::save_policy_checkpoint((run_dir / "sft").string(), policy,
+  model::save_policy_checkpoint(model::sft_checkpoint_dir(config.run.dir), policy,
                                 {{"tokenizer", "byte"},
                                  {"stage", "sft"},
                                  {"step", result->steps},
@@ -63,7 +63,7 @@ namespace {
 // The warm start: the configured checkpoint, or RUN_DIR/sft (trained now if missing).
 model::CausalLM warm_start_policy(const config::RunConfig& config, const std::string& command) {
   if (!config.train.init_checkpoint.empty()) return model::load_policy_checkpoint(config.train.init_checkpoint);
-  const std::string sft_dir = (std::filesystem::path(config.run.dir) / "sft").string();
+  const std::string sft_dir = model::sft_checkpoint_dir(config.run.dir);
   if (std::filesystem::exists(std::filesystem::path(sft_dir) / "model.safetensors")) {
     std::fprintf(stderr, "%s: warm start from %s\n", command.c_str(), sft_dir.c_str());
     return model::load_policy_checkpoint(sft_dir);
@@ -96,9 +96,9 @@ TrainingStart prepare_training(const ParsedArgs& parsed, const std::string& comm
                  config.rollout.top_p);
   }
   if (parsed.has("--resume")) {
-    const auto checkpoint = (std::filesystem::path(config.run.dir) / "checkpoint").string();
-    start.policy = model::load_policy_checkpoint(checkpoint + "/policy");
-    start.resume_from = checkpoint + "/learner";
+    const auto checkpoint = model::rl_checkpoint_dir(config.run.dir);
+    start.policy = model::load_policy_checkpoint(model::checkpoint_policy_dir(checkpoint));
+    start.resume_from = model::checkpoint_learner_dir(checkpoint);
     std::fprintf(stderr, "%s: resuming from %s\n", command.c_str(), checkpoint.c_str());
   } else {
     start.policy = warm_start_policy(config, command);

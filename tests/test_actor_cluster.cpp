@@ -3,7 +3,6 @@
 // is a stable digest of the message set. (Joins over a real network, by
 // separate processes, are in test_cluster_local.cpp.)
 #include "actors/cluster.hpp"
-#include "actors/node.hpp"
 
 #include <doctest/doctest.h>
 
@@ -85,14 +84,4 @@ TEST_CASE_FIXTURE(GatekeeperFixture, "an incompatible build is refused with both
 TEST_CASE_FIXTURE(GatekeeperFixture, "an unknown role is refused") {
   CHECK(join("trainer", sao::actors::message_set_fingerprint(), "correct horse").find("unknown role 'trainer'") !=
         std::string::npos);
-}
-
-TEST_CASE("host:port parsing names the flag on bad input") {
-  const auto parsed = sao::actors::parse_host_port("10.0.0.7:7420", "--join");
-  CHECK(parsed.host == "10.0.0.7");
-  CHECK(parsed.port == 7420);
-  CHECK_THROWS_WITH(sao::actors::parse_host_port("10.0.0.7", "--join"),
-                    "--join '10.0.0.7': expected HOST:PORT, e.g. 127.0.0.1:7420");
-  CHECK_THROWS_WITH(sao::actors::parse_host_port("h:70000", "--listen"),
-                    "--listen 'h:70000': port must be a number in 0..65535");
 }

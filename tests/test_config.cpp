@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <string>
 
 using sao::config::apply_override;
 using sao::config::default_config_document;
@@ -29,6 +31,56 @@ TEST_CASE("the embedded default config parses and matches config/default.json") 
   CHECK(config.task.max_digits >= config.task.min_digits);
   const auto file = sao::config::read_json_file(std::string(SAO_SOURCE_DIR) + "/config/default.json");
   CHECK(file == default_config_document());
+}
+
+namespace {
+// The learner keys an algorithm preset chooses (they differ between the
+// presets). config/default.json may leave them out: a file that selects
+// another algorithm is merged over default.json, so a value named there
+// would override that algorithm's preset.
+std::set<std::string> preset_chosen_learner_keys() {
+  using sao::algo::Algorithm;
+  using sao::algo::LearnerConfig;
+  const auto sao_preset = LearnerConfig::preset(Algorithm::kSao).to_json();
+  std::set<std::string> keys;
+  for (const auto algorithm : {Algorithm::kGrpo, Algorithm::kPpo}) {
+    const auto other = LearnerConfig::preset(algorithm).to_json();
+    for (const auto& item : sao_preset.items()) {
+      if (item.key() != "algorithm" && other.at(item.key()) != item.value()) keys.insert(item.key());
+    }
+  }
+  return keys;
+}
+}  // namespace
+
+TEST_CASE("config/default.json sets every key, each to the code's default, so the two cannot drift") {
+  const auto file = sao::config::read_json_file(std::string(SAO_SOURCE_DIR) + "/config/default.json");
+  const auto code = sao::config::run_config_to_json(sao::config::RunConfig{});
+  const auto preset_chosen = preset_chosen_learner_keys();
+  CHECK(preset_chosen.count("baseline") == 1);  // the rule below exempts what it should
+  CHECK(preset_chosen.count("actor_lr") == 0);
+
+  for (const auto& section : file.items()) {
+    INFO("default.json section '" << section.key() << "'");
+    REQUIRE(code.contains(section.key()));
+    for (const auto& key : section.value().items()) {
+      INFO("key " << section.key() << "." << key.key() << " = " << key.value().dump());
+      REQUIRE(code[section.key()].contains(key.key()));
+      CHECK(code[section.key()][key.key()] == key.value());
+    }
+  }
+  for (const auto& section : code.items()) {
+    INFO("section '" << section.key() << "' of the run config");
+    REQUIRE(file.contains(section.key()));
+    for (const auto& key : section.value().items()) {
+      INFO("key " << section.key() << "." << key.key() << " (code default " << key.value().dump()
+                  << ") is missing from config/default.json");
+      const bool exempt = section.key() == "learner" && preset_chosen.count(key.key()) == 1;
+      CHECK((file[section.key()].contains(key.key()) || exempt));
+    }
+  }
+  // The reader takes every key into the field the writer took it from.
+  CHECK(sao::config::run_config_to_json(parse_run_config(file, "default.json")) == code);
 }
 
 TEST_CASE("unknown keys are errors that name the key and the file") {

@@ -3,9 +3,10 @@
 // environment that serves as the template. Why a generic test: the runtime
 // treats all environments alike, so reproducible seeds, errors after the end,
 // and a held-out split that never leaks into training must hold for each.
+#include "base/error.hpp"
+#include "base/hash.hpp"
 #include "env/environment.hpp"
 #include "env/example_env.hpp"
-#include "base/error.hpp"
 
 #include <doctest/doctest.h>
 
@@ -184,8 +185,8 @@ TEST_CASE("example environment: demonstrations replay through the environment") 
   const auto demos = env.demonstrations(5, 3);
   REQUIRE(demos.size() == 5);
   for (size_t i = 0; i < demos.size(); ++i) {
-    // Demonstration i is the episode reset(mix64(seed) + i) starts.
-    auto step = env.reset(sao::env::mix64(3) + i);
+    // Demonstration i is the episode reset(splitmix64(seed) + i) starts.
+    auto step = env.reset(sao::base::splitmix64(3) + i);
     CHECK(step.observation == demos[i].prompt);
     for (const auto& turn : demos[i].turns) {
       step = env.step(turn.action);

@@ -4,9 +4,10 @@
 // the expert must always win (or the warm start teaches failure), episodes
 // must really be multi-turn, and the SFT layout must match the rollout's
 // token for token.
+#include "base/error.hpp"
+#include "base/hash.hpp"
 #include "env/maze_env.hpp"
 #include "model/transformer.hpp"
-#include "base/error.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/episode_eval.hpp"
 #include "train/episode_sft.hpp"
@@ -133,7 +134,7 @@ TEST_CASE("maze: demonstrations replay through the environment and always succee
   const auto demos = env.demonstrations(60, 11);
   int noisy = 0;
   for (size_t i = 0; i < demos.size(); ++i) {
-    auto step = env.reset(sao::env::mix64(11) + i);
+    auto step = env.reset(sao::base::splitmix64(11) + i);
     REQUIRE(step.observation == demos[i].prompt);
     CHECK(demos[i].turns.size() >= 3);
     for (const auto& turn : demos[i].turns) {

@@ -1,8 +1,9 @@
 // The learner step; see learner.hpp for the sequence and its guarantees.
 #include "algo/learner.hpp"
 
-#include "model/safetensors.hpp"
+#include "base/atomic_file.hpp"
 #include "base/error.hpp"
+#include "model/safetensors.hpp"
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -148,17 +149,6 @@ PolicyLossResult compute_policy_loss(const LearnerConfig& c, const torch::Tensor
   m[dis ? "dis_reject_high_frac" : "ppo_clip_high_frac"] = result.above_frac;
   if (!dis) m["ppo_dual_clip_frac"] = result.dual_clip_frac;
   return result;
-}
-
-void write_json_atomically(const std::string& path, const nlohmann::json& json) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw Error("learner checkpoint: cannot write " + tmp);
-    out << json.dump(2) << "\n";
-    if (!out) throw Error("learner checkpoint: error writing " + tmp);
-  }
-  fs::rename(tmp, path);
 }
 
 constexpr const char* kStateFormat = "sao-learner-state-v1";
@@ -390,7 +380,7 @@ void Learner::save(const std::string& dir) const {
                           {"skipped_nonfinite", skipped_nonfinite_},
                           {"running_mean", std::vector<double>(window.begin(), window.end())},
                           {"config", config_.to_json()}};
-  write_json_atomically((root / "learner_state.json").string(), state);
+  base::write_text_file_atomically((root / "learner_state.json").string(), state.dump(2) + "\n");
 }
 
 void Learner::load(const std::string& dir) {

@@ -86,6 +86,41 @@ LearnerConfig LearnerConfig::preset(Algorithm algorithm) {
   return config;
 }
 
+namespace {
+// Every key but the three names (algorithm, policy_loss, baseline), listed
+// once for from_json and to_json.
+template <typename Config, typename Visit>
+void learner_keys(Config& c, Visit visit) {
+  visit("gamma", c.gamma);
+  visit("lambda_critic", c.lambda_critic);
+  visit("adaptive_lambda", c.adaptive_lambda);
+  visit("lambda_alpha", c.lambda_alpha);
+  visit("lambda_policy", c.lambda_policy);
+  visit("normalize_advantages", c.normalize_advantages);
+  visit("dis_eps_low", c.dis.eps_low);
+  visit("dis_eps_high", c.dis.eps_high);
+  visit("dis_detach_weight", c.dis.detach_weight);
+  visit("ppo_eps_low", c.ppo.eps_low);
+  visit("ppo_eps_high", c.ppo.eps_high);
+  visit("ppo_dual_clip", c.ppo.dual_clip);
+  visit("critic_updates", c.critic_updates);
+  visit("critic_warmup_steps", c.critic_warmup_steps);
+  visit("freeze_critic_attention", c.freeze_critic_attention);
+  visit("value_clip", c.value_clip);
+  visit("actor_lr", c.actor_lr);
+  visit("critic_lr", c.critic_lr);
+  visit("weight_decay", c.weight_decay);
+  visit("adam_beta1", c.adam_beta1);
+  visit("adam_beta2", c.adam_beta2);
+  visit("adam_eps", c.adam_eps);
+  visit("max_grad_norm", c.max_grad_norm);
+  visit("group_size", c.group_size);
+  visit("grpo_scale_by_std", c.grpo_scale_by_std);
+  visit("running_mean_window", c.running_mean_window);
+  visit("pad_id", c.pad_id);
+}
+}  // namespace
+
 LearnerConfig LearnerConfig::from_json(base::JsonReader& reader) {
   std::string algorithm = "sao";
   reader.read("algorithm", algorithm);
@@ -96,69 +131,18 @@ LearnerConfig LearnerConfig::from_json(base::JsonReader& reader) {
   reader.read("baseline", baseline);
   c.policy_loss = policy_loss_from_name(policy_loss, reader.where());
   c.baseline = baseline_from_name(baseline, reader.where());
-  reader.read("gamma", c.gamma);
-  reader.read("lambda_critic", c.lambda_critic);
-  reader.read("adaptive_lambda", c.adaptive_lambda);
-  reader.read("lambda_alpha", c.lambda_alpha);
-  reader.read("lambda_policy", c.lambda_policy);
-  reader.read("normalize_advantages", c.normalize_advantages);
-  reader.read("dis_eps_low", c.dis.eps_low);
-  reader.read("dis_eps_high", c.dis.eps_high);
-  reader.read("dis_detach_weight", c.dis.detach_weight);
-  reader.read("ppo_eps_low", c.ppo.eps_low);
-  reader.read("ppo_eps_high", c.ppo.eps_high);
-  reader.read("ppo_dual_clip", c.ppo.dual_clip);
-  reader.read("critic_updates", c.critic_updates);
-  reader.read("critic_warmup_steps", c.critic_warmup_steps);
-  reader.read("freeze_critic_attention", c.freeze_critic_attention);
-  reader.read("value_clip", c.value_clip);
-  reader.read("actor_lr", c.actor_lr);
-  reader.read("critic_lr", c.critic_lr);
-  reader.read("weight_decay", c.weight_decay);
-  reader.read("adam_beta1", c.adam_beta1);
-  reader.read("adam_beta2", c.adam_beta2);
-  reader.read("adam_eps", c.adam_eps);
-  reader.read("max_grad_norm", c.max_grad_norm);
-  reader.read("group_size", c.group_size);
-  reader.read("grpo_scale_by_std", c.grpo_scale_by_std);
-  reader.read("running_mean_window", c.running_mean_window);
-  reader.read("pad_id", c.pad_id);
+  learner_keys(c, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   c.validate(reader.where());
   return c;
 }
 
 nlohmann::json LearnerConfig::to_json() const {
-  return {{"algorithm", algorithm_name(algorithm)},
-          {"policy_loss", policy_loss_name(policy_loss)},
-          {"baseline", baseline_name(baseline)},
-          {"gamma", gamma},
-          {"lambda_critic", lambda_critic},
-          {"adaptive_lambda", adaptive_lambda},
-          {"lambda_alpha", lambda_alpha},
-          {"lambda_policy", lambda_policy},
-          {"normalize_advantages", normalize_advantages},
-          {"dis_eps_low", dis.eps_low},
-          {"dis_eps_high", dis.eps_high},
-          {"dis_detach_weight", dis.detach_weight},
-          {"ppo_eps_low", ppo.eps_low},
-          {"ppo_eps_high", ppo.eps_high},
-          {"ppo_dual_clip", ppo.dual_clip},
-          {"critic_updates", critic_updates},
-          {"critic_warmup_steps", critic_warmup_steps},
-          {"freeze_critic_attention", freeze_critic_attention},
-          {"value_clip", value_clip},
-          {"actor_lr", actor_lr},
-          {"critic_lr", critic_lr},
-          {"weight_decay", weight_decay},
-          {"adam_beta1", adam_beta1},
-          {"adam_beta2", adam_beta2},
-          {"adam_eps", adam_eps},
-          {"max_grad_norm", max_grad_norm},
-          {"group_size", group_size},
-          {"grpo_scale_by_std", grpo_scale_by_std},
-          {"running_mean_window", running_mean_window},
-          {"pad_id", pad_id}};
+  nlohmann::json json = {{"algorithm", algorithm_name(algorithm)},
+                         {"policy_loss", policy_loss_name(policy_loss)},
+                         {"baseline", baseline_name(baseline)}};
+  learner_keys(*this, base::WriteKeys{json});
+  return json;
 }
 
 void LearnerConfig::validate(const std::string& where) const {

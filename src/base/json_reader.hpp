@@ -52,4 +52,24 @@ class JsonReader {
   std::set<std::string> seen_;
 };
 
+// A section lists its keys once, in a function `keys(section, visit)` that
+// calls visit("key", section.field) for each; ReadKeys and WriteKeys then
+// read and write the same keys, so the reader and the writer of a config
+// cannot disagree about which keys exist.
+struct ReadKeys {
+  JsonReader& reader;
+  template <typename T>
+  void operator()(const char* key, T& field) const {
+    reader.read(key, field);
+  }
+};
+
+struct WriteKeys {
+  nlohmann::json& object;
+  template <typename T>
+  void operator()(const char* key, const T& field) const {
+    object[key] = field;
+  }
+};
+
 }  // namespace sao::base

@@ -60,30 +60,100 @@ void apply_override(nlohmann::json& document, const std::string& assignment) {
 
 namespace {
 
+// Each section's keys, listed once: read_* reads them (base::ReadKeys) and
+// run_config_to_json writes them (base::WriteKeys).
+template <typename Run, typename Visit>
+void run_keys(Run& run, Visit visit) {
+  visit("name", run.name);
+  visit("seed", run.seed);
+  visit("dir", run.dir);
+}
+
+template <typename Threads, typename Visit>
+void threads_keys(Threads& threads, Visit visit) {
+  visit("torch_intra_op", threads.torch_intra_op);
+  visit("train_intra_op", threads.train_intra_op);
+}
+
+template <typename Sft, typename Visit>
+void sft_keys(Sft& sft, Visit visit) {
+  visit("steps", sft.steps);
+  visit("batch_size", sft.batch_size);
+  visit("learning_rate", sft.learning_rate);
+  visit("warmup_steps", sft.warmup_steps);
+  visit("weight_decay", sft.weight_decay);
+  visit("grad_clip", sft.grad_clip);
+  visit("log_every", sft.log_every);
+}
+
+template <typename Eval, typename Visit>
+void eval_keys(Eval& eval, Visit visit) {
+  visit("temperature", eval.temperature);
+  visit("max_new_tokens", eval.max_new_tokens);
+  visit("batch_size", eval.batch_size);
+}
+
+template <typename Rollout, typename Visit>
+void rollout_keys(Rollout& rollout, Visit visit) {
+  visit("num_actors", rollout.num_actors);
+  visit("env_actors", rollout.env_actors);
+  visit("episodes_per_actor", rollout.episodes_per_actor);
+  visit("max_new_tokens", rollout.max_new_tokens);
+  visit("max_turns", rollout.max_turns);
+  visit("temperature", rollout.temperature);
+  visit("top_k", rollout.top_k);
+  visit("top_p", rollout.top_p);
+  visit("weight_switch", rollout.weight_switch);
+  visit("env_timeout_ms", rollout.env_timeout_ms);
+}
+
+template <typename Train, typename Visit>
+void train_keys(Train& train, Visit visit) {
+  visit("mode", train.mode);
+  visit("steps", train.steps);
+  visit("eval_every", train.eval_every);
+  visit("checkpoint_every", train.checkpoint_every);
+  visit("init_checkpoint", train.init_checkpoint);
+  visit("scheduler_threads", train.scheduler_threads);
+  visit("scheduler_policy", train.scheduler_policy);
+}
+
+template <typename Console, typename Visit>
+void console_keys(Console& console, Visit visit) {
+  visit("enabled", console.enabled);
+  visit("listen", console.listen);
+  visit("port", console.port);
+}
+
+template <typename Env, typename Visit>
+void env_keys(Env& env, Visit visit) {
+  visit("name", env.name);
+}
+
+// group_size and synchronous are not keys: derive_dependent_settings sets them.
+template <typename Replay, typename Visit>
+void replay_keys(Replay& replay, Visit visit) {
+  visit("min_batch", replay.min_batch);
+  visit("max_batch", replay.max_batch);
+  visit("max_staleness", replay.max_staleness);
+  visit("capacity", replay.capacity);
+}
+
 void read_run(JsonReader reader, RunSection& run) {
-  reader.read("name", run.name);
-  reader.read("seed", run.seed);
-  reader.read("dir", run.dir);
+  run_keys(run, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   if (run.dir.empty()) throw Error(reader.where() + ".dir: must not be empty");
 }
 
 void read_threads(JsonReader reader, ThreadsSection& threads) {
-  reader.read("torch_intra_op", threads.torch_intra_op);
-  reader.read("train_intra_op", threads.train_intra_op);
+  threads_keys(threads, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   if (threads.torch_intra_op < 1) throw Error(reader.where() + ".torch_intra_op: must be >= 1");
   if (threads.train_intra_op < 1) throw Error(reader.where() + ".train_intra_op: must be >= 1");
 }
 
 void read_sft(JsonReader reader, SftSection& sft) {
-  reader.read("steps", sft.steps);
-  reader.read("batch_size", sft.batch_size);
-  reader.read("learning_rate", sft.learning_rate);
-  reader.read("warmup_steps", sft.warmup_steps);
-  reader.read("weight_decay", sft.weight_decay);
-  reader.read("grad_clip", sft.grad_clip);
-  reader.read("log_every", sft.log_every);
+  sft_keys(sft, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   const auto& where = reader.where();
   if (sft.steps < 0) throw Error(where + ".steps: must be >= 0");
@@ -96,9 +166,7 @@ void read_sft(JsonReader reader, SftSection& sft) {
 }
 
 void read_eval(JsonReader reader, EvalSection& eval) {
-  reader.read("temperature", eval.temperature);
-  reader.read("max_new_tokens", eval.max_new_tokens);
-  reader.read("batch_size", eval.batch_size);
+  eval_keys(eval, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   if (eval.temperature < 0) throw Error(reader.where() + ".temperature: must be >= 0 (0 = greedy)");
   if (eval.max_new_tokens < 1) throw Error(reader.where() + ".max_new_tokens: must be >= 1");
@@ -106,16 +174,7 @@ void read_eval(JsonReader reader, EvalSection& eval) {
 }
 
 void read_rollout(JsonReader reader, RolloutSection& rollout) {
-  reader.read("num_actors", rollout.num_actors);
-  reader.read("env_actors", rollout.env_actors);
-  reader.read("episodes_per_actor", rollout.episodes_per_actor);
-  reader.read("max_new_tokens", rollout.max_new_tokens);
-  reader.read("max_turns", rollout.max_turns);
-  reader.read("temperature", rollout.temperature);
-  reader.read("top_k", rollout.top_k);
-  reader.read("top_p", rollout.top_p);
-  reader.read("weight_switch", rollout.weight_switch);
-  reader.read("env_timeout_ms", rollout.env_timeout_ms);
+  rollout_keys(rollout, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   const auto& where = reader.where();
   if (rollout.num_actors < 1) throw Error(where + ".num_actors: must be >= 1");
@@ -136,13 +195,7 @@ void read_rollout(JsonReader reader, RolloutSection& rollout) {
 }
 
 void read_train(JsonReader reader, TrainSection& train) {
-  reader.read("mode", train.mode);
-  reader.read("steps", train.steps);
-  reader.read("eval_every", train.eval_every);
-  reader.read("checkpoint_every", train.checkpoint_every);
-  reader.read("init_checkpoint", train.init_checkpoint);
-  reader.read("scheduler_threads", train.scheduler_threads);
-  reader.read("scheduler_policy", train.scheduler_policy);
+  train_keys(train, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   const auto& where = reader.where();
   if (train.mode != "async" && train.mode != "sync") {
@@ -159,9 +212,7 @@ void read_train(JsonReader reader, TrainSection& train) {
 }
 
 void read_console(JsonReader reader, ConsoleSection& console) {
-  reader.read("enabled", console.enabled);
-  reader.read("listen", console.listen);
-  reader.read("port", console.port);
+  console_keys(console, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   if (console.listen.empty()) throw Error(reader.where() + ".listen: must be an address such as 127.0.0.1");
   if (console.port < 0 || console.port > 65535)
@@ -169,16 +220,13 @@ void read_console(JsonReader reader, ConsoleSection& console) {
 }
 
 void read_env(JsonReader reader, EnvSection& env) {
-  reader.read("name", env.name);
+  env_keys(env, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   if (env.name.empty()) throw Error(reader.where() + ".name: must name a registered environment");
 }
 
 void read_replay(JsonReader reader, replay::ReplayConfig& replay) {
-  reader.read("min_batch", replay.min_batch);
-  reader.read("max_batch", replay.max_batch);
-  reader.read("max_staleness", replay.max_staleness);
-  reader.read("capacity", replay.capacity);
+  replay_keys(replay, base::ReadKeys{reader});
   reader.reject_unknown_keys();
 }
 
@@ -240,6 +288,23 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   root.reject_unknown_keys();
   derive_dependent_settings(config);
   return config;
+}
+
+nlohmann::json run_config_to_json(const RunConfig& config) {
+  nlohmann::json document = nlohmann::json::object();
+  run_keys(config.run, base::WriteKeys{document["run"]});
+  threads_keys(config.threads, base::WriteKeys{document["threads"]});
+  document["model"] = model::model_config_settings_to_json(config.model);
+  document["task"] = config.is_arithmetic() ? env::arithmetic_config_to_json(config.task) : config.task_document;
+  env_keys(config.env, base::WriteKeys{document["env"]});
+  sft_keys(config.sft, base::WriteKeys{document["sft"]});
+  eval_keys(config.eval, base::WriteKeys{document["eval"]});
+  train_keys(config.train, base::WriteKeys{document["train"]});
+  console_keys(config.console, base::WriteKeys{document["console"]});
+  rollout_keys(config.rollout, base::WriteKeys{document["rollout"]});
+  replay_keys(config.replay, base::WriteKeys{document["replay"]});
+  document["learner"] = config.learner.to_json();
+  return document;
 }
 
 RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides) {

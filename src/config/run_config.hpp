@@ -37,7 +37,7 @@ struct ThreadsSection {
 };
 
 struct SftSection {
-  int64_t steps = 400;
+  int64_t steps = 1200;
   int64_t batch_size = 64;
   double learning_rate = 2e-3;
   int64_t warmup_steps = 20;
@@ -56,7 +56,7 @@ struct EvalSection {
 struct RolloutSection {
   int64_t num_actors = 1;           // rollout actors (each owns a policy replica)
   int64_t env_actors = 1;           // env actors; rollout i uses env i % env_actors
-  int64_t episodes_per_actor = 16;  // episodes decoded together in one batch
+  int64_t episodes_per_actor = 32;  // episodes decoded together in one batch
   int64_t max_new_tokens = 8;       // per turn
   int64_t max_turns = 1;            // an episode reaching it is truncated
   double temperature = 1.0;         // anything but 1/0/1 makes the recorded log-probs a different distribution
@@ -75,7 +75,7 @@ struct EnvSection {
 
 struct TrainSection {
   std::string mode = "async";      // "async" (SAO, GRPO-async) | "sync" (batch barrier)
-  int64_t steps = 200;             // learner steps in the run
+  int64_t steps = 300;             // learner steps in the run
   int64_t eval_every = 25;         // held-out evaluation every N learner steps (0: start and end only)
   int64_t checkpoint_every = 100;  // 0: only the final checkpoint
   std::string init_checkpoint;     // policy to start from; empty: RUN_DIR/sft, trained first if missing
@@ -124,6 +124,10 @@ nlohmann::json read_json_file(const std::string& path);
 void apply_override(nlohmann::json& document, const std::string& assignment);
 // Parses and validates every section. `source` names the origin in errors.
 RunConfig parse_run_config(const nlohmann::json& document, const std::string& source);
+// Every key parse_run_config reads, with this config's values; parsing the
+// result gives the same settings back. Applied to RunConfig{} it is the code's
+// defaults, which tests/test_config.cpp holds equal to config/default.json.
+nlohmann::json run_config_to_json(const RunConfig& config);
 // The embedded default with `file` (if not empty) merged over it, then the
 // overrides.
 RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides);

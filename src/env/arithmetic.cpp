@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "base/error.hpp"
+#include "base/hash.hpp"
 
 namespace sao::env {
 namespace {
@@ -24,13 +25,6 @@ namespace {
 constexpr uint64_t kEnumerationBudget = uint64_t{1} << 25;
 constexpr uint64_t kTestSetSeed = 0x5A0A417E57ULL;
 constexpr uint64_t kSplitSalt = 0x9E3779B97F4A7C15ULL;
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, n) by rejection on raw mt19937_64 output, whose sequence the
 // standard fixes exactly (unlike uniform_int_distribution's mapping).
@@ -189,12 +183,10 @@ std::ostream& operator<<(std::ostream& out, const ArithmeticProblem& problem) {
 }
 
 Split split_of(const ArithmeticProblem& problem, double test_fraction) {
-  uint64_t h = splitmix64(kSplitSalt ^ static_cast<uint64_t>(problem.a));
-  h = splitmix64(h ^ static_cast<unsigned char>(problem.op));
-  h = splitmix64(h ^ static_cast<uint64_t>(problem.b));
-  // Top 53 bits -> a double exactly uniform on [0, 1).
-  const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
-  return u < test_fraction ? Split::kTest : Split::kTrain;
+  uint64_t h = base::splitmix64(kSplitSalt ^ static_cast<uint64_t>(problem.a));
+  h = base::splitmix64(h ^ static_cast<unsigned char>(problem.op));
+  h = base::splitmix64(h ^ static_cast<uint64_t>(problem.b));
+  return base::hash_unit(h) < test_fraction ? Split::kTest : Split::kTrain;
 }
 
 ArithmeticTask::ArithmeticTask(ArithmeticConfig config) : config_(std::move(config)) {

@@ -29,18 +29,26 @@ EnvStep ArithmeticEnvironment::step(const std::string& action) {
   return result;
 }
 
+namespace {
+// The task section's keys but "name", listed once for reading and writing.
+template <typename Config, typename Visit>
+void arithmetic_keys(Config& task, Visit visit) {
+  visit("min_digits", task.min_digits);
+  visit("max_digits", task.max_digits);
+  visit("operators", task.operators);
+  visit("test_fraction", task.test_fraction);
+  visit("test_size", task.test_size);
+  visit("answer_format", task.answer_format);
+}
+}  // namespace
+
 ArithmeticConfig arithmetic_config_from_json(const nlohmann::json& config, const std::string& where) {
   ArithmeticConfig task;
   base::JsonReader reader(config, where);
   std::string name = "arithmetic";
   reader.read("name", name);
   if (name != "arithmetic") throw Error(where + ".name: expected \"arithmetic\", got \"" + name + "\"");
-  reader.read("min_digits", task.min_digits);
-  reader.read("max_digits", task.max_digits);
-  reader.read("operators", task.operators);
-  reader.read("test_fraction", task.test_fraction);
-  reader.read("test_size", task.test_size);
-  reader.read("answer_format", task.answer_format);
+  arithmetic_keys(task, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   try {
     task.validate();
@@ -48,6 +56,12 @@ ArithmeticConfig arithmetic_config_from_json(const nlohmann::json& config, const
     throw Error(where + ": " + error.what());
   }
   return task;
+}
+
+nlohmann::json arithmetic_config_to_json(const ArithmeticConfig& config) {
+  nlohmann::json json = {{"name", "arithmetic"}};
+  arithmetic_keys(config, base::WriteKeys{json});
+  return json;
 }
 
 std::unique_ptr<Environment> make_arithmetic_environment(const nlohmann::json& config, const std::string& where) {

@@ -25,8 +25,10 @@ class ArithmeticEnvironment final : public Environment {
 };
 
 // Reads the task section (name, min_digits, max_digits, operators,
-// test_fraction, test_size); unknown keys are errors.
+// test_fraction, test_size, answer_format); unknown keys are errors.
 ArithmeticConfig arithmetic_config_from_json(const nlohmann::json& config, const std::string& where);
+// The task section arithmetic_config_from_json reads back, every key included.
+nlohmann::json arithmetic_config_to_json(const ArithmeticConfig& config);
 std::unique_ptr<Environment> make_arithmetic_environment(const nlohmann::json& config, const std::string& where);
 
 }  // namespace sao::env

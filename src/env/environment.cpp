@@ -1,12 +1,13 @@
 // Environment registry and shared helpers; see environment.hpp.
 #include "env/environment.hpp"
 
+#include "base/error.hpp"
+#include "base/hash.hpp"
 #include "env/arithmetic_env.hpp"
 #include "env/drift_env.hpp"
 #include "env/example_env.hpp"
 #include "env/external_env.hpp"
 #include "env/maze_env.hpp"
-#include "base/error.hpp"
 
 #include <map>
 #include <mutex>
@@ -70,24 +71,8 @@ std::unique_ptr<Environment> make_environment(const std::string& name, const nlo
   return factory(config, where);
 }
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 uint64_t hash_text(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return mix64(h);
-}
-
-double hash_unit(uint64_t hash) {
-  return static_cast<double>(hash >> 11) * 0x1.0p-53;
+  return base::splitmix64(base::fnv1a64(text));
 }
 
 std::string trim_ascii(const std::string& text) {

@@ -40,6 +40,8 @@
 // and run tests/test_env_contract.cpp, which checks every registered one.
 #pragma once
 
+#include "base/hash.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -135,14 +137,9 @@ std::unique_ptr<Environment> make_environment(const std::string& name, const nlo
 std::vector<std::string> registered_environments();
 
 // Shared helpers for implementations.
-// A fixed 64-bit mix (splitmix64), for seeds and split hashes that must be the
-// same on every platform.
-uint64_t mix64(uint64_t x);
-// FNV-1a over the bytes, then mix64: a portable hash of a text key.
+// Seeds and split hashes use base::splitmix64 and base::hash_unit (base/hash.hpp).
+// FNV-1a over the bytes, then splitmix64: a portable hash of a text key.
 uint64_t hash_text(const std::string& text);
-// Maps a hash to [0, 1) with 53 uniform bits; `hash_unit(h) < fraction` picks
-// a held-out split of that fraction.
-double hash_unit(uint64_t hash);
 // ASCII whitespace trimmed at both ends.
 std::string trim_ascii(const std::string& text);
 

@@ -3,6 +3,7 @@
 #include "env/example_env.hpp"
 
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "base/json_reader.hpp"
 
 #include <set>
@@ -39,7 +40,7 @@ ExampleEnvironment::ExampleEnvironment(ExampleConfig config) : config_(config) {
 }
 
 bool ExampleEnvironment::is_heldout(const Words& words) const {
-  return hash_unit(mix64(kSplitSalt ^ hash_text(key_of(words)))) < config_.test_fraction;
+  return base::hash_unit(base::splitmix64(kSplitSalt ^ hash_text(key_of(words)))) < config_.test_fraction;
 }
 
 ExampleEnvironment::Words ExampleEnvironment::sample_words(std::mt19937_64& rng) const {
@@ -55,7 +56,7 @@ ExampleEnvironment::Words ExampleEnvironment::sample_words(std::mt19937_64& rng)
 }
 
 ExampleEnvironment::Words ExampleEnvironment::sample_train(uint64_t seed) const {
-  std::mt19937_64 rng(mix64(seed));
+  std::mt19937_64 rng(base::splitmix64(seed));
   for (int attempt = 0; attempt < 100000; ++attempt) {
     auto words = sample_words(rng);
     if (!is_heldout(words)) return words;
@@ -119,7 +120,7 @@ EnvLimits ExampleEnvironment::limits() const {
 std::vector<SftEpisode> ExampleEnvironment::demonstrations(int64_t count, uint64_t seed) const {
   std::vector<SftEpisode> episodes;
   for (int64_t i = 0; i < count; ++i) {
-    const auto words = sample_train(mix64(seed) + static_cast<uint64_t>(i));
+    const auto words = sample_train(base::splitmix64(seed) + static_cast<uint64_t>(i));
     SftEpisode episode;
     episode.prompt = observation_for(words[0]);
     for (size_t t = 0; t < words.size(); ++t) {

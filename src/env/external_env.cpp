@@ -3,6 +3,7 @@
 #include "env/external_env.hpp"
 
 #include "base/error.hpp"
+#include "base/host_port.hpp"
 #include "base/json_reader.hpp"
 
 #include <fcntl.h>
@@ -201,15 +202,18 @@ void ExternalEnvironment::start_process() {
 }
 
 void ExternalEnvironment::connect_tcp() {
-  const auto colon = config_.address.rfind(':');
-  std::string host = config_.address.substr(0, colon);
-  const std::string port = config_.address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  base::HostPort address;
+  try {
+    address = base::parse_host_port(config_.address, "address");  // a config from JSON was checked on reading
+  } catch (const Error& error) {
+    fail("connect", error.what(), false);
+  }
+  const std::string port = std::to_string(address.port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+  const int rc = ::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
   if (rc != 0) fail("connect", "cannot resolve " + quote(config_.address) + ": " + ::gai_strerror(rc), false);
   std::string problem = "no address";
   const int64_t deadline = now_ms() + config_.timeout_ms;
@@ -428,12 +432,7 @@ ExternalConfig external_config_from_json(const nlohmann::json& config, const std
     throw Error(where + ": set exactly one of command ([\"program\", \"arg\", ...]) or address (\"host:port\")");
   }
   if (!result.command.empty() && result.command.front().empty()) throw Error(where + ".command: program is empty");
-  if (!result.address.empty()) {
-    const auto colon = result.address.rfind(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == result.address.size()) {
-      throw Error(where + ".address: expected \"host:port\", got \"" + result.address + "\"");
-    }
-  }
+  if (!result.address.empty()) base::parse_host_port(result.address, where + ".address");  // throws if malformed
   if (result.timeout_ms < 1 || result.timeout_ms > 3600000) throw Error(where + ".timeout_ms: must be in [1, 3600000]");
   if (result.max_restarts < 0) throw Error(where + ".max_restarts: must be >= 0");
   if (result.heldout_size < 0) throw Error(where + ".heldout_size: must be >= 0");

@@ -2,6 +2,7 @@
 #include "env/maze_env.hpp"
 
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "base/json_reader.hpp"
 
 #include <cmath>
@@ -114,7 +115,7 @@ MazeEnvironment::MazeEnvironment(MazeConfig config) : config_(config) {
 }
 
 bool MazeEnvironment::is_heldout(const MazeLayout& layout) const {
-  return hash_unit(mix64(kSplitSalt ^ hash_text(layout.key()))) < config_.test_fraction;
+  return base::hash_unit(base::splitmix64(kSplitSalt ^ hash_text(layout.key()))) < config_.test_fraction;
 }
 
 MazeLayout MazeEnvironment::sample_layout(std::mt19937_64& rng) const {
@@ -138,7 +139,7 @@ MazeLayout MazeEnvironment::sample_layout(std::mt19937_64& rng) const {
 }
 
 MazeLayout MazeEnvironment::sample_train(uint64_t seed) const {
-  std::mt19937_64 rng(mix64(seed));
+  std::mt19937_64 rng(base::splitmix64(seed));
   for (int64_t attempt = 0; attempt < 100000; ++attempt) {
     auto layout = sample_layout(rng);
     if (!is_heldout(layout)) return layout;
@@ -214,9 +215,9 @@ EnvLimits MazeEnvironment::limits() const {
 
 std::vector<SftEpisode> MazeEnvironment::demonstrations(int64_t count, uint64_t seed) const {
   std::vector<SftEpisode> episodes;
-  std::mt19937_64 noise_rng(mix64(seed ^ 0x6e6f697365ULL));
+  std::mt19937_64 noise_rng(base::splitmix64(seed ^ 0x6e6f697365ULL));
   for (int64_t i = 0; i < count; ++i) {
-    const auto layout = sample_train(mix64(seed) + static_cast<uint64_t>(i));
+    const auto layout = sample_train(base::splitmix64(seed) + static_cast<uint64_t>(i));
     const auto distances = layout.distances();
     int64_t at = layout.start;
     int64_t turns_left = config_.turn_limit(distances[static_cast<size_t>(at)]);

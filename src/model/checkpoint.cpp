@@ -76,4 +76,20 @@ CausalLM load_policy_checkpoint(const std::string& dir, nlohmann::json* info) {
   return policy;
 }
 
+std::string sft_checkpoint_dir(const std::string& run_dir) {
+  return (fs::path(run_dir) / "sft").string();
+}
+
+std::string rl_checkpoint_dir(const std::string& run_dir) {
+  return (fs::path(run_dir) / "checkpoint").string();
+}
+
+std::string checkpoint_policy_dir(const std::string& checkpoint_dir) {
+  return (fs::path(checkpoint_dir) / "policy").string();
+}
+
+std::string checkpoint_learner_dir(const std::string& checkpoint_dir) {
+  return (fs::path(checkpoint_dir) / "learner").string();
+}
+
 }  // namespace sao::model

@@ -23,4 +23,17 @@ void save_policy_checkpoint(const std::string& dir, const CausalLM& policy, cons
 CausalLM load_policy_checkpoint(const std::string& dir, nlohmann::json* info = nullptr);
 ModelConfig load_checkpoint_config(const std::string& dir);
 
+// Where a run keeps its checkpoints. The learner writes them and the warm
+// start and `--resume` read them, so the names are written down once, here:
+//   RUN_DIR/sft                 the SFT warm start (a policy checkpoint)
+//   RUN_DIR/checkpoint          the latest RL checkpoint, swapped in whole
+//   RUN_DIR/checkpoint/policy   ... its policy (a policy checkpoint)
+//   RUN_DIR/checkpoint/learner  ... the learner's state (algo::Learner::save)
+// checkpoint_policy_dir and checkpoint_learner_dir also name the places inside
+// a staging directory that write_directory_atomically will swap in.
+std::string sft_checkpoint_dir(const std::string& run_dir);
+std::string rl_checkpoint_dir(const std::string& run_dir);
+std::string checkpoint_policy_dir(const std::string& checkpoint_dir);
+std::string checkpoint_learner_dir(const std::string& checkpoint_dir);
+
 }  // namespace sao::model

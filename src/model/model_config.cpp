@@ -45,46 +45,51 @@ int64_t ModelConfig::parameter_count() const {
          (tie_word_embeddings ? 0 : embedding);
 }
 
+namespace {
+// The keys a run config's "model" section and a checkpoint's config.json
+// share, listed once for reading and writing.
+template <typename Config, typename Visit>
+void model_keys(Config& config, Visit visit) {
+  visit("model_type", config.model_type);
+  visit("vocab_size", config.vocab_size);
+  visit("hidden_size", config.hidden_size);
+  visit("intermediate_size", config.intermediate_size);
+  visit("num_hidden_layers", config.num_hidden_layers);
+  visit("num_attention_heads", config.num_attention_heads);
+  visit("num_key_value_heads", config.num_key_value_heads);
+  visit("max_position_embeddings", config.max_position_embeddings);
+  visit("rms_norm_eps", config.rms_norm_eps);
+  visit("rope_theta", config.rope_theta);
+  visit("tie_word_embeddings", config.tie_word_embeddings);
+  visit("attention_bias", config.attention_bias);
+}
+}  // namespace
+
 ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source, bool allow_unknown_keys) {
   ModelConfig config;
   base::JsonReader reader(json, source);
-  reader.read("model_type", config.model_type);
-  reader.read("vocab_size", config.vocab_size);
-  reader.read("hidden_size", config.hidden_size);
-  reader.read("intermediate_size", config.intermediate_size);
-  reader.read("num_hidden_layers", config.num_hidden_layers);
-  reader.read("num_attention_heads", config.num_attention_heads);
-  config.num_key_value_heads = config.num_attention_heads;  // HF default when absent
-  reader.read("num_key_value_heads", config.num_key_value_heads);
-  reader.read("max_position_embeddings", config.max_position_embeddings);
-  reader.read("rms_norm_eps", config.rms_norm_eps);
-  reader.read("rope_theta", config.rope_theta);
-  reader.read("tie_word_embeddings", config.tie_word_embeddings);
-  if (config.model_type == "qwen2") config.attention_bias = true;
-  reader.read("attention_bias", config.attention_bias);
+  model_keys(config, base::ReadKeys{reader});
+  // Hugging Face's defaults for configs that leave these out.
+  if (!reader.has("num_key_value_heads")) config.num_key_value_heads = config.num_attention_heads;
+  if (!reader.has("attention_bias") && config.model_type == "qwen2") config.attention_bias = true;
   if (!allow_unknown_keys) reader.reject_unknown_keys();
   config.validate(source);
   return config;
 }
 
+nlohmann::json model_config_settings_to_json(const ModelConfig& config) {
+  nlohmann::json json = nlohmann::json::object();
+  model_keys(config, base::WriteKeys{json});
+  return json;
+}
+
 nlohmann::json model_config_to_json(const ModelConfig& config) {
-  return nlohmann::json{
-      {"architectures", {config.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", config.model_type},
-      {"vocab_size", config.vocab_size},
-      {"hidden_size", config.hidden_size},
-      {"intermediate_size", config.intermediate_size},
-      {"num_hidden_layers", config.num_hidden_layers},
-      {"num_attention_heads", config.num_attention_heads},
-      {"num_key_value_heads", config.num_key_value_heads},
-      {"max_position_embeddings", config.max_position_embeddings},
-      {"rms_norm_eps", config.rms_norm_eps},
-      {"rope_theta", config.rope_theta},
-      {"tie_word_embeddings", config.tie_word_embeddings},
-      {"attention_bias", config.attention_bias},
-      {"hidden_act", "silu"},
-      {"torch_dtype", "float32"},
-  };
+  auto json = model_config_settings_to_json(config);
+  json["architectures"] =
+      nlohmann::json::array({config.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"});
+  json["hidden_act"] = "silu";
+  json["torch_dtype"] = "float32";
+  return json;
 }
 
 }  // namespace sao::model

@@ -35,6 +35,9 @@ struct ModelConfig {
 // Reads HF-style keys; unknown keys are an error unless `allow_unknown_keys`
 // (real HF configs carry many keys this runtime does not use).
 ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source, bool allow_unknown_keys);
+// Exactly the keys model_config_from_json reads (a run config's "model" section).
+nlohmann::json model_config_settings_to_json(const ModelConfig& config);
+// The settings plus what Hugging Face tools expect in a checkpoint's config.json.
 nlohmann::json model_config_to_json(const ModelConfig& config);
 
 }  // namespace sao::model

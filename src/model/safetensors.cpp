@@ -6,6 +6,7 @@
 // this code assumes a little-endian host (x86-64, aarch64), checked below.
 #include "model/safetensors.hpp"
 
+#include "base/atomic_file.hpp"
 #include "base/error.hpp"
 
 #include <torch/torch.h>
@@ -362,18 +363,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     data.push_back(cpu.back().second);
   }
   const auto header = encode_header(path, cpu, metadata);
-  const auto tmp_path = path + ".tmp";
-  try {
-    write_file_synced(tmp_path, header, data);
-  } catch (...) {
-    std::remove(tmp_path.c_str());
-    throw;
-  }
-  if (std::rename(tmp_path.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(tmp_path.c_str());
-    fail(where(path) + "cannot rename " + tmp_path + " into place: " + reason);
-  }
+  base::replace_file_atomically(path, [&](const std::string& tmp_path) { write_file_synced(tmp_path, header, data); });
 }
 
 LoadReport load_into_module(torch::nn::Module& module, const std::string& path, bool strict,

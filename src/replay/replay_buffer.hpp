@@ -25,7 +25,7 @@ struct ReplayConfig {
   int64_t min_batch = 1;      // SAO: step as soon as one trajectory waits
   int64_t max_batch = 64;     // trajectories per learner step at most
   int64_t max_staleness = 4;  // -1: never drop
-  int64_t capacity = 256;     // rollouts pause while this many wait
+  int64_t capacity = 64;      // rollouts pause while this many wait
   int64_t group_size = 1;     // > 1: trajectories enter the queue as complete groups (GRPO)
   bool synchronous = false;   // batch barrier: hand out exactly max_batch, all of one version
   void validate(const std::string& where) const;

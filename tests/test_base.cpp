@@ -1,0 +1,149 @@
+// The base helpers every layer shares: the fixed hashes (their values are
+// behaviour: seeds, held-out splits, the cluster fingerprint), HOST:PORT
+// parsing, the constant-time secret compare and atomic file replacement.
+// Expected hash values were computed independently (Python, from the
+// published algorithms); splitmix64(0) and the FNV-1a vectors match the
+// reference outputs.
+#include "base/atomic_file.hpp"
+#include "base/constant_time.hpp"
+#include "base/error.hpp"
+#include "base/hash.hpp"
+#include "base/host_port.hpp"
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace fs = std::filesystem;
+using sao::base::constant_time_equal;
+using sao::base::parse_host_port;
+
+namespace {
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+fs::path fresh_dir(const std::string& stem) {
+  const auto dir = fs::temp_directory_path() / ("sao_test_base_" + stem + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+}  // namespace
+
+TEST_CASE("splitmix64 gives the reference values") {
+  static_assert(sao::base::splitmix64(0) == 0xe220a8397b1dcdafULL, "usable at compile time");
+  CHECK(sao::base::splitmix64(0) == 0xe220a8397b1dcdafULL);
+  CHECK(sao::base::splitmix64(1) == 0x910a2dec89025cc1ULL);
+  CHECK(sao::base::splitmix64(3) == 0x1d0b14e4db018fedULL);
+  CHECK(sao::base::splitmix64(0xffffffffffffffffULL) == 0xe4d971771b652c20ULL);
+}
+
+TEST_CASE("fnv1a64 gives the reference values") {
+  CHECK(sao::base::fnv1a64("") == 0xcbf29ce484222325ULL);
+  CHECK(sao::base::fnv1a64("a") == 0xaf63dc4c8601ec8cULL);
+  CHECK(sao::base::fnv1a64("foobar") == 0x85944171f73967e8ULL);
+  CHECK(sao::base::fnv1a64("sao-cluster-protocol-1;") == 0x70d57ceb0b8bbc67ULL);
+  // Bytes, not chars: a byte above 0x7f hashes as unsigned.
+  CHECK(sao::base::fnv1a64("\xff") == ((0xcbf29ce484222325ULL ^ 0xffULL) * 0x100000001b3ULL));
+}
+
+TEST_CASE("hash_unit maps the top 53 bits onto [0, 1)") {
+  CHECK(sao::base::hash_unit(0) == 0.0);
+  CHECK(sao::base::hash_unit(0xffffffffffffffffULL) == 1.0 - 0x1.0p-53);
+  CHECK(sao::base::hash_unit(uint64_t{1} << 63) == 0.5);
+  CHECK(sao::base::hash_unit(0x7ff) == 0.0);  // the low 11 bits do not count
+}
+
+TEST_CASE("HOST:PORT: the forms accepted") {
+  auto parsed = parse_host_port("10.0.0.7:7420", "--join");
+  CHECK(parsed.host == "10.0.0.7");
+  CHECK(parsed.port == 7420);
+  parsed = parse_host_port("localhost:0", "--listen");
+  CHECK(parsed.host == "localhost");
+  CHECK(parsed.port == 0);
+  parsed = parse_host_port("node-3.example:65535", "--join");
+  CHECK(parsed.host == "node-3.example");
+  CHECK(parsed.port == 65535);
+  parsed = parse_host_port("[::1]:8470", "--connect");  // brackets come off an IPv6 host
+  CHECK(parsed.host == "::1");
+  CHECK(parsed.port == 8470);
+}
+
+TEST_CASE("HOST:PORT: bad text is refused, naming the flag, the text and what was expected") {
+  const std::string expected = "': expected HOST:PORT, e.g. 127.0.0.1:7420";
+  CHECK_THROWS_WITH_AS(parse_host_port("10.0.0.7", "--join"), ("--join '10.0.0.7" + expected).c_str(), sao::Error);
+  CHECK_THROWS_WITH_AS(parse_host_port(":7420", "--join"), ("--join ':7420" + expected).c_str(), sao::Error);
+  CHECK_THROWS_WITH_AS(parse_host_port("h:", "--join"), ("--join 'h:" + expected).c_str(), sao::Error);
+  CHECK_THROWS_WITH_AS(parse_host_port("[]:80", "--join"), ("--join '[]:80" + expected).c_str(), sao::Error);
+  CHECK_THROWS_WITH_AS(parse_host_port("", "task.address"), ("task.address '" + expected).c_str(), sao::Error);
+
+  const std::string range = "': port must be a number in 0..65535";
+  for (const std::string text :
+       {"h:70000", "h:65536", "h:+80", "h: 80", "h:-1", "h:8o", "h:80 ", "h:99999999999999999999"}) {
+    CHECK_THROWS_WITH_AS(parse_host_port(text, "--listen"), ("--listen '" + text + range).c_str(), sao::Error);
+  }
+}
+
+TEST_CASE("constant-time compare: equal only at equal length and content") {
+  CHECK(constant_time_equal("correct horse", "correct horse"));
+  CHECK_FALSE(constant_time_equal("correct horsf", "correct horse"));               // last character differs
+  CHECK_FALSE(constant_time_equal("xorrect horse", "correct horse"));               // first character differs
+  CHECK_FALSE(constant_time_equal("correct", "correct horse"));                     // a prefix of the secret
+  CHECK_FALSE(constant_time_equal("correct horse battery", "correct horse"));       // the secret is a prefix of it
+  CHECK_FALSE(constant_time_equal("correct horsecorrect horse", "correct horse"));  // the secret repeated
+  CHECK(constant_time_equal("", ""));
+  CHECK_FALSE(constant_time_equal("", "secret"));
+  CHECK_FALSE(constant_time_equal("x", ""));
+  CHECK_FALSE(constant_time_equal(std::string_view("\0", 1), ""));  // an empty secret is not a NUL
+  CHECK(constant_time_equal(std::string_view("a\0b", 3), std::string_view("a\0b", 3)));
+  CHECK_FALSE(constant_time_equal(std::string_view("a\0b", 3), std::string_view("a\0c", 3)));
+}
+
+TEST_CASE("atomic file writes replace the content and leave no temporary file") {
+  const auto dir = fresh_dir("atomic");
+  const auto path = (dir / "status.json").string();
+  sao::base::write_text_file_atomically(path, "first\n");
+  CHECK(read_file(path) == "first\n");
+  sao::base::write_text_file_atomically(path, "second, longer\n");
+  CHECK(read_file(path) == "second, longer\n");
+  sao::base::write_text_file_atomically(path, "3");
+  CHECK(read_file(path) == "3");
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}) == 1);
+
+  // A writer that fails leaves the old content and no temporary file.
+  CHECK_THROWS_WITH_AS(sao::base::replace_file_atomically(path,
+                                                          [](const std::string& temporary) {
+                                                            std::ofstream(temporary) << "half";
+                                                            throw std::runtime_error("disk full");
+                                                          }),
+                       "disk full", std::runtime_error);
+  CHECK(read_file(path) == "3");
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+
+  // A rename that fails (the target is a non-empty directory) names both
+  // paths, and the temporary file is gone.
+  const auto blocked = dir / "blocked";
+  fs::create_directories(blocked / "inside");
+  CHECK_THROWS_WITH_AS(
+      sao::base::write_text_file_atomically(blocked.string(), "x"),
+      doctest::Contains(("cannot rename " + blocked.string() + ".tmp over " + blocked.string() + ": ").c_str()),
+      sao::Error);
+  CHECK_FALSE(fs::exists(blocked.string() + ".tmp"));
+
+  // A file in a directory that does not exist cannot be written.
+  const auto missing = (dir / "no-such-dir" / "f").string();
+  CHECK_THROWS_WITH_AS(sao::base::write_text_file_atomically(missing, "x"),
+                       doctest::Contains(("cannot write " + missing + ".tmp").c_str()), sao::Error);
+  fs::remove_all(dir);
+}
