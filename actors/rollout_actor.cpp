@@ -4,6 +4,7 @@
 #include "actors/introspection.hpp"
 
 #include "algo/trajectory.hpp"
+#include "base/hash.hpp"
 #include "rollout/episode_batch.hpp"
 #include "model/generation.hpp"
 #include "model/tensor_blob.hpp"
@@ -22,13 +23,6 @@ namespace {
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-uint64_t mix_seed(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 // Ids of one episode of the current session (the state machine holds the rest).
@@ -172,7 +166,7 @@ void request_step(Self self, const rollout::TurnEnd& ended) {
 
 void begin_decoding(Self self) {
   auto& state = self->state;
-  const uint64_t seed = mix_seed(state.config.seed ^ (static_cast<uint64_t>(state.session_id) << 20) ^
+  const uint64_t seed = base::splitmix64(state.config.seed ^ (static_cast<uint64_t>(state.session_id) << 20) ^
                                  static_cast<uint64_t>(state.config.index));
   if (state.batch->start(seed)) schedule_decode(self);
   report_rows(self);
@@ -233,7 +227,7 @@ void start_session(Self self) {
     if (index % static_cast<size_t>(state.config.group_size) == 0) ++state.next_group;
     // Group ids are unique across rollout actors; members of a group share the reset seed, hence the prompt.
     ids.group_id = (state.config.index << 40) + state.next_group;
-    const uint64_t seed = mix_seed(state.config.seed * 1000003ULL + static_cast<uint64_t>(ids.group_id));
+    const uint64_t seed = base::splitmix64(state.config.seed * 1000003ULL + static_cast<uint64_t>(ids.group_id));
     ids.episode_id = (state.config.index << 40) + state.next_episode++;
     self->request(state.config.env, std::chrono::milliseconds(timeout),
                   msg::EnvReset{ids.episode_id, seed, unix_time_ms() + timeout})
