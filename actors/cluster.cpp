@@ -62,7 +62,7 @@ struct GatekeeperState {
   int64_t refusals = 0;
   static inline const char* name = "gatekeeper";
 };
-using Self = caf::stateful_actor<GatekeeperState>*;
+using Self = GatekeeperActor::stateful_pointer<GatekeeperState>;
 
 caf::error refuse(Self self, const std::string& node, const std::string& why) {
   ++self->state.refusals;
@@ -140,7 +140,7 @@ void admit(Self self, PendingJoin join) {
           });
 }
 
-caf::behavior gatekeeper_actor(Self self, GatekeeperConfig config) {
+GatekeeperActor::behavior_type gatekeeper_behavior(Self self, GatekeeperConfig config) {
   self->state.config = std::move(config);
   return {
       [self](atoms::start_atom, const caf::actor& coordinator, const caf::actor& replay,
@@ -217,17 +217,19 @@ std::string describe_error(caf::actor_system& system, const caf::error& error) {
   return msg::error_text(system, error);
 }
 
-caf::actor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config) {
-  return system.spawn(gatekeeper_actor, std::move(config));
+GatekeeperActor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config) {
+  return system.spawn(gatekeeper_behavior, std::move(config));
 }
 
 JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port, const JoinRequest& request) {
   JoinResult result;
-  auto gatekeeper = system.middleman().remote_actor(host, port);
+  auto gatekeeper = system.middleman().remote_actor<GatekeeperActor>(host, port);
   if (!gatekeeper) {
     result.error = "cannot reach the learner at " + host + ":" + std::to_string(port) + ": " +
                    describe_error(system, gatekeeper.error());
-    result.refused = gatekeeper.error() == caf::sec::incompatible_application_ids;
+    // Not a sao learner, or one whose handshake differs: retrying will not help.
+    result.refused = gatekeeper.error() == caf::sec::incompatible_application_ids ||
+                     gatekeeper.error() == caf::sec::unexpected_actor_messaging_interface;
     return result;
   }
   caf::scoped_actor self{system};

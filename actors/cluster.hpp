@@ -49,11 +49,21 @@ struct GatekeeperConfig {
   std::string status_path;  // cluster status JSON rewritten every second ("" = none)
 };
 
+// The entry actor the learner publishes. Its interface uses CAF's built-in
+// types and atoms only (see the top of this file and protocol.hpp), so any
+// sao build can ask it and read the answer; a node connects to it as this
+// interface (middleman().remote_actor<GatekeeperActor>).
+using GatekeeperActor = caf::typed_actor<
+    caf::reacts_to<atoms::start_atom, caf::actor, caf::actor, caf::actor>,
+    caf::replies_to<atoms::join_atom, std::string, std::string, std::string, std::string>::with<
+        std::string, int64_t, caf::actor, caf::actor, caf::actor>,
+    caf::reacts_to<caf::tick_atom>>;  // self: refresh the status file
+
 // Spawns the entry actor the learner publishes. It is published before the
 // run starts (a port in use then stops the learner before it writes
 // anything); joins wait until it gets the run's actors:
 //   (start_atom, coordinator, replay, weight_sync)
-caf::actor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config);
+GatekeeperActor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config);
 
 // What a node gets back from a successful join.
 struct JoinGrant {

@@ -102,7 +102,7 @@ struct ConsoleServer::Impl {
   std::vector<msg::ActorStatus> snapshot() { return ask<std::vector<msg::ActorStatus>>(atoms::snapshot_atom_v); }
 
   nlohmann::json history(int64_t since_step) {
-    return nlohmann::json::parse(ask<std::string>(atoms::history_atom_v, since_step));
+    return report::to_json(ask<report::MetricsHistory>(atoms::history_atom_v, since_step));
   }
 
   nlohmann::json actors_json() {

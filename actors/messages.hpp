@@ -7,6 +7,7 @@
 
 #include "algo/trajectory.hpp"
 #include "model/tensor_blob.hpp"
+#include "report/metrics_line.hpp"
 #include "rollout/episode_batch.hpp"
 
 #include <caf/all.hpp>
@@ -43,6 +44,25 @@ typename Inspector::result_type inspect(Inspector& f, Trajectory& x) {
            }));
 }
 }  // namespace sao::algo
+
+namespace sao::report {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MetricsLine& x) {
+  // NaN stands for null; numbers travel as raw bits (see Trajectory).
+  std::map<std::string, uint64_t> bits;
+  for (const auto& [key, value] : x.numbers) std::memcpy(&bits[key], &value, sizeof(value));
+  return f(caf::meta::type_name("MetricsLine"), bits, x.texts, x.flags, caf::meta::load_callback([&]() -> caf::error {
+             x.numbers.clear();
+             for (const auto& [key, raw] : bits) std::memcpy(&x.numbers[key], &raw, sizeof(raw));
+             return caf::none;
+           }));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MetricsHistory& x) {
+  return f(caf::meta::type_name("MetricsHistory"), x.steps, x.evals, x.events, x.knobs, x.has_latest, x.latest,
+           x.summary);
+}
+}  // namespace sao::report
 
 namespace sao::rollout {
 template <class Inspector>
@@ -303,6 +323,7 @@ typename Inspector::result_type inspect(Inspector& f, RunFinished& x) {
 CAF_BEGIN_TYPE_ID_BLOCK(sao, caf::first_custom_type_id)
 CAF_ADD_TYPE_ID(sao, (sao::algo::Trajectory))
 CAF_ADD_TYPE_ID(sao, (sao::rollout::EnvOutcome))
+CAF_ADD_TYPE_ID(sao, (sao::report::MetricsHistory))
 CAF_ADD_TYPE_ID(sao, (sao::msg::PolicyWeights))
 CAF_ADD_TYPE_ID(sao, (sao::msg::EnvReset))
 CAF_ADD_TYPE_ID(sao, (sao::msg::EnvAction))

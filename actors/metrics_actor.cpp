@@ -144,22 +144,23 @@ void on_control(Self self, const msg::ControlEvent& event) {
   log << " (from " << event.origin << ")\n";
 }
 
-std::string history_since(const MetricsActorState& state, int64_t since_step) {
-  nlohmann::json steps = nlohmann::json::array();
-  for (const auto& line : state.history) {
-    if (line["step"].get<int64_t>() > since_step) steps.push_back(line);
+report::MetricsHistory history_since(const MetricsActorState& state, int64_t since_step) {
+  report::MetricsHistory history;
+  size_t first = 0;
+  while (first < state.history.size() && state.history[first]["step"].get<int64_t>() <= since_step) ++first;
+  if (state.history.size() - first > kHistoryReplyLimit) first = state.history.size() - kHistoryReplyLimit;
+  for (size_t i = first; i < state.history.size(); ++i) {
+    history.steps.push_back(report::metrics_line_from_json(state.history[i], "metrics history"));
   }
-  if (steps.size() > kHistoryReplyLimit) {
-    steps.erase(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() - kHistoryReplyLimit));
-  }
-  nlohmann::json knobs(state.knobs);
-  return nlohmann::json{{"steps", steps},
-                        {"evals", state.evals},
-                        {"events", state.events},
-                        {"knobs", knobs},
-                        {"latest", state.history.empty() ? nlohmann::json(nullptr) : state.history.back()},
-                        {"summary", summary_of(state)}}
-      .dump();
+  for (const auto& line : state.evals) history.evals.push_back(report::metrics_line_from_json(line, "evals"));
+  for (const auto& line : state.events) history.events.push_back(report::metrics_line_from_json(line, "events"));
+  history.knobs = state.knobs;
+  history.has_latest = !state.history.empty();
+  if (history.has_latest) history.latest = report::metrics_line_from_json(state.history.back(), "latest");
+  auto summary = summary_of(state);
+  summary.erase("evals");
+  history.summary = report::metrics_line_from_json(summary, "summary");
+  return history;
 }
 }  // namespace
 

@@ -20,10 +20,10 @@ struct MetricsActorConfig {
   replay::ReplayConfig replay;  // the replay knobs' values at start (live `set` changes them)
 };
 
-// Reply to (history_atom, since_step): a JSON object with "steps" (step
-// lines after since_step, at most the last kHistoryReplyLimit), "evals",
-// "events" (operator commands), "knobs" (current live values), "latest"
-// (the newest step line, or null) and "summary".
+// Reply to (history_atom, since_step): a report::MetricsHistory with the
+// step lines after since_step (at most the last kHistoryReplyLimit), the
+// evaluations, operator commands, current live knob values, the newest step
+// line and the summary so far.
 constexpr size_t kHistoryKeptSteps = 20000;
 constexpr size_t kHistoryReplyLimit = 2000;
 

@@ -52,8 +52,8 @@ using MetricsActor =
     caf::typed_actor<caf::reacts_to<msg::StepReport>, caf::reacts_to<msg::EvalReport>,
                      caf::reacts_to<msg::ControlEvent>, caf::reacts_to<msg::EpisodeLost>,
                      caf::reacts_to<msg::ActorRestarted>,
-                     // The console's history: JSON text that is the HTTP body as it is served.
-                     caf::replies_to<atoms::history_atom, int64_t>::with<std::string>,
+                     // The console's history (GET /api/metrics), as typed lines.
+                     caf::replies_to<atoms::history_atom, int64_t>::with<report::MetricsHistory>,
                      // The end of the run: writes RUN_DIR/summary.json, answers its path.
                      caf::replies_to<atoms::stop_atom, std::vector<msg::ActorStatus>>::with<std::string>,
                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
@@ -76,7 +76,7 @@ using CoordinatorActor = caf::typed_actor<
     // Introspection: every actor of the run with its display name.
     caf::replies_to<atoms::actors_atom>::with<std::vector<StatusActor>, std::vector<std::string>>,
     caf::replies_to<atoms::snapshot_atom>::with<std::vector<msg::ActorStatus>>,
-    caf::replies_to<atoms::history_atom, int64_t>::with<std::string>,
+    caf::replies_to<atoms::history_atom, int64_t>::with<report::MetricsHistory>,
     caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>,
     caf::replies_to<atoms::versions_atom>::with<msg::ActorStatus>,
     // Cluster membership (coordinator_cluster.cpp).

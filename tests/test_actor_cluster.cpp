@@ -14,7 +14,7 @@ struct GatekeeperFixture {
   caf::actor_system_config config;
   std::unique_ptr<caf::actor_system> system;
   caf::actor stand_in;  // plays coordinator, replay and weight-sync: the gatekeeper mostly hands them out
-  caf::actor gatekeeper;
+  sao::actors::GatekeeperActor gatekeeper;
 
   GatekeeperFixture() {
     sao::actors::register_protocol(config);

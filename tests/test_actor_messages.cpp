@@ -161,6 +161,26 @@ TEST_CASE("sao errors carry a code callers branch on and a text for people") {
   CHECK(sao::msg::error_text(*s.system, back) == "set min_batch: must be >= 1");
 }
 
+TEST_CASE("the console's history survives the wire, nulls included") {
+  System s;
+  sao::report::MetricsHistory history;
+  sao::report::MetricsLine line;
+  line.numbers = {{"step", 7}, {"entropy", std::nan("")}};
+  line.texts = {{"split", "test"}};
+  line.flags = {{"eval", true}};
+  history.steps = {line};
+  history.has_latest = true;
+  history.latest = line;
+  history.knobs = {{"min_batch", 8}};
+  auto back = round_trip(*s.system, history);
+  REQUIRE(back.steps.size() == 1);
+  CHECK(back.steps[0].numbers.at("step") == 7);
+  CHECK(std::isnan(back.steps[0].numbers.at("entropy")));
+  CHECK(back.latest.texts.at("split") == "test");
+  CHECK(back.latest.flags.at("eval"));
+  CHECK(back.knobs.at("min_batch") == 8);
+}
+
 TEST_CASE("a NaN accuracy survives the wire") {
   System s;
   auto trajectory = sample_trajectory();
