@@ -1,10 +1,12 @@
 // Loading an untrusted checkpoint directory: nothing is allocated before
 // config.json and the weights' header agree, nothing but regular files is
-// read, and NaN weights and hostile JSON are refused by name.
+// read, NaN weights and hostile JSON are refused by name, and `sao eval`
+// never runs an environment command stored with the checkpoint.
 #include "base/error.hpp"
 #include "config/run_config.hpp"
 #include "model/checkpoint.hpp"
 #include "model/safetensors.hpp"
+#include "train/eval_config.hpp"
 
 #include <doctest/doctest.h>
 
@@ -218,3 +220,94 @@ TEST_CASE("config.json and sao.json nested 10^5 levels deep are refused, not a s
   fs::remove_all(dir);
 }
 
+namespace {
+
+// A stored run config whose external environment would create `marker`.
+nlohmann::json run_config_running(const fs::path& marker) {
+  auto document = sao::config::default_config_document();
+  document["env"] = {{"name", "external"}};
+  document["task"] = {{"name", "external"},
+                      {"command", {"sh", "-c", "touch '" + marker.string() + "'"}},
+                      {"heldout_size", 1},
+                      {"timeout_ms", 2000}};
+  return document;
+}
+
+std::string refusal(const fs::path& dir, const fs::path& marker) {
+  return "checkpoint " + dir.string() +
+         "/sao.json: its run_config uses environment 'external' (task.command [\"sh\",\"-c\",\"touch '" +
+         marker.string() +
+         "'\"]); sao eval does not run programs or contact addresses named by a checkpoint. Name the environment "
+         "yourself with --config FILE (env and task sections, e.g. deploy/envs/guess_number.json) or --set "
+         "task=..., or pass --trust-checkpoint-env to use the checkpoint's own";
+}
+
+}  // namespace
+
+TEST_CASE("eval takes a self-contained task from the checkpoint but never an external command") {
+  const auto marker = fresh_dir("marker_unit");
+  sao::train::EvalConfigSources sources;
+  sources.checkpoint_dir = "ck";
+  sources.checkpoint_info = {{"run_config", run_config_running(marker)}};
+
+  SUBCASE("refused by default, naming what it would run and what to pass") {
+    CHECK(error_of([&] { sao::train::eval_run_config(sources); }) == refusal("ck", marker));
+  }
+  SUBCASE("--trust-checkpoint-env uses the stored environment") {
+    sources.trust_checkpoint_env = true;
+    const auto config = sao::train::eval_run_config(sources);
+    CHECK(config.env.name == "external");
+    CHECK(config.task_document["command"][0] == "sh");
+    CHECK(config.source == "ck/sao.json");
+  }
+  SUBCASE("an environment the user names replaces the stored task whole") {
+    sources.overrides = {R"(task={"name":"external","command":["my-env"]})"};
+    const auto config = sao::train::eval_run_config(sources);
+    CHECK(config.task_document == nlohmann::json({{"name", "external"}, {"command", {"my-env"}}}));
+  }
+  SUBCASE("so does a --set of one task key: nothing of the stored task is kept") {
+    sources.overrides = {R"(task.command=["my-env", "--port", "0"])"};
+    const auto config = sao::train::eval_run_config(sources);
+    CHECK(config.task_document == nlohmann::json({{"command", {"my-env", "--port", "0"}}}));
+  }
+  SUBCASE("so does --config FILE") {
+    sources.config_file = std::string(SAO_SOURCE_DIR) + "/deploy/envs/guess_number.json";
+    const auto config = sao::train::eval_run_config(sources);
+    CHECK(config.task_document["command"] == nlohmann::json({"python3", "deploy/envs/guess_number.py"}));
+    CHECK(config.task_document["heldout_size"] == 50);
+  }
+  SUBCASE("switching to a self-contained environment needs no task") {
+    sources.overrides = {"env.name=arithmetic"};
+    const auto config = sao::train::eval_run_config(sources);
+    CHECK(config.is_arithmetic());
+  }
+  SUBCASE("a self-contained stored task is used as it is") {
+    auto document = sao::config::default_config_document();
+    document["task"]["test_size"] = 37;
+    sources.checkpoint_info = {{"run_config", document}};
+    CHECK(sao::train::eval_run_config(sources).task.test_size == 37);
+  }
+  CHECK_FALSE(fs::exists(marker));
+}
+
+TEST_CASE("sao eval on a checkpoint naming an external command runs nothing and says why") {
+  const auto marker = fresh_dir("marker_cli");
+  const auto dir = saved_checkpoint("evil", {{"step", 1}, {"run_config", run_config_running(marker)}});
+  const auto output = dir.string() + ".out";
+  const auto eval = [&](const std::string& flags) {
+    const std::string command =
+        std::string(SAO_BINARY) + " eval --checkpoint '" + dir.string() + "' " + flags + " > '" + output + "' 2>&1";
+    const int status = std::system(command.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  CHECK(eval("") == 1);
+  CHECK_FALSE(fs::exists(marker));
+  CHECK(read_text(output).find(refusal(dir, marker)) != std::string::npos);
+  // The stored command is real: trusted, it runs (`touch` then exits, an
+  // environment that failed its episode).
+  eval("--trust-checkpoint-env");
+  CHECK(fs::exists(marker));
+  fs::remove_all(dir);
+  fs::remove(output);
+  fs::remove(marker);
+}
