@@ -1,10 +1,13 @@
 // Model and generation tests: causality, KV cache equals a full pass, the
 // recorded log-probs are exact, weights may switch mid-decode, and parameter
 // groups freeze.
+#include "base/error.hpp"
 #include "model/generation.hpp"
+#include "model/safetensors.hpp"
 #include "model/transformer.hpp"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 using sao::model::CausalLM;
 using sao::model::ModelConfig;
@@ -261,4 +264,46 @@ TEST_CASE("a value model initialised from a policy copies the backbone, not the 
   // Separate storage: training the critic cannot move the policy.
   critic_params["model.norm.weight"].add_(1.0);
   CHECK_FALSE(torch::equal(policy->named_parameters(true)["model.norm.weight"], critic_params["model.norm.weight"]));
+}
+
+TEST_CASE("policy_tensor_shapes lists exactly what CausalLM registers, without building it") {
+  auto qwen = tiny_config();
+  qwen.model_type = "qwen2";
+  qwen.attention_bias = true;
+  auto tied = tiny_config();
+  tied.tie_word_embeddings = true;
+  tied.num_key_value_heads = 1;
+  for (const auto& config : {tiny_config(), qwen, tied}) {
+    CausalLM policy(config);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> registered;
+    for (const auto& [name, tensor] : sao::model::named_tensors_of(*policy))
+      registered.emplace_back(name, tensor.sizes().vec());
+    CHECK(sao::model::policy_tensor_shapes(config) == registered);
+  }
+}
+
+TEST_CASE("model sizes out of bounds are refused with the allowed range") {
+  const auto error_for = [](const nlohmann::json& json) {
+    try {
+      sao::model::model_config_from_json(json, "checkpoint c/config.json", /*allow_unknown_keys=*/true);
+    } catch (const sao::Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_for({{"num_hidden_layers", 100000}}) ==
+        "checkpoint c/config.json: num_hidden_layers must be in [1, 256], got 100000");
+  CHECK(error_for({{"hidden_size", 65536}, {"num_attention_heads", 4}}) ==
+        "checkpoint c/config.json: hidden_size must be in [1, 16384], got 65536");
+  CHECK(error_for({{"vocab_size", 2000000}}) ==
+        "checkpoint c/config.json: vocab_size must be in [1, 1048576], got 2000000");
+  CHECK(error_for({{"intermediate_size", 0}}) ==
+        "checkpoint c/config.json: intermediate_size must be in [1, 65536], got 0");
+  CHECK(error_for({{"max_position_embeddings", 1 << 21}}) ==
+        "checkpoint c/config.json: max_position_embeddings must be in [1, 1048576], got 2097152");
+  CHECK(error_for({{"num_attention_heads", 512}}) ==
+        "checkpoint c/config.json: num_attention_heads must be in [1, 256], got 512");
+  CHECK(error_for({{"num_key_value_heads", -1}}) ==
+        "checkpoint c/config.json: num_key_value_heads must be in [1, 256], got -1");
+  CHECK(error_for({{"num_hidden_layers", 256}}) == "no error");
 }

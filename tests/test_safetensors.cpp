@@ -8,11 +8,18 @@
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <limits>
 #include <string>
 
 namespace fs = std::filesystem;
@@ -245,9 +252,8 @@ TEST_CASE("malformed files fail with the file and the problem named") {
     const std::string header =
         std::string("{\"a\":") + good_entry + R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
     write_bytes(file.path, hand_file(header, good_data));
-    const auto msg = error_of([&] { load_safetensors(file.path); });
-    CHECK(msg.find(file.path) != std::string::npos);
-    CHECK(msg.find("overlap") != std::string::npos);
+    CHECK(error_of([&] { load_safetensors(file.path); }) ==
+          "checkpoint " + file.path + ": tensor 'b': data_offsets [4, 8] overlap tensor 'a' [0, 8]");
   }
   SUBCASE("sanity: the good entry itself loads") {
     write_bytes(file.path, hand_file(header_for(good_entry), good_data));
@@ -352,4 +358,156 @@ TEST_CASE("load_into_module") {
     CHECK(torch::equal(target->proj->weight, source->proj->weight));
     CHECK(torch::equal(target->norm->weight, before[2].second));
   }
+}
+
+TEST_CASE("the tensors must cover the data section exactly") {
+  TempFile file("coverage");
+  const float floats[] = {1.0f, 2.0f, 3.0f, 4.0f};
+  const std::string data(reinterpret_cast<const char*>(floats), sizeof(floats));
+  const std::string two_entries =
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
+
+  SUBCASE("a header length one short shifts the data by a byte and is refused") {
+    // Padding spaces keep the shortened header valid JSON, so only the
+    // coverage check can tell that the data section now starts a byte early.
+    const std::string header = two_entries + "   ";
+    write_bytes(file.path, u64_le(header.size() - 1) + header + data);
+    CHECK(error_of([&] { load_safetensors(file.path); }) ==
+          "checkpoint " + file.path +
+              ": the data section is 17 bytes but the tensors' data_offsets end at 16 (trailing bytes in no tensor: a "
+              "wrong header length, or data appended)");
+  }
+  SUBCASE("trailing bytes after the last tensor are refused") {
+    write_bytes(file.path, hand_file(two_entries, data + "junk"));
+    CHECK(error_of([&] { load_safetensors(file.path); }) ==
+          "checkpoint " + file.path +
+              ": the data section is 20 bytes but the tensors' data_offsets end at 16 (trailing bytes in no tensor: a "
+              "wrong header length, or data appended)");
+  }
+  SUBCASE("a gap between tensors is refused") {
+    const std::string header =
+        R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
+    write_bytes(file.path, hand_file(header, data));
+    CHECK(error_of([&] { load_safetensors(file.path); }) ==
+          "checkpoint " + file.path +
+              ": tensor 'b': data_offsets [8, 16] leave data bytes [4, 8) in no tensor (the header does not describe "
+              "the data)");
+  }
+  SUBCASE("a gap before the first tensor is refused") {
+    const std::string header = R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[4,16]}})";
+    write_bytes(file.path, hand_file(header, data));
+    CHECK(error_of([&] { load_safetensors(file.path); }) ==
+          "checkpoint " + file.path +
+              ": tensor 'a': data_offsets [4, 16] leave data bytes [0, 4) in no tensor (the header does not describe "
+              "the data)");
+  }
+  SUBCASE("offsets that disagree with dtype and shape are refused") {
+    const std::string header =
+        R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
+    write_bytes(file.path, hand_file(header, data));
+    CHECK(error_of([&] { load_safetensors(file.path); }) ==
+          "checkpoint " + file.path + ": tensor 'a': shape [2] of F64 needs 16 bytes but data_offsets span 8 bytes");
+  }
+  SUBCASE("a zero-sized tensor sits at the current position; anywhere else it overlaps") {
+    const std::string placed = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                               R"("e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                               R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
+    write_bytes(file.path, hand_file(placed, data));
+    CHECK(load_safetensors(file.path).tensors.at("e").numel() == 0);
+    const std::string inside = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                               R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})";
+    write_bytes(file.path, hand_file(inside, data));
+    CHECK(error_of([&] { load_safetensors(file.path); }) ==
+          "checkpoint " + file.path + ": tensor 'e': data_offsets [4, 4] overlap tensor 'a' [0, 16]");
+  }
+  SUBCASE("exact coverage loads the right bytes") {
+    write_bytes(file.path, hand_file(two_entries, data));
+    const auto loaded = load_safetensors(file.path);
+    CHECK(torch::equal(loaded.tensors.at("b"), torch::tensor({3.0f, 4.0f})));
+  }
+}
+
+TEST_CASE("NaN and infinite weights are refused by name unless asked for") {
+  TempFile file("nonfinite");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  save_safetensors(file.path, {{"ok", torch::ones({2})},
+                               {"w", torch::tensor({0.0f, 1.0f, nan, inf})},
+                               {"ids", torch::tensor({1, 2}, torch::kInt64)}});
+  CHECK(error_of([&] { load_safetensors(file.path); }) ==
+        "checkpoint " + file.path +
+            ": tensor 'w': 2 of 4 values are not finite (first: element 2 is nan); the weights are corrupt or from a "
+            "diverged run");
+  const auto allowed = load_safetensors(file.path, sao::model::NonFiniteValues::kAllow);
+  CHECK(std::isnan(allowed.tensors.at("w")[2].item<float>()));
+  CHECK(std::isinf(allowed.tensors.at("w")[3].item<float>()));
+
+  SUBCASE("half precision, negative infinity") {
+    save_safetensors(file.path, {{"h", torch::tensor({-inf, 2.0f}).to(torch::kHalf)}});
+    CHECK(error_of([&] { load_safetensors(file.path); }) ==
+          "checkpoint " + file.path +
+              ": tensor 'h': 1 of 2 values are not finite (first: element 0 is -inf); the weights are corrupt or from "
+              "a diverged run");
+  }
+  SUBCASE("load_into_module refuses them and leaves the module unchanged") {
+    torch::manual_seed(3);
+    TinyNet source;
+    TinyNet target;
+    const auto before = clone_all(*target);
+    auto tensors = sao::model::named_tensors_of(*source);
+    tensors[0].second = tensors[0].second.detach().clone();
+    tensors[0].second[1][2] = inf;  // proj.weight, element 1 * 4 + 2
+    save_safetensors(file.path, tensors);
+    CHECK(error_of([&] { load_into_module(*target, file.path); }) ==
+          "checkpoint " + file.path +
+              ": tensor 'proj.weight': 1 of 12 values are not finite (first: element 6 is inf); the weights are "
+              "corrupt or from a diverged run");
+    check_unchanged(*target, before);
+  }
+}
+
+TEST_CASE("a header nested far too deep is refused without recursing") {
+  TempFile file("deep");
+  // 10^5 nested objects overflowed the stack when the header was printed
+  // into an error message.
+  const size_t levels = 100000;
+  std::string header;
+  for (size_t i = 0; i < levels; ++i) header += R"({"t":)";
+  header += "{}";
+  header.append(levels, '}');
+  write_bytes(file.path, hand_file(header, ""));
+  CHECK(error_of([&] { load_safetensors(file.path); }) ==
+        "checkpoint " + file.path + ": header: JSON nested deeper than 8 levels at byte 41");
+}
+
+TEST_CASE("anything but a regular file is refused by name without blocking") {
+  const auto fifo = temp_path("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Before the fix the open blocked until a writer appeared; if it still
+  // does, a writer is opened so the test fails instead of hanging.
+  auto result = std::async(std::launch::async, [&] { return error_of([&] { load_safetensors(fifo); }); });
+  if (result.wait_for(std::chrono::seconds(10)) == std::future_status::timeout) {
+    FAIL_CHECK("load_safetensors blocked on a FIFO");
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+  }
+  CHECK(result.get() == "checkpoint " + fifo + ": is a FIFO (named pipe), not a regular file");
+  fs::remove(fifo);
+
+  const auto directory = fs::temp_directory_path().string();
+  CHECK(error_of([&] { load_safetensors(directory); }) ==
+        "checkpoint " + directory + ": is a directory, not a regular file");
+  CHECK(error_of([&] { load_safetensors("/dev/zero"); }) ==
+        "checkpoint /dev/zero: is a character device, not a regular file");
+}
+
+TEST_CASE("read_safetensors_header lists names, dtypes and shapes without the data") {
+  TempFile file("header");
+  save_safetensors(file.path, {{"a", torch::ones({2, 3})}, {"b", torch::zeros({4}, torch::kInt32)}}, {{"k", "v"}});
+  const auto header = sao::model::read_safetensors_header(file.path);
+  REQUIRE(header.tensors.size() == 2);
+  CHECK((header.tensors.at("a").dtype == torch::kFloat32));
+  CHECK(header.tensors.at("a").shape == std::vector<int64_t>{2, 3});
+  CHECK((header.tensors.at("b").dtype == torch::kInt32));
+  CHECK(header.metadata.at("k") == "v");
 }

@@ -54,6 +54,10 @@ std::vector<std::string> registered_environments() {
   return names;
 }
 
+bool is_self_contained_environment(const std::string& name) {
+  return name == "arithmetic" || name == "example" || name == "maze" || name == "drift";
+}
+
 std::unique_ptr<Environment> make_environment(const std::string& name, const nlohmann::json& config,
                                               const std::string& where) {
   EnvironmentFactory factory;

@@ -135,6 +135,12 @@ void register_environment(const std::string& name, EnvironmentFactory factory);
 std::unique_ptr<Environment> make_environment(const std::string& name, const nlohmann::json& config,
                                               const std::string& where);
 std::vector<std::string> registered_environments();
+// True for the built-in environments that run entirely inside this process
+// from their config section (arithmetic, example, maze, drift). Any other
+// name (external: a program to run or an address to connect to, or one
+// registered at run time) acts outside the process, so its config must come
+// from the user, never from an untrusted file such as a checkpoint.
+bool is_self_contained_environment(const std::string& name);
 
 // Shared helpers for implementations.
 // Seeds and split hashes use base::splitmix64 and base::hash_unit (base/hash.hpp).

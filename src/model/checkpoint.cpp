@@ -1,18 +1,31 @@
-// Checkpoint directories; see checkpoint.hpp.
+// Checkpoint directories; see checkpoint.hpp. A checkpoint may come from
+// anywhere (downloaded, hand-edited, half-written), so loading checks every
+// file before acting on it: each must be a regular file of sane size, the
+// JSON is depth-limited, config.json must be within the model size bounds,
+// and the weights' header must list exactly the tensors config.json implies
+// before a model of that size is built.
 #include "model/checkpoint.hpp"
 
-#include "model/safetensors.hpp"
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
+#include "model/regular_file.hpp"
+#include "model/safetensors.hpp"
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace sao::model {
 
 namespace fs = std::filesystem;
 
 namespace {
+
+// config.json is a few kilobytes and sao.json holds one run config; a JSON
+// file this big is not a checkpoint file, and reading it is not attempted.
+constexpr std::uint64_t kMaxJsonFileBytes = 16ull * 1024 * 1024;
+
 void write_json(const fs::path& path, const nlohmann::json& json) {
   std::ofstream out(path);
   out << json.dump(2) << "\n";
@@ -20,14 +33,105 @@ void write_json(const fs::path& path, const nlohmann::json& json) {
 }
 
 nlohmann::json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("checkpoint " + path.string() + ": file is missing or unreadable");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& error) {
-    throw Error("checkpoint " + path.string() + ": not valid JSON: " + error.what());
-  }
+  return base::parse_json_limited(read_regular_file(path.string(), kMaxJsonFileBytes), "checkpoint " + path.string());
 }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// The indices N of the "model.layers.N." tensors in the file.
+std::set<int64_t> layer_indices(const SafetensorsHeader& header) {
+  static const std::string prefix = "model.layers.";
+  std::set<int64_t> indices;
+  for (const auto& [name, info] : header.tensors) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const auto dot = name.find('.', prefix.size());
+    const auto digits = name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    indices.insert(std::stoll(digits));
+  }
+  return indices;
+}
+
+// Compares config.json with what the weights imply, key by key, so that a
+// disagreement names the key and both values rather than only a tensor; a
+// full name-and-shape comparison then catches anything the keys do not.
+// The weights fix head_dim * num_key_value_heads (the k_proj rows) but not
+// num_attention_heads on its own, so heads are checked through that product.
+void check_weights_match_config(const std::string& dir, const ModelConfig& config, const SafetensorsHeader& header) {
+  const std::string where = "checkpoint " + dir + ": ";
+  const auto find = [&](const std::string& name) -> const TensorInfo* {
+    const auto it = header.tensors.find(name);
+    return it == header.tensors.end() ? nullptr : &it->second;
+  };
+  const auto matrix = [&](const std::string& name) -> const TensorInfo* {
+    const auto* info = find(name);
+    return info != nullptr && info->shape.size() == 2 ? info : nullptr;
+  };
+  const auto evidence = [](const std::string& name, const TensorInfo& info) {
+    return "tensor '" + name + "' has shape " + shape_text(info.shape);
+  };
+  const auto mismatch = [&](const char* key, int64_t in_config, int64_t in_weights, const std::string& why) {
+    throw Error(where + "config.json " + key + " is " + std::to_string(in_config) + " but model.safetensors has " +
+                std::to_string(in_weights) + " (" + why + ")");
+  };
+
+  if (const auto* embed = matrix("model.embed_tokens.weight")) {
+    if (embed->shape[0] != config.vocab_size)
+      mismatch("vocab_size", config.vocab_size, embed->shape[0], evidence("model.embed_tokens.weight", *embed));
+    if (embed->shape[1] != config.hidden_size)
+      mismatch("hidden_size", config.hidden_size, embed->shape[1], evidence("model.embed_tokens.weight", *embed));
+  }
+  const auto layers = layer_indices(header);
+  if (static_cast<int64_t>(layers.size()) != config.num_hidden_layers)
+    mismatch("num_hidden_layers", config.num_hidden_layers, static_cast<int64_t>(layers.size()),
+             layers.empty()
+                 ? std::string("no model.layers.N tensors")
+                 : "tensors of layers " + std::to_string(*layers.begin()) + " to " + std::to_string(*layers.rbegin()));
+  const std::string gate_name = "model.layers.0.mlp.gate_proj.weight";
+  if (const auto* gate = matrix(gate_name); gate != nullptr && gate->shape[0] != config.intermediate_size)
+    mismatch("intermediate_size", config.intermediate_size, gate->shape[0], evidence(gate_name, *gate));
+  const std::string key_name = "model.layers.0.self_attn.k_proj.weight";
+  if (const auto* key = matrix(key_name)) {
+    const int64_t head_dim = config.head_dim();
+    if (key->shape[0] != config.num_key_value_heads * head_dim) {
+      const bool whole = key->shape[0] % head_dim == 0;
+      throw Error(where + "config.json num_key_value_heads is " + std::to_string(config.num_key_value_heads) +
+                  " but model.safetensors has " +
+                  (whole ? std::to_string(key->shape[0] / head_dim) : std::string("no whole number of")) + " (" +
+                  evidence(key_name, *key) + ", and head_dim is hidden_size " + std::to_string(config.hidden_size) +
+                  " / num_attention_heads " + std::to_string(config.num_attention_heads) + " = " +
+                  std::to_string(head_dim) + ")");
+    }
+  }
+  const bool has_lm_head = find("lm_head.weight") != nullptr;
+  if (has_lm_head == config.tie_word_embeddings)
+    throw Error(where + "config.json tie_word_embeddings is " + (config.tie_word_embeddings ? "true" : "false") +
+                " but model.safetensors " + (has_lm_head ? "has" : "has no") + " separate 'lm_head.weight'");
+  const bool has_bias = find("model.layers.0.self_attn.q_proj.bias") != nullptr;
+  if (has_bias != config.attention_bias)
+    throw Error(where + "config.json attention_bias is " + (config.attention_bias ? "true" : "false") +
+                " but model.safetensors " + (has_bias ? "has" : "has no") + " 'model.layers.0.self_attn.q_proj.bias'");
+
+  std::set<std::string> expected_names;
+  for (const auto& [name, shape] : policy_tensor_shapes(config)) {
+    expected_names.insert(name);
+    const auto* info = find(name);
+    if (info == nullptr)
+      throw Error(where + "model.safetensors lacks tensor '" + name + "' that config.json implies (shape " +
+                  shape_text(shape) + ")");
+    if (info->shape != shape)
+      throw Error(where + "tensor '" + name + "': config.json implies shape " + shape_text(shape) +
+                  " but model.safetensors has " + shape_text(info->shape));
+  }
+  for (const auto& [name, info] : header.tensors)
+    if (expected_names.count(name) == 0)
+      throw Error(where + "model.safetensors has tensor '" + name + "' that config.json does not imply");
+}
+
 }  // namespace
 
 void write_directory_atomically(const std::string& dir, const std::function<void(const std::string&)>& write_files) {
@@ -67,12 +171,22 @@ ModelConfig load_checkpoint_config(const std::string& dir) {
 
 CausalLM load_policy_checkpoint(const std::string& dir, nlohmann::json* info) {
   if (!fs::is_directory(dir)) throw Error("checkpoint " + dir + ": no such directory");
-  CausalLM policy(load_checkpoint_config(dir));
-  load_into_module(*policy, (fs::path(dir) / "model.safetensors").string(), /*strict=*/true);
-  if (info != nullptr) {
-    const fs::path sao_path = fs::path(dir) / "sao.json";
-    *info = fs::exists(sao_path) ? read_json(sao_path) : nlohmann::json::object();
+  const auto config = load_checkpoint_config(dir);
+  const auto weights_path = (fs::path(dir) / "model.safetensors").string();
+  check_weights_match_config(dir, config, read_safetensors_header(weights_path));
+  nlohmann::json stored_info = nlohmann::json::object();
+  const fs::path sao_path = fs::path(dir) / "sao.json";
+  std::error_code ec;
+  if (info != nullptr && fs::exists(fs::symlink_status(sao_path, ec))) {
+    stored_info = read_json(sao_path);
+    if (!stored_info.is_object())
+      throw Error("checkpoint " + sao_path.string() + ": must be a JSON object, got " + stored_info.type_name());
   }
+  // Only now is the model built: its size is what config.json says, and the
+  // weights file has been shown to hold exactly that many tensors of those shapes.
+  CausalLM policy(config);
+  load_into_module(*policy, weights_path, /*strict=*/true);
+  if (info != nullptr) *info = std::move(stored_info);
   return policy;
 }
 

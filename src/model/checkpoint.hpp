@@ -20,7 +20,14 @@ void write_directory_atomically(const std::string& dir, const std::function<void
 
 void save_policy_checkpoint(const std::string& dir, const CausalLM& policy, const nlohmann::json& info);
 // Throws sao::Error naming the file and tensor for any missing or bad content.
+// Nothing is allocated for the model until config.json (size-bounded, see
+// ModelConfig::validate) and the header of model.safetensors agree on every
+// tensor name and shape; a disagreement names the config key and both values.
+// Files that are not regular files (a FIFO, a device) are refused by name.
+// `info` receives sao.json (an object; empty when the file is absent). Loading
+// never runs anything a checkpoint names: sao.json is data for the caller.
 CausalLM load_policy_checkpoint(const std::string& dir, nlohmann::json* info = nullptr);
+// config.json, parsed and bounds-checked; nothing else is read.
 ModelConfig load_checkpoint_config(const std::string& dir);
 
 // Where a run keeps its checkpoints. The learner writes them and the warm

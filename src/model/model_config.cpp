@@ -6,32 +6,41 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
 namespace sao::model {
 
 namespace {
 void require(bool condition, const std::string& source, const std::string& message) {
   if (!condition) throw Error(source + ": " + message);
 }
+
+void require_in_range(const std::string& source, const char* key, int64_t value, int64_t max) {
+  require(value >= 1 && value <= max, source,
+          std::string(key) + " must be in [1, " + std::to_string(max) + "], got " + std::to_string(value));
+}
 }  // namespace
 
 void ModelConfig::validate(const std::string& source) const {
   require(model_type == "llama" || model_type == "qwen2", source,
           "model_type must be \"llama\" or \"qwen2\", got \"" + model_type + "\"");
-  require(vocab_size > 0, source, "vocab_size must be positive");
-  require(hidden_size > 0, source, "hidden_size must be positive");
-  require(intermediate_size > 0, source, "intermediate_size must be positive");
-  require(num_hidden_layers > 0, source, "num_hidden_layers must be positive");
-  require(num_attention_heads > 0 && hidden_size % num_attention_heads == 0, source,
+  require_in_range(source, "vocab_size", vocab_size, kMaxVocabSize);
+  require_in_range(source, "hidden_size", hidden_size, kMaxHiddenSize);
+  require_in_range(source, "intermediate_size", intermediate_size, kMaxIntermediateSize);
+  require_in_range(source, "num_hidden_layers", num_hidden_layers, kMaxHiddenLayers);
+  require_in_range(source, "num_attention_heads", num_attention_heads, kMaxAttentionHeads);
+  require_in_range(source, "num_key_value_heads", num_key_value_heads, kMaxAttentionHeads);
+  require_in_range(source, "max_position_embeddings", max_position_embeddings, kMaxPositionEmbeddings);
+  require(hidden_size % num_attention_heads == 0, source,
           "hidden_size (" + std::to_string(hidden_size) + ") must be a multiple of num_attention_heads (" +
               std::to_string(num_attention_heads) + ")");
   require(head_dim() % 2 == 0, source,
           "head_dim (hidden_size / num_attention_heads) must be even for rotary embeddings");
-  require(num_key_value_heads > 0 && num_attention_heads % num_key_value_heads == 0, source,
+  require(num_attention_heads % num_key_value_heads == 0, source,
           "num_attention_heads (" + std::to_string(num_attention_heads) +
               ") must be a multiple of num_key_value_heads (" + std::to_string(num_key_value_heads) + ")");
-  require(max_position_embeddings > 0, source, "max_position_embeddings must be positive");
-  require(rms_norm_eps > 0, source, "rms_norm_eps must be positive");
-  require(rope_theta > 0, source, "rope_theta must be positive");
+  require(std::isfinite(rms_norm_eps) && rms_norm_eps > 0, source, "rms_norm_eps must be positive and finite");
+  require(std::isfinite(rope_theta) && rope_theta > 0, source, "rope_theta must be positive and finite");
 }
 
 int64_t ModelConfig::parameter_count() const {

@@ -10,6 +10,18 @@
 
 namespace sao::model {
 
+// Upper bounds on the sizes. Far above anything this runtime trains or
+// serves on a CPU (Llama-3-405B: 126 layers, hidden 16384, intermediate
+// 53248, 128 heads, vocab 128256), yet low enough that a corrupt or hostile
+// config.json cannot ask for a model that takes hours to build or more
+// memory than the machine has (100000 layers, hidden_size 65536).
+inline constexpr int64_t kMaxVocabSize = 1 << 20;
+inline constexpr int64_t kMaxHiddenSize = 16384;
+inline constexpr int64_t kMaxIntermediateSize = 65536;
+inline constexpr int64_t kMaxHiddenLayers = 256;
+inline constexpr int64_t kMaxAttentionHeads = 256;
+inline constexpr int64_t kMaxPositionEmbeddings = 1 << 20;
+
 struct ModelConfig {
   std::string model_type = "llama";  // "llama" or "qwen2" (qwen2 = attention_bias)
   int64_t vocab_size = 264;
@@ -26,7 +38,8 @@ struct ModelConfig {
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
 
-  // Throws sao::Error naming `source` and the offending key.
+  // Throws sao::Error naming `source` and the offending key; sizes out of
+  // [1, kMax...] name the allowed range.
   void validate(const std::string& source) const;
   // Parameter count of a policy with this config (LM head counted once if tied).
   int64_t parameter_count() const;

@@ -8,6 +8,8 @@
 
 #include "base/atomic_file.hpp"
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
+#include "model/regular_file.hpp"
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -17,13 +19,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -36,6 +38,10 @@ namespace {
 // A header bigger than this is not a real checkpoint header; refusing it
 // avoids allocating gigabytes because of one corrupt length field.
 constexpr std::uint64_t kMaxHeaderBytes = 100ull * 1024 * 1024;
+// The format nests three levels ({name: {"shape": [...]}}); a deeper header
+// is not safetensors, and refusing it early keeps recursion in later steps
+// (printing a value for an error message) shallow.
+constexpr std::size_t kMaxHeaderDepth = 8;
 constexpr const char* kMetadataKey = "__metadata__";
 
 struct DtypeInfo {
@@ -164,20 +170,35 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
   return metadata;
 }
 
-// Sorting by begin makes overlap detection one linear pass; zero-sized
-// tensors occupy no bytes and cannot overlap anything.
-void check_no_overlap(const std::string& path, std::vector<const TensorEntry*> entries) {
-  std::sort(entries.begin(), entries.end(),
-            [](const TensorEntry* a, const TensorEntry* b) { return a->begin < b->begin; });
+// The data section must be exactly the tensors' bytes, back to back, as the
+// reference implementation requires. A gap or trailing bytes mean header
+// and data disagree; the classic case is a header length off by one, which
+// keeps the JSON valid (it ends in padding spaces) but shifts every tensor
+// by a byte, so without this check the file loads as plausible garbage.
+// Sorting by (begin, end) makes it one linear pass; a zero-sized tensor
+// must sit at the current position like any other.
+void check_exact_coverage(const std::string& path, std::vector<const TensorEntry*> entries, std::uint64_t data_bytes) {
+  std::sort(entries.begin(), entries.end(), [](const TensorEntry* a, const TensorEntry* b) {
+    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
+  });
+  std::uint64_t covered = 0;
   const TensorEntry* previous = nullptr;
   for (const auto* entry : entries) {
-    if (entry->begin == entry->end) continue;
-    if (previous && entry->begin < previous->end)
+    if (entry->begin < covered)
       fail(where(path, entry->name) + "data_offsets [" + std::to_string(entry->begin) + ", " +
            std::to_string(entry->end) + "] overlap tensor '" + previous->name + "' [" +
            std::to_string(previous->begin) + ", " + std::to_string(previous->end) + "]");
+    if (entry->begin > covered)
+      fail(where(path, entry->name) + "data_offsets [" + std::to_string(entry->begin) + ", " +
+           std::to_string(entry->end) + "] leave data bytes [" + std::to_string(covered) + ", " +
+           std::to_string(entry->begin) + ") in no tensor (the header does not describe the data)");
+    covered = entry->end;
     previous = entry;
   }
+  if (covered != data_bytes)
+    fail(where(path) + "the data section is " + std::to_string(data_bytes) +
+         " bytes but the tensors' data_offsets end at " + std::to_string(covered) +
+         " (trailing bytes in no tensor: a wrong header length, or data appended)");
 }
 
 std::uint64_t read_u64_le(const unsigned char* bytes) {
@@ -186,22 +207,14 @@ std::uint64_t read_u64_le(const unsigned char* bytes) {
   return value;
 }
 
-std::ifstream open_for_reading(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) fail(where(path) + "file does not exist");
-  if (std::filesystem::is_directory(path, ec)) fail(where(path) + "is a directory, expected a .safetensors file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(where(path) + "cannot open for reading: " + std::strerror(errno));
-  return in;
-}
-
-std::string read_header(const std::string& path, std::ifstream& in, std::uint64_t file_bytes) {
+std::string read_header(const RegularFile& file) {
+  const auto& path = file.path();
+  const auto file_bytes = file.size();
   if (file_bytes < 8)
     fail(where(path) + "file is " + std::to_string(file_bytes) +
          " bytes, shorter than the 8-byte header length (not a safetensors file?)");
   unsigned char length_bytes[8];
-  in.read(reinterpret_cast<char*>(length_bytes), 8);
-  if (!in) fail(where(path) + "cannot read the header length");
+  file.read_at(0, length_bytes, 8);
   const auto header_bytes = read_u64_le(length_bytes);
   if (header_bytes > file_bytes - 8)
     fail(where(path) + "header length " + std::to_string(header_bytes) + " exceeds the " +
@@ -209,31 +222,66 @@ std::string read_header(const std::string& path, std::ifstream& in, std::uint64_
   if (header_bytes > kMaxHeaderBytes)
     fail(where(path) + "header length " + std::to_string(header_bytes) + " exceeds the 100 MB limit");
   std::string header(header_bytes, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
-  if (!in) fail(where(path) + "cannot read the " + std::to_string(header_bytes) + "-byte header");
+  file.read_at(8, header.data(), header.size());
   return header;
 }
 
 nlohmann::json parse_header_json(const std::string& path, const std::string& header) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(where(path) + "header is not valid JSON: " + e.what());
-  }
+  auto json = base::parse_json_limited(header, "checkpoint " + path + ": header", kMaxHeaderDepth, kMaxHeaderBytes);
   if (!json.is_object()) fail(where(path) + "header must be a JSON object, got " + json.type_name());
   return json;
 }
 
-torch::Tensor read_tensor_data(const std::string& path, std::ifstream& in, std::uint64_t data_start,
-                               const TensorEntry& entry) {
+// The header with every entry validated against the file, before any data
+// is read, so errors never leave half-loaded state behind.
+struct ValidatedHeader {
+  std::vector<TensorEntry> entries;
+  std::map<std::string, std::string> metadata;
+  std::uint64_t data_start = 0;
+};
+
+ValidatedHeader validate_header(const RegularFile& file) {
+  const auto& path = file.path();
+  const auto header_text = read_header(file);
+  const auto header = parse_header_json(path, header_text);
+  ValidatedHeader result;
+  result.data_start = 8 + static_cast<std::uint64_t>(header_text.size());
+  const auto data_bytes = file.size() - result.data_start;
+  for (const auto& [name, value] : header.items()) {
+    if (name == kMetadataKey)
+      result.metadata = parse_metadata(path, value);
+    else
+      result.entries.push_back(parse_entry(path, name, value, data_bytes));
+  }
+  std::vector<const TensorEntry*> views;
+  for (const auto& entry : result.entries) views.push_back(&entry);
+  check_exact_coverage(path, views, data_bytes);
+  return result;
+}
+
+torch::Tensor read_tensor_data(const RegularFile& file, std::uint64_t data_start, const TensorEntry& entry) {
   auto tensor = torch::empty(entry.shape, torch::TensorOptions().dtype(entry.dtype));
   const auto bytes = entry.end - entry.begin;
-  if (bytes == 0) return tensor;
-  in.seekg(static_cast<std::streamoff>(data_start + entry.begin));
-  in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(bytes));
-  if (!in) fail(where(path, entry.name) + "cannot read " + std::to_string(bytes) + " bytes of data");
+  if (bytes != 0) file.read_at(data_start + entry.begin, tensor.data_ptr(), static_cast<size_t>(bytes));
   return tensor;
+}
+
+std::string value_text(double value) {
+  if (std::isnan(value)) return "nan";
+  return value > 0 ? "inf" : "-inf";
+}
+
+// NaN or infinite weights mean a diverged run or a corrupt file; loading
+// them would only show up later as a policy that emits garbage.
+void check_finite(const std::string& path, const std::string& name, const torch::Tensor& tensor) {
+  if (!c10::isFloatingType(tensor.scalar_type()) || tensor.numel() == 0) return;
+  const auto not_finite = torch::logical_not(torch::isfinite(tensor)).flatten();
+  const auto count = not_finite.sum().item<int64_t>();
+  if (count == 0) return;
+  const auto first = not_finite.nonzero()[0][0].item<int64_t>();
+  fail(where(path, name) + std::to_string(count) + " of " + std::to_string(tensor.numel()) +
+       " values are not finite (first: element " + std::to_string(first) + " is " +
+       value_text(tensor.flatten()[first].item<double>()) + "); the weights are corrupt or from a diverged run");
 }
 
 // --- writing ---------------------------------------------------------------
@@ -327,29 +375,25 @@ void check_assignable(const std::string& path, const std::string& name, const to
 
 }  // namespace
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  auto in = open_for_reading(path);
-  std::error_code ec;
-  const auto file_bytes = std::filesystem::file_size(path, ec);
-  if (ec) fail(where(path) + "cannot determine file size: " + ec.message());
-  const auto header_text = read_header(path, in, file_bytes);
-  const auto header = parse_header_json(path, header_text);
-  const auto data_start = 8 + static_cast<std::uint64_t>(header_text.size());
-  const auto data_bytes = file_bytes - data_start;
-
+SafetensorsFile load_safetensors(const std::string& path, NonFiniteValues non_finite) {
+  const RegularFile file(path);
+  const auto header = validate_header(file);
   SafetensorsFile result;
-  std::vector<TensorEntry> entries;
-  for (const auto& [name, value] : header.items()) {
-    if (name == kMetadataKey)
-      result.metadata = parse_metadata(path, value);
-    else
-      entries.push_back(parse_entry(path, name, value, data_bytes));
+  result.metadata = header.metadata;
+  for (const auto& entry : header.entries) {
+    auto tensor = read_tensor_data(file, header.data_start, entry);
+    if (non_finite == NonFiniteValues::kReject) check_finite(path, entry.name, tensor);
+    result.tensors[entry.name] = std::move(tensor);
   }
-  std::vector<const TensorEntry*> views;
-  for (const auto& entry : entries) views.push_back(&entry);
-  check_no_overlap(path, views);
+  return result;
+}
 
-  for (const auto& entry : entries) result.tensors[entry.name] = read_tensor_data(path, in, data_start, entry);
+SafetensorsHeader read_safetensors_header(const std::string& path) {
+  const RegularFile file(path);
+  const auto header = validate_header(file);
+  SafetensorsHeader result;
+  result.metadata = header.metadata;
+  for (const auto& entry : header.entries) result.tensors[entry.name] = {entry.dtype, entry.shape};
   return result;
 }
 

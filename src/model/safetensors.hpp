@@ -25,9 +25,31 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;   // the "__metadata__" entry
 };
 
+// What to do with NaN and infinite values in floating tensors. Weights with
+// them are a diverged run or a corrupt file, so loading refuses them unless
+// a caller reading arbitrary tensors (e.g. masks holding -inf) says so.
+enum class NonFiniteValues { kReject, kAllow };
+
 // Reads the whole file into CPU tensors. Validates the complete header
-// (types, dtypes, sizes, offsets, overlaps) before reading any data.
-SafetensorsFile load_safetensors(const std::string& path);
+// (types, dtypes, sizes, offsets) before reading any data: every tensor's
+// data_offsets span exactly its dtype and shape, and together they cover the
+// data section exactly (no gaps, no overlaps, no trailing bytes). Anything
+// but a regular file is refused before it is read. With kReject (the
+// default) a floating tensor holding NaN or infinity is an error naming it.
+SafetensorsFile load_safetensors(const std::string& path, NonFiniteValues non_finite = NonFiniteValues::kReject);
+
+struct TensorInfo {
+  torch::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+struct SafetensorsHeader {
+  std::map<std::string, TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+};
+// The header alone, validated exactly as load_safetensors does, without
+// reading tensor data: lets a loader check names and shapes against what it
+// expects before allocating anything.
+SafetensorsHeader read_safetensors_header(const std::string& path);
 
 // Writes to `path + ".tmp"`, fsyncs, then renames over `path`, so a crash
 // leaves either the old file or the new one, never a torn one.
@@ -46,7 +68,8 @@ struct LoadReport {
 // other dtype difference is an error. Names under `skip_prefixes` are not
 // required: loaded if the file has them, otherwise left as they are (e.g. a
 // fresh value head on a policy checkpoint). Everything is validated before
-// anything is copied, so on error the module is unchanged.
+// anything is copied, so on error the module is unchanged. NaN or infinite
+// values in the file are an error (NonFiniteValues::kReject).
 LoadReport load_into_module(torch::nn::Module& module, const std::string& path, bool strict = true,
                             const std::vector<std::string>& skip_prefixes = {});
 

@@ -191,6 +191,33 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config) {
   }
 }
 
+std::vector<std::pair<std::string, std::vector<int64_t>>> policy_tensor_shapes(const ModelConfig& config) {
+  const int64_t d = config.hidden_size;
+  const int64_t kv_dim = config.num_key_value_heads * config.head_dim();
+  const int64_t f = config.intermediate_size;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  shapes.push_back({"model.embed_tokens.weight", {config.vocab_size, d}});
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    const std::string layer = "model.layers." + std::to_string(i) + ".";
+    const auto linear = [&](const std::string& name, int64_t in, int64_t out, bool bias) {
+      shapes.push_back({layer + name + ".weight", {out, in}});
+      if (bias) shapes.push_back({layer + name + ".bias", {out}});
+    };
+    linear("self_attn.q_proj", d, d, config.attention_bias);
+    linear("self_attn.k_proj", d, kv_dim, config.attention_bias);
+    linear("self_attn.v_proj", d, kv_dim, config.attention_bias);
+    linear("self_attn.o_proj", d, d, false);
+    linear("mlp.gate_proj", d, f, false);
+    linear("mlp.up_proj", d, f, false);
+    linear("mlp.down_proj", f, d, false);
+    shapes.push_back({layer + "input_layernorm.weight", {d}});
+    shapes.push_back({layer + "post_attention_layernorm.weight", {d}});
+  }
+  shapes.push_back({"model.norm.weight", {d}});
+  if (!config.tie_word_embeddings) shapes.push_back({"lm_head.weight", {config.vocab_size, d}});
+  return shapes;
+}
+
 torch::Tensor CausalLMImpl::logits_from_hidden(const torch::Tensor& hidden) {
   return lm_head ? lm_head(hidden) : F::linear(hidden, model->embed_tokens->weight);
 }

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sao::model {
@@ -115,6 +116,12 @@ class CausalLMImpl : public torch::nn::Module {
   torch::nn::Linear lm_head{nullptr};  // null when tied
 };
 TORCH_MODULE(CausalLM);
+
+// The names and shapes of the tensors CausalLM(config) registers, in
+// registration order, computed without allocating anything: a checkpoint's
+// weights file can be checked against its config.json before a model of that
+// size is built. tests/test_model.cpp pins it to named_tensors_of(CausalLM).
+std::vector<std::pair<std::string, std::vector<int64_t>>> policy_tensor_shapes(const ModelConfig& config);
 
 // Critic: a backbone of its own + scalar head "score.weight" (the HF name of
 // sequence-classification heads). forward gives V(s_t) for every position.
