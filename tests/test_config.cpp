@@ -5,6 +5,9 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -135,6 +138,31 @@ TEST_CASE("a config file that is not JSON names the file and the byte") {
   CHECK_THROWS_WITH(sao::config::read_json_file("/nonexistent/x.json"),
                     "config /nonexistent/x.json: cannot open file");
   std::filesystem::remove(path);
+}
+
+TEST_CASE("a config nested 10^5 levels deep, or a FIFO in place of a file, is refused, not a crash or a hang") {
+  const auto dir = std::filesystem::temp_directory_path() / ("sao_test_config_limits_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto deep = dir / "deep.json";
+  std::ofstream(deep) << std::string(100000, '[') << std::string(100000, ']');
+  CHECK_THROWS_WITH_AS(sao::config::read_json_file(deep.string()),
+                       ("config " + deep.string() + ": JSON nested deeper than 256 levels at byte 257").c_str(),
+                       sao::Error);
+  CHECK_THROWS_WITH_AS(sao::config::load_run_config(deep.string(), {}),
+                       doctest::Contains("JSON nested deeper than 256 levels"), sao::Error);
+  const auto fifo = dir / "fifo.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(sao::config::read_json_file(fifo.string()),
+                       ("config " + fifo.string() + ": not a regular file (a FIFO, device or directory cannot be a "
+                                                     "config)")
+                           .c_str(),
+                       sao::Error);
+  CHECK_THROWS_WITH_AS(sao::config::read_json_file(dir.string()), doctest::Contains("not a regular file"), sao::Error);
+  // A --set value nested too deep is taken as text, never parsed into a deep value.
+  auto document = sao::config::default_config_document();
+  apply_override(document, "run.name=" + std::string(100000, '['));
+  CHECK(document["run"]["name"].is_string());
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("every shipped config parses, as an overlay on the embedded default") {

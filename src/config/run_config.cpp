@@ -4,11 +4,13 @@
 #include "env/arithmetic_env.hpp"
 #include "env/environment.hpp"
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
 #include "base/json_reader.hpp"
 #include "sao/build_info.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -21,15 +23,18 @@ nlohmann::json default_config_document() {
 }
 
 nlohmann::json read_json_file(const std::string& path) {
+  std::error_code status_error;
+  const auto status = std::filesystem::status(path, status_error);
+  if (status_error || !std::filesystem::exists(status)) throw Error("config " + path + ": cannot open file");
+  // Opening a FIFO would block until a writer comes; a config is a file.
+  if (!std::filesystem::is_regular_file(status)) {
+    throw Error("config " + path + ": not a regular file (a FIFO, device or directory cannot be a config)");
+  }
   std::ifstream in(path);
   if (!in) throw Error("config " + path + ": cannot open file");
   std::stringstream text;
   text << in.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& error) {
-    throw Error("config " + path + ": not valid JSON at byte " + std::to_string(error.byte) + ": " + error.what());
-  }
+  return base::parse_json_limited(text.str(), "config " + path);
 }
 
 void apply_override(nlohmann::json& document, const std::string& assignment) {
@@ -41,8 +46,8 @@ void apply_override(nlohmann::json& document, const std::string& assignment) {
   const std::string text = assignment.substr(equals + 1);
   nlohmann::json value;
   try {
-    value = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error&) {
+    value = base::parse_json_limited(text, "--set " + path);
+  } catch (const Error&) {
     value = text;  // bare words are strings: --set run.name=exp1
   }
   nlohmann::json* node = &document;
