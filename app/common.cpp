@@ -25,7 +25,16 @@ std::vector<FlagSpec> config_flags() {
 
 config::RunConfig load_config_from_args(const ParsedArgs& parsed) {
   auto overrides = parsed.all("--set");
-  if (parsed.has("--run-dir")) overrides.push_back("run.dir=\"" + parsed.get("--run-dir") + "\"");
+  if (parsed.has("--run-dir")) {
+    // The value goes through the JSON library, never pasted between quotes:
+    // a backslash or "\u0041" in a directory name stays those characters.
+    const auto& run_dir = parsed.get("--run-dir");
+    try {
+      overrides.push_back("run.dir=" + nlohmann::json(run_dir).dump());
+    } catch (const nlohmann::json::type_error&) {
+      throw Error("--run-dir '" + run_dir + "': the directory name must be valid UTF-8");
+    }
+  }
   auto config = config::load_run_config(parsed.get("--config"), overrides);
   report::configure_threads(config.threads.torch_intra_op);
   return config;
