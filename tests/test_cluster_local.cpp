@@ -111,6 +111,12 @@ bool wait_for(const LocalCluster& cluster, double seconds, const std::function<b
 const std::string kNode1 = "from.node-1/rollout-0";
 const std::string kNode2 = "from.node-2/rollout-0";
 
+// How long the rollouts may take to acknowledge the learner's latest weights.
+// A cap against a hang, not a speed requirement: on two shared cores, with
+// the learner stepping as fast as it can, a starved node needs far longer
+// than on a quiet machine (10 s failed under ctest -j2 with other work).
+constexpr double kCatchUpCap = 90;
+
 // Both rollouts acknowledged a version at least as new as the latest one at the time of the call.
 bool both_run_latest(const LocalCluster& cluster, double seconds) {
   const double latest = number(cluster.status(), "weight_sync", "latest_version");
@@ -131,7 +137,7 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
     return number(s, "coordinator", "steps") >= 3 && number(s, "replay", kNode1) > 0 && number(s, "replay", kNode2) > 0;
   }));
   CHECK(number(cluster.status(), "coordinator", "remote_rollouts") == 2);
-  CHECK(both_run_latest(cluster, 10));
+  CHECK(both_run_latest(cluster, kCatchUpCap));
 
   {
     // A node with the wrong secret is refused, and says why; so does the learner.
@@ -189,7 +195,7 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
   CHECK(wait_for(cluster, 20, [&](const nlohmann::json& s) {
     return number(s, "coordinator", "remote_rollouts") == 2 && number(s, "replay", kNode2) > node2_after;
   }));
-  CHECK(both_run_latest(cluster, 10));
+  CHECK(both_run_latest(cluster, kCatchUpCap));
 
   // SIGKILL the learner and start it again from its last checkpoint: both
   // nodes find it again by themselves (their join loop retries with backoff).
@@ -203,7 +209,7 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
     return number(s, "coordinator", "remote_rollouts") == 2 && s.value("nodes_joined", 0) == 2 &&
            number(s, "coordinator", "steps") >= steps_at_learner_kill - 20 + 3;
   }));
-  CHECK(both_run_latest(cluster, 10));
+  CHECK(both_run_latest(cluster, kCatchUpCap));
 
   // Stopping ends the learner's run in order; the nodes exit on their own.
   CHECK(cluster.stop() == 0);
