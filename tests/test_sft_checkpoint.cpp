@@ -7,6 +7,8 @@
 #include "train/evaluation.hpp"
 #include "train/sft.hpp"
 
+#include "test_checkpoint_fixtures.hpp"
+
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -15,21 +17,9 @@
 namespace fs = std::filesystem;
 
 namespace {
-sao::model::ModelConfig small_config() {
-  sao::model::ModelConfig config;
-  config.hidden_size = 32;
-  config.intermediate_size = 64;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  return config;
-}
 
-fs::path fresh_dir(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("sao_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return sao_test::fresh_dir("", name); }
+using sao_test::small_config;
 }  // namespace
 
 TEST_CASE("SFT batches mask exactly the answer and EOS targets") {
