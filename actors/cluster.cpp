@@ -5,11 +5,20 @@
 #include "base/constant_time.hpp"
 #include "base/error.hpp"
 #include "base/hash.hpp"
+#include "base/json_parse.hpp"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <utility>
 
@@ -86,7 +95,7 @@ void collect_status(Self self, std::shared_ptr<const std::vector<StatusSource>> 
   if (index == sources->size()) {
     status["nodes_joined"] = self->state.nodes_joined;
     status["refusals"] = self->state.refusals;
-    write_status_file(self->state.config.status_path, status.dump(2));
+    write_status_file(self->state.config.status_path, base::dump_json(status, 2));
     return;
   }
   const auto& source = (*sources)[index];
@@ -208,9 +217,122 @@ std::string message_set_fingerprint() {
   return hex;
 }
 
-void enable_cluster_networking(caf::actor_system_config& config) {
+void check_cluster_tls(const ClusterTls& tls, const std::string& flag) {
+  for (const auto& file : {tls.ca_file(), tls.certificate_file(), tls.key_file()}) {
+    std::ifstream in(file);
+    if (!in) {
+      throw Error(flag + " " + tls.dir + ": cannot read " + file +
+                  " (make the directory with deploy/cluster-certs: ca.crt, node.crt, node.key)");
+    }
+  }
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+void require_encryption(const std::string& what, const std::string& host, const ClusterTls& tls,
+                        bool insecure_plaintext) {
+  if (tls.enabled() || insecure_plaintext || is_loopback_host(host)) return;
+  throw Error(what + " " + host +
+              " is not a loopback address, and cluster traffic leaves this machine only encrypted: make "
+              "certificates with deploy/cluster-certs and pass --certs DIR on every node (or --insecure-plaintext "
+              "on a network you trust)");
+}
+
+void enable_cluster_networking(caf::actor_system_config& config, const ClusterTls& tls) {
   config.load<caf::io::middleman>();
   config.set("middleman.app-identifiers", std::vector<std::string>{kClusterAppIdentifier});
+  if (tls.enabled()) {
+    config.load<caf::openssl::manager>();
+    // With these set, CAF's OpenSSL sessions require a certificate signed by
+    // the CA on both sides (SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT).
+    config.openssl_certificate = tls.certificate_file();
+    config.openssl_key = tls.key_file();
+    config.openssl_cafile = tls.ca_file();
+  }
+}
+
+uint16_t publish_gatekeeper(caf::actor_system& system, const GatekeeperActor& gatekeeper, const std::string& host,
+                            uint16_t port, const ClusterTls& tls) {
+  auto bound = tls.enabled() ? caf::openssl::publish(gatekeeper, port, host.c_str(), /*reuse=*/true)
+                             : system.middleman().publish(gatekeeper, port, host.c_str(), /*reuse=*/true);
+  if (!bound) {
+    throw Error("learner node: cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                system.render(bound.error()));
+  }
+  return *bound;
+}
+
+namespace {
+std::string openssl_errors() {
+  std::string text;
+  while (const auto code = ERR_get_error()) {
+    char buffer[256];
+    ERR_error_string_n(code, buffer, sizeof(buffer));
+    if (!text.empty()) text += "; ";
+    text += buffer;
+  }
+  return text;
+}
+
+int connect_tcp(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
+  int fd = -1;
+  for (auto* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  return fd;
+}
+}  // namespace
+
+std::string tls_handshake_problem(const std::string& host, uint16_t port, const ClusterTls& tls) {
+  ERR_clear_error();
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> context(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
+  if (!context) return "cannot create a TLS context: " + openssl_errors();
+  if (SSL_CTX_use_certificate_chain_file(context.get(), tls.certificate_file().c_str()) != 1 ||
+      SSL_CTX_use_PrivateKey_file(context.get(), tls.key_file().c_str(), SSL_FILETYPE_PEM) != 1) {
+    return "cannot load " + tls.certificate_file() + " / " + tls.key_file() + ": " + openssl_errors();
+  }
+  if (SSL_CTX_load_verify_locations(context.get(), tls.ca_file().c_str(), nullptr) != 1)
+    return "cannot load " + tls.ca_file() + ": " + openssl_errors();
+  SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER, nullptr);
+  const int fd = connect_tcp(host, port);
+  if (fd < 0) return "";  // unreachable: not a TLS problem (the caller retries)
+  std::unique_ptr<SSL, decltype(&SSL_free)> session(SSL_new(context.get()), SSL_free);
+  SSL_set_fd(session.get(), fd);
+  std::string problem;
+  if (SSL_connect(session.get()) != 1) {
+    const long verify = SSL_get_verify_result(session.get());
+    problem = verify != X509_V_OK
+                  ? std::string("the learner's certificate is not signed by ") + tls.ca_file() + " (" +
+                        X509_verify_cert_error_string(verify) + ")"
+                  : "the TLS handshake failed (is the learner started with --certs?): " + openssl_errors();
+  } else {
+    // TLS 1.3 servers check the client's certificate after the handshake
+    // returns here; a refusal arrives as an alert on the first read.
+    char byte = 0;
+    timeval wait{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    if (SSL_read(session.get(), &byte, 1) <= 0) {
+      const auto errors = openssl_errors();
+      if (errors.find("alert") != std::string::npos)
+        problem = "the learner refused this node's certificate " + tls.certificate_file() + " (" + errors +
+                  "): it is not signed by the learner's CA";
+    }
+    SSL_shutdown(session.get());
+  }
+  ::close(fd);
+  return problem;
 }
 
 std::string describe_error(caf::actor_system& system, const caf::error& error) {
@@ -221,12 +343,23 @@ GatekeeperActor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig con
   return system.spawn(gatekeeper_behavior, std::move(config));
 }
 
-JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port, const JoinRequest& request) {
+JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port, const JoinRequest& request,
+                        const ClusterTls& tls) {
   JoinResult result;
-  auto gatekeeper = system.middleman().remote_actor<GatekeeperActor>(host, port);
+  auto gatekeeper = tls.enabled() ? caf::openssl::remote_actor<GatekeeperActor>(system, host, port)
+                                  : system.middleman().remote_actor<GatekeeperActor>(host, port);
   if (!gatekeeper) {
     result.error = "cannot reach the learner at " + host + ":" + std::to_string(port) + ": " +
                    describe_error(system, gatekeeper.error());
+    if (tls.enabled() && gatekeeper.error() == caf::sec::disconnect_during_handshake) {
+      // CAF says no more than that; ask OpenSSL why, so a wrong CA reads as one.
+      const auto problem = tls_handshake_problem(host, port, tls);
+      if (!problem.empty()) {
+        result.error += ": " + problem;
+        result.refused = true;  // a certificate does not get better by retrying
+        return result;
+      }
+    }
     // Not a sao learner, or one whose handshake differs: retrying will not help.
     result.refused = gatekeeper.error() == caf::sec::incompatible_application_ids ||
                      gatekeeper.error() == caf::sec::unexpected_actor_messaging_interface;

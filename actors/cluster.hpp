@@ -11,8 +11,18 @@
 // and the node spawns its actors and registers them with the coordinator:
 //   (join_atom, rollout_atom, name, actor) / (join_atom, env_atom, name, actor).
 // From then on every message is an ordinary sao message between actors.
+//
+// Encryption: with a certificate directory (deploy/cluster-certs) every
+// connection is TLS through CAF's OpenSSL module, and both sides must show a
+// certificate signed by the cluster's CA before a single BASP byte is read;
+// so a stranger cannot reach CAF's frame parser at all (a crafted header
+// crashed the learner before the handshake, and one claiming 1 GiB made it
+// allocate that). Plaintext is allowed only between loopback addresses, or
+// with an explicit --insecure-plaintext. The shared secret stays a second
+// factor on top of the certificates.
 #pragma once
 
+#include "actors/cluster_tls.hpp"
 #include "actors/protocol.hpp"
 
 #include <cstdint>
@@ -29,8 +39,16 @@ std::string message_set_fingerprint();
 // are not sao nodes at all before any sao message is exchanged.
 inline const char* kClusterAppIdentifier = "sao-cluster";
 
-// Loads the middleman and sets the cluster's app identifier.
-void enable_cluster_networking(caf::actor_system_config& config);
+// Loads the middleman (and, with TLS, CAF's OpenSSL module with the node's
+// certificate, key and CA) and sets the cluster's app identifier.
+void enable_cluster_networking(caf::actor_system_config& config, const ClusterTls& tls = {});
+
+// Opens a TLS connection to host:port with the node's certificate and CA and
+// completes the handshake, only to say why it fails: "" when it succeeds,
+// else OpenSSL's reason ("certificate verify failed", "tlsv1 alert unknown
+// ca") with what it means. CAF itself reports any TLS failure as
+// "disconnect during handshake".
+std::string tls_handshake_problem(const std::string& host, uint16_t port, const ClusterTls& tls);
 
 // The human text of an error: the context string of a sao error
 // (msg::make_error), else CAF's rendering.
@@ -53,17 +71,22 @@ struct GatekeeperConfig {
 // types and atoms only (see the top of this file and protocol.hpp), so any
 // sao build can ask it and read the answer; a node connects to it as this
 // interface (middleman().remote_actor<GatekeeperActor>).
-using GatekeeperActor = caf::typed_actor<
-    caf::reacts_to<atoms::start_atom, caf::actor, caf::actor, caf::actor>,
-    caf::replies_to<atoms::join_atom, std::string, std::string, std::string, std::string>::with<
-        std::string, int64_t, caf::actor, caf::actor, caf::actor>,
-    caf::reacts_to<caf::tick_atom>>;  // self: refresh the status file
+using GatekeeperActor =
+    caf::typed_actor<caf::reacts_to<atoms::start_atom, caf::actor, caf::actor, caf::actor>,
+                     caf::replies_to<atoms::join_atom, std::string, std::string, std::string,
+                                     std::string>::with<std::string, int64_t, caf::actor, caf::actor, caf::actor>,
+                     caf::reacts_to<caf::tick_atom>>;  // self: refresh the status file
 
 // Spawns the entry actor the learner publishes. It is published before the
 // run starts (a port in use then stops the learner before it writes
 // anything); joins wait until it gets the run's actors:
 //   (start_atom, coordinator, replay, weight_sync)
 GatekeeperActor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config);
+
+// Publishes the gatekeeper on host:port, over TLS when `tls` is enabled.
+// Returns the bound port; throws sao::Error when it cannot listen.
+uint16_t publish_gatekeeper(caf::actor_system& system, const GatekeeperActor& gatekeeper, const std::string& host,
+                            uint16_t port, const ClusterTls& tls);
 
 // What a node gets back from a successful join.
 struct JoinGrant {
@@ -89,6 +112,7 @@ struct JoinResult {
   std::string error;
   JoinGrant grant;
 };
-JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port, const JoinRequest& request);
+JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port, const JoinRequest& request,
+                        const ClusterTls& tls = {});
 
 }  // namespace sao::actors

@@ -4,6 +4,7 @@
 #include "actors/protocol.hpp"
 #include "base/constant_time.hpp"
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
 #include "config/live_knobs.hpp"
 #include "report/prometheus.hpp"
 #include "sao/dashboard_html.hpp"
@@ -63,7 +64,7 @@ void write_owner_only(const std::filesystem::path& path, const std::string& text
 
 void reply_json(httplib::Response& response, int status, const nlohmann::json& body) {
   response.status = status;
-  response.set_content(body.dump(), "application/json");
+  response.set_content(base::dump_json(body), "application/json");
 }
 
 void reply_error(httplib::Response& response, int status, const std::string& message) {
@@ -196,7 +197,7 @@ struct ConsoleServer::Impl {
       if (!body.contains("key") || !body["key"].is_string()) throw Error("control: set needs a string \"key\"");
       if (!body.contains("value")) throw Error("control: set needs a \"value\"");
       const auto& value = body["value"];
-      const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+      const std::string text = value.is_string() ? value.get<std::string>() : base::dump_json(value);
       return ask<std::string>(atoms::set_atom_v, body["key"].get<std::string>(), text, origin);
     }
     throw Error("control: unknown command '" + command + "' (pause, resume, checkpoint, stop, set)");
@@ -254,9 +255,11 @@ struct ConsoleServer::Impl {
         reply_error(response, 403, "wrong token for this run");
         return;
       }
-      const auto body = nlohmann::json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-      if (body.is_discarded()) {
-        reply_error(response, 400, "control: the body is not valid JSON");
+      nlohmann::json body;
+      try {
+        body = base::parse_json_limited(request.body, "control: the body");
+      } catch (const std::exception& error) {
+        reply_error(response, 400, error.what());
         return;
       }
       try {
@@ -269,10 +272,22 @@ struct ConsoleServer::Impl {
 };
 
 ConsoleServer::ConsoleServer(caf::actor_system& system, const CoordinatorActor& coordinator,
-                             const config::ConsoleSection& config, const std::string& run_dir)
+                             const config::ConsoleSection& config, const std::string& run_dir,
+                             const ConsoleLimits& limits)
     : impl_(std::make_unique<Impl>(system, coordinator)) {
+  if (limits.read_timeout_s <= 0 || limits.write_timeout_s <= 0 || limits.keep_alive_timeout_s <= 0 ||
+      limits.keep_alive_max_requests <= 0 || limits.max_body_bytes == 0 || limits.worker_threads <= 0) {
+    throw Error("console: every limit must be positive (timeouts, keep-alive, body size, workers)");
+  }
   auto& impl = *impl_;
   impl.host = config.listen;
+  impl.server.set_read_timeout(limits.read_timeout_s, 0);
+  impl.server.set_write_timeout(limits.write_timeout_s, 0);
+  impl.server.set_keep_alive_timeout(limits.keep_alive_timeout_s);
+  impl.server.set_keep_alive_max_count(static_cast<size_t>(limits.keep_alive_max_requests));
+  impl.server.set_payload_max_length(limits.max_body_bytes);
+  const auto workers = static_cast<size_t>(limits.worker_threads);
+  impl.server.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   impl.routes();
   bool bound = config.port > 0 && impl.server.bind_to_port(config.listen.c_str(), static_cast<int>(config.port));
   if (bound) {
@@ -293,7 +308,7 @@ ConsoleServer::ConsoleServer(caf::actor_system& system, const CoordinatorActor& 
   }
   std::filesystem::create_directories(run_dir);
   const nlohmann::json endpoint = {{"url", url()}, {"host", impl.host}, {"port", impl.port}, {"token", impl.token}};
-  write_owner_only(std::filesystem::path(run_dir) / "console.json", endpoint.dump(2) + "\n");
+  write_owner_only(std::filesystem::path(run_dir) / "console.json", base::dump_json(endpoint, 2) + "\n");
   impl.endpoint_file = std::filesystem::path(run_dir) / "console.json";
   std::fprintf(stderr, "console: %s  token %s  (terminal: sao console --run-dir %s)\n", url().c_str(),
                impl.token.c_str(), run_dir.c_str());

@@ -10,6 +10,7 @@
 #include "actors/replay_actor.hpp"
 #include "actors/rollout_actor.hpp"
 #include "actors/weight_sync_actor.hpp"
+#include "algo/learner.hpp"
 #include "base/error.hpp"
 #include "config/live_knobs.hpp"
 
@@ -37,6 +38,23 @@ EnvActor spawn_env(Self self, size_t index) {
   return env;
 }
 
+void finish(Self self, msg::RunEnd reason);
+
+// Ends the run through the normal finish (final evaluation, checkpoint,
+// summary) with the failing actor's name and the error that began its streak.
+void give_up(Self self, const std::string& actor, const std::string& latest) {
+  auto& state = self->state;
+  if (state.stopping) return;
+  const auto& train = state.config.run.train;
+  const auto first = state.restart_budget->first_error(actor);
+  state.end_detail = actor + " failed " + std::to_string(state.restart_budget->failures_in_window(actor)) +
+                     " times within " + std::to_string(train.failure_window_s) + " s (train.max_actor_failures " +
+                     std::to_string(train.max_actor_failures) + "); first error: " + (first.empty() ? latest : first);
+  state.counters.last_error = state.end_detail;
+  std::fprintf(stderr, "coordinator: giving up: %s\n", state.end_detail.c_str());
+  finish(self, msg::RunEnd::kGaveUp);
+}
+
 RolloutActor spawn_rollout(Self self, size_t index) {
   auto& config = self->state.rollout_configs[index];
   config.env = self->state.envs[index % self->state.envs.size()];
@@ -50,6 +68,11 @@ void restart_env(Self self, size_t index, const std::string& why) {
   const auto timeout = std::chrono::milliseconds(state.config.run.rollout.env_timeout_ms);
   // Many episodes of one batch time out together: restart once per incident.
   if (std::chrono::steady_clock::now() - state.env_started[index] < timeout) return;
+  const std::string name = "env-" + std::to_string(index);
+  if (!state.restart_budget->allow_restart(name, why)) {
+    give_up(self, name, why);
+    return;
+  }
   std::fprintf(stderr, "coordinator: restarting env-%zu (%s)\n", index, why.c_str());
   state.counters.last_error = "env-" + std::to_string(index) + ": " + why;
   self->demonitor(state.envs[index].address());
@@ -66,7 +89,15 @@ void restart_env(Self self, size_t index, const std::string& why) {
 void start(Self self) {
   auto& state = self->state;
   const auto& run = state.config.run;
-  state.metrics = spawn_metrics_actor(self->system(), MetricsActorConfig{run.run.dir, run.train.steps, run.replay});
+  state.restart_budget =
+      std::make_unique<RestartBudget>(run.train.max_actor_failures, std::chrono::seconds(run.train.failure_window_s));
+  MetricsActorConfig metrics_config{run.run.dir, run.train.steps, run.replay};
+  if (!state.config.resume_from.empty()) {
+    state.resume_step = algo::read_learner_state(state.config.resume_from).step;
+    metrics_config.resume_step = state.resume_step;
+    state.steps = state.resume_step;
+  }
+  state.metrics = spawn_metrics_actor(self->system(), metrics_config);
   state.introspection = spawn_introspection_actor(self->system(), caf::actor_cast<CoordinatorActor>(self));
   state.weight_sync = spawn_weight_sync_actor(self->system());
   state.learner =
@@ -91,7 +122,6 @@ void start(Self self) {
              caf::actor_cast<CoordinatorActor>(self));
 }
 
-
 void shutdown_children(Self self) {
   auto& state = self->state;
   std::vector<caf::actor_addr> children = {state.metrics.address(), state.weight_sync.address(),
@@ -109,6 +139,7 @@ void shutdown_children(Self self) {
 
 // Ends the run: every child is told to exit, then whoever started it hears how it ended.
 void end_run(Self self, msg::RunEnd end, std::string detail = "") {
+  if (detail.empty()) detail = self->state.end_detail;
   shutdown_children(self);
   // The caller waits in a blocking (untyped) actor, hence anon_send.
   caf::anon_send(self->state.config.reply_to,
@@ -155,6 +186,11 @@ void on_down(Self self, const caf::down_msg& down) {
   }
   for (size_t i = 0; i < state.rollouts.size(); ++i) {
     if (state.rollouts[i].address() != down.source) continue;
+    const std::string name = "rollout-" + std::to_string(i);
+    if (!state.restart_budget->allow_restart(name, "exited: " + why)) {
+      give_up(self, name, "exited: " + why);
+      return;
+    }
     std::fprintf(stderr, "coordinator: restarting rollout-%zu (exited: %s)\n", i, why.c_str());
     state.rollouts[i] = spawn_rollout(self, i);
     if (state.rollouts_paused) self->send(state.rollouts[i], atoms::pause_atom_v);
@@ -173,8 +209,12 @@ void on_down(Self self, const caf::down_msg& down) {
 // Every actor of the run with a display name, the coordinator first.
 std::pair<std::vector<StatusActor>, std::vector<std::string>> list_actors(Self self) {
   auto& state = self->state;
-  std::vector<StatusActor> actors = {caf::actor_cast<StatusActor>(self), state.learner, state.replay,
-                                     state.weight_sync, state.metrics, state.introspection};
+  std::vector<StatusActor> actors = {caf::actor_cast<StatusActor>(self),
+                                     state.learner,
+                                     state.replay,
+                                     state.weight_sync,
+                                     state.metrics,
+                                     state.introspection};
   std::vector<std::string> names = {"coordinator", "learner", "replay", "weight-sync", "metrics", "introspection"};
   for (size_t i = 0; i < state.rollouts.size(); ++i) {
     actors.push_back(state.rollouts[i]);
@@ -253,12 +293,14 @@ CoordinatorActor::behavior_type coordinator_behavior(Self self, CoordinatorConfi
   self->state.config = std::move(config);
   self->set_down_handler([self](const caf::down_msg& down) { on_down(self, down); });
   start(self);
-  if (self->state.config.run.train.steps == 0) finish(self, msg::RunEnd::kBudget);
+  // A resumed run whose checkpoint is at (or past) the budget trains nothing more.
+  if (self->state.resume_step >= self->state.config.run.train.steps) finish(self, msg::RunEnd::kBudget);
   return {
       [self](const msg::StepReport& report) {
         ++self->state.counters.handled;
         self->state.steps = report.step;
         self->state.policy_version = report.policy_version;
+        self->state.lost_in_a_row = 0;
         // Drifting environments change their rule with the learner's progress.
         for (auto& env : self->state.envs) self->send(env, atoms::train_step_atom_v, report.step);
         for (auto& item : self->state.remote_envs) self->send(item.second, atoms::train_step_atom_v, report.step);
@@ -269,6 +311,19 @@ CoordinatorActor::behavior_type coordinator_behavior(Self self, CoordinatorConfi
         ++state.counters.handled;
         ++state.episodes_lost;
         self->send(state.metrics, lost);
+        if (state.lost_in_a_row++ == 0) {
+          state.first_lost = lost.rollout + " (" + msg::to_string(lost.cause) + "): " + lost.detail;
+        }
+        const int64_t limit = state.config.run.train.max_lost_in_a_row;
+        if (limit > 0 && state.lost_in_a_row >= limit && !state.stopping) {
+          state.end_detail =
+              std::to_string(state.lost_in_a_row) +
+              " episodes lost in a row with no learner step (train.max_lost_in_a_row); the first: " + state.first_lost;
+          state.counters.last_error = state.end_detail;
+          std::fprintf(stderr, "coordinator: giving up: %s\n", state.end_detail.c_str());
+          finish(self, msg::RunEnd::kGaveUp);
+          return;
+        }
         if (lost.cause != msg::LossCause::kEnvTimeout) return;
         for (size_t i = 0; i < state.rollout_configs.size(); ++i) {
           if (state.rollout_configs[i].name == lost.rollout) restart_env(self, i % state.envs.size(), lost.detail);

@@ -6,19 +6,21 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/env_actor.hpp"
+#include "actors/introspection.hpp"
+#include "actors/introspection_actor.hpp"
 #include "actors/learner_actor.hpp"
 #include "actors/metrics_actor.hpp"
-#include "actors/introspection_actor.hpp"
-#include "actors/replay_actor.hpp"
-#include "actors/weight_sync_actor.hpp"
-#include "actors/introspection.hpp"
 #include "actors/protocol.hpp"
+#include "actors/replay_actor.hpp"
 #include "actors/rollout_actor.hpp"
+#include "actors/supervision.hpp"
+#include "actors/weight_sync_actor.hpp"
 
 #include <caf/all.hpp>
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -46,9 +48,15 @@ struct CoordinatorState {
   std::map<std::string, std::string> env_of_rollout;
   int64_t remote_rollouts_lost = 0;
   bool stopping = false;
+  std::string end_detail;  // why the run ended when the reason alone does not say (supervision)
+  // Supervision (train.max_actor_failures in train.failure_window_s).
+  std::unique_ptr<RestartBudget> restart_budget;
+  int64_t lost_in_a_row = 0;  // episodes lost since the last learner step
+  std::string first_lost;     // the first of them, for the message
   bool rollouts_paused = false;
   ActorCounters counters;
   int64_t steps = 0;
+  int64_t resume_step = 0;  // the checkpoint's learner step when resuming, else 0
   int64_t policy_version = 0;
   int64_t episodes_lost = 0;
   int64_t env_restarts = 0;

@@ -96,12 +96,18 @@ enum class Errc : uint8_t {
 };
 inline const char* errc_name(uint8_t code) {
   switch (static_cast<Errc>(code)) {
-    case Errc::kEnvFailed: return "env_failed";
-    case Errc::kRequestExpired: return "request_expired";
-    case Errc::kUnknownEpisode: return "unknown_episode";
-    case Errc::kRefused: return "refused";
-    case Errc::kCheckpointFailed: return "checkpoint_failed";
-    case Errc::kJoinRefused: return "join_refused";
+    case Errc::kEnvFailed:
+      return "env_failed";
+    case Errc::kRequestExpired:
+      return "request_expired";
+    case Errc::kUnknownEpisode:
+      return "unknown_episode";
+    case Errc::kRefused:
+      return "refused";
+    case Errc::kCheckpointFailed:
+      return "checkpoint_failed";
+    case Errc::kJoinRefused:
+      return "join_refused";
   }
   return "unknown";
 }
@@ -194,10 +200,14 @@ struct VersionAck {
 enum class LossCause : uint8_t { kEnvError, kEnvTimeout, kBadEpisode, kNodeLost };
 inline std::string to_string(LossCause cause) {
   switch (cause) {
-    case LossCause::kEnvError: return "env error";
-    case LossCause::kEnvTimeout: return "env timeout";
-    case LossCause::kBadEpisode: return "bad episode";
-    case LossCause::kNodeLost: return "node lost";
+    case LossCause::kEnvError:
+      return "env error";
+    case LossCause::kEnvTimeout:
+      return "env timeout";
+    case LossCause::kBadEpisode:
+      return "bad episode";
+    case LossCause::kNodeLost:
+      return "node lost";
   }
   return "unknown";
 }
@@ -240,13 +250,19 @@ struct ControlEvent {
 };
 
 // How a run ended.
-enum class RunEnd : uint8_t { kBudget, kStopped, kLearnerFailed, kFinalCheckpointFailed };
+enum class RunEnd : uint8_t { kBudget, kStopped, kLearnerFailed, kFinalCheckpointFailed, kGaveUp };
 inline std::string to_string(RunEnd end) {
   switch (end) {
-    case RunEnd::kBudget: return "budget";
-    case RunEnd::kStopped: return "stopped on request";
-    case RunEnd::kLearnerFailed: return "learner failed";
-    case RunEnd::kFinalCheckpointFailed: return "final checkpoint failed";
+    case RunEnd::kBudget:
+      return "budget";
+    case RunEnd::kStopped:
+      return "stopped on request";
+    case RunEnd::kLearnerFailed:
+      return "learner failed";
+    case RunEnd::kFinalCheckpointFailed:
+      return "final checkpoint failed";
+    case RunEnd::kGaveUp:
+      return "gave up";
   }
   return "unknown";
 }

@@ -2,8 +2,10 @@
 #include "actors/metrics_actor.hpp"
 
 #include "actors/introspection.hpp"
-#include "report/progress.hpp"
+#include "base/json_parse.hpp"
 #include "base/stats.hpp"
+#include "report/metrics_rewind.hpp"
+#include "report/progress.hpp"
 
 #include <cmath>
 #include <ctime>
@@ -86,6 +88,8 @@ void on_step(Self self, const msg::StepReport& report) {
   line["step"] = report.step;
   line["policy_version"] = report.policy_version;
   line["episodes_lost"] = state.episodes_lost;
+  line["env_restarts"] = state.env_restarts;
+  line["rollout_restarts"] = state.rollout_restarts;
   for (const auto& [key, value] : state.knobs) line[key] = value;
   // JSON has no NaN; an undefined number is written as null.
   for (auto& item : line.items()) {
@@ -164,9 +168,41 @@ report::MetricsHistory history_since(const MetricsActorState& state, int64_t sin
 }
 }  // namespace
 
+// Continues the counters of the run being resumed from the lines kept up to
+// its checkpoint; latency percentiles cover this process only.
+void restore_from(MetricsActorState& state, report::RewoundMetrics rewound) {
+  auto count = [](const nlohmann::json& line, const char* key) {
+    return line.contains(key) && line[key].is_number() ? line[key].get<int64_t>() : int64_t{0};
+  };
+  state.last_step = state.config.resume_step;
+  if (!rewound.steps.empty()) {
+    const auto& last = rewound.steps.back();
+    state.episodes_lost = count(last, "episodes_lost");
+    state.env_restarts = count(last, "env_restarts");
+    state.rollout_restarts = count(last, "rollout_restarts");
+  }
+  for (const auto& line : rewound.steps) state.dropped_stale += count(line, "dropped_stale");
+  const size_t first = rewound.steps.size() > kHistoryKeptSteps ? rewound.steps.size() - kHistoryKeptSteps : 0;
+  state.history.assign(rewound.steps.begin() + static_cast<std::ptrdiff_t>(first), rewound.steps.end());
+  state.evals = std::move(rewound.evals);
+  state.events = std::move(rewound.events);
+  if (!state.evals.empty() && state.evals.back()["accuracy"].is_number())
+    state.last_accuracy = state.evals.back()["accuracy"].get<double>();
+}
+
 MetricsActor::behavior_type metrics_behavior(Self self, MetricsActorConfig config) {
   auto& state = self->state;
   state.config = std::move(config);
+  const auto metrics_path = (std::filesystem::path(state.config.run_dir) / "metrics.jsonl").string();
+  if (state.config.resume_step >= 0) {
+    auto rewound = report::rewind_metrics_file(metrics_path, state.config.resume_step);
+    if (rewound.moved_lines > 0) {
+      std::fprintf(stderr, "resume: %lld metrics line(s) written after the checkpoint (step %lld) moved to %s\n",
+                   static_cast<long long>(rewound.moved_lines), static_cast<long long>(state.config.resume_step),
+                   rewound.moved_to.c_str());
+    }
+    restore_from(state, std::move(rewound));
+  }
   state.writer =
       std::make_unique<report::JsonlWriter>((std::filesystem::path(state.config.run_dir) / "metrics.jsonl").string());
   state.progress = std::make_unique<report::ProgressLine>("train", state.config.total_steps);
@@ -191,6 +227,12 @@ MetricsActor::behavior_type metrics_behavior(Self self, MetricsActorConfig confi
         auto& st = self->state;
         ++st.counters.handled;
         st.last_accuracy = report.accuracy;
+        // The same policy evaluated twice (a run resumed at its budget, a
+        // stop right after a scheduled eval) is one evaluation.
+        if (!st.evals.empty() && st.evals.back()["step"] == report.step &&
+            st.evals.back()["policy_version"] == report.policy_version) {
+          return;
+        }
         nlohmann::json line = {{"eval", true},
                                {"step", report.step},
                                {"policy_version", report.policy_version},
@@ -223,7 +265,7 @@ MetricsActor::behavior_type metrics_behavior(Self self, MetricsActorConfig confi
         // The run's summary is this file; RunFinished points at it instead of carrying its text.
         const auto path = (std::filesystem::path(self->state.config.run_dir) / "summary.json").string();
         std::ofstream out(path);
-        out << summary.dump(2) << "\n";
+        out << base::dump_json(summary, 2) << "\n";
         return path;
       },
       [self](atoms::status_atom) {

@@ -18,6 +18,10 @@ struct MetricsActorConfig {
   std::string run_dir;
   int64_t total_steps = 0;
   replay::ReplayConfig replay;  // the replay knobs' values at start (live `set` changes them)
+  // >= 0 when resuming from a checkpoint of that step: metrics.jsonl is
+  // rewound to it (report/metrics_rewind.hpp) and the counters, evaluations
+  // and history continue from what it holds.
+  int64_t resume_step = -1;
 };
 
 // Reply to (history_atom, since_step): a report::MetricsHistory with the

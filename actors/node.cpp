@@ -9,6 +9,7 @@
 #include "actors/run_control.hpp"
 #include "actors/system_config.hpp"
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
 
 #include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
@@ -28,9 +29,10 @@ namespace sao::actors {
 
 namespace {
 
-void configure_system(caf::actor_system_config& config, int64_t scheduler_threads, const std::string& policy) {
+void configure_system(caf::actor_system_config& config, int64_t scheduler_threads, const std::string& policy,
+                      const ClusterTls& tls) {
   register_protocol(config);
-  enable_cluster_networking(config);
+  enable_cluster_networking(config, tls);
   configure_scheduler(config, scheduler_threads, policy);
 }
 
@@ -39,8 +41,10 @@ void configure_system(caf::actor_system_config& config, int64_t scheduler_thread
 TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                               const LearnerNodeOptions& options, const std::atomic<bool>* stop_requested) {
   if (options.secret.empty()) throw Error("learner node: a shared secret is required");
+  require_encryption("learner node: --listen", options.listen_host, options.tls, options.insecure_plaintext);
+  if (options.tls.enabled()) check_cluster_tls(options.tls, "--certs");
   caf::actor_system_config system_config;
-  configure_system(system_config, config.train.scheduler_threads, config.train.scheduler_policy);
+  configure_system(system_config, config.train.scheduler_threads, config.train.scheduler_policy, options.tls);
   TrainOutcome outcome;
   {
     caf::actor_system system{system_config};
@@ -48,16 +52,16 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
     GatekeeperConfig gatekeeper_config;
     gatekeeper_config.secret = options.secret;
     gatekeeper_config.fingerprint = message_set_fingerprint();
-    gatekeeper_config.run_config_json = config.document.dump();
+    gatekeeper_config.run_config_json = base::dump_json(config.document);
     gatekeeper_config.status_path = (std::filesystem::path(config.run.dir) / "cluster_status.json").string();
     auto gatekeeper = spawn_gatekeeper(system, gatekeeper_config);
     // Listen before the run starts: a port in use must not cost a run directory.
-    auto port =
-        system.middleman().publish(gatekeeper, options.listen_port, options.listen_host.c_str(), /*reuse=*/true);
-    if (!port) {
+    uint16_t bound_port = 0;
+    try {
+      bound_port = publish_gatekeeper(system, gatekeeper, options.listen_host, options.listen_port, options.tls);
+    } catch (const Error&) {
       self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
-      throw Error("learner node: cannot listen on " + options.listen_host + ":" + std::to_string(options.listen_port) +
-                  ": " + system.render(port.error()));
+      throw;
     }
     auto coordinator =
         spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self, options.local_rollouts});
@@ -70,8 +74,8 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
             },
             [&](caf::error&) {});  // a coordinator that failed to start reports RunFinished below
     std::fprintf(stderr, "learner node: listening on %s:%u (build fingerprint %s)\n", options.listen_host.c_str(),
-                 static_cast<unsigned>(*port), gatekeeper_config.fingerprint.c_str());
-    if (!options.port_file.empty()) write_status_file(options.port_file, std::to_string(*port));
+                 static_cast<unsigned>(bound_port), gatekeeper_config.fingerprint.c_str());
+    if (!options.port_file.empty()) write_status_file(options.port_file, std::to_string(bound_port));
     auto console = start_console(system, coordinator, config);
     outcome = await_run_finished(self, coordinator, stop_requested);
     outcome.summary_json = read_summary(config.run.dir);
@@ -174,7 +178,7 @@ void report_status(caf::scoped_actor& self, const WorkerNodeOptions& options, co
             [&](const caf::error&) {});
   }
   std::fflush(stdout);
-  if (!options.status_file.empty()) write_status_file(options.status_file, status.dump(2));
+  if (!options.status_file.empty()) write_status_file(options.status_file, base::dump_json(status, 2));
 }
 
 bool sleep_unless_stopped(double seconds, const std::atomic<bool>* stop_requested) {
@@ -236,14 +240,16 @@ int run_worker_node(const WorkerNodeOptions& options, const std::atomic<bool>* s
     throw Error("rollout node: --rollouts must be >= 1 and --envs >= 0");
   }
   if (options.role == "env" && options.envs < 1) throw Error("env node: --envs must be >= 1");
+  require_encryption("node: --join", options.learner_host, options.tls, options.insecure_plaintext);
+  if (options.tls.enabled()) check_cluster_tls(options.tls, "--certs");
   caf::actor_system_config system_config;
-  configure_system(system_config, options.scheduler_threads, options.scheduler_policy);
+  configure_system(system_config, options.scheduler_threads, options.scheduler_policy, options.tls);
   caf::actor_system system{system_config};
   caf::scoped_actor self{system};
   const JoinRequest request{options.name, options.role, message_set_fingerprint(), options.secret};
   double backoff = 0.25;
   while (stop_requested == nullptr || !stop_requested->load()) {
-    auto joined = join_learner(system, options.learner_host, options.learner_port, request);
+    auto joined = join_learner(system, options.learner_host, options.learner_port, request, options.tls);
     if (!joined.ok) {
       std::fprintf(stderr, "node %s: %s\n", options.name.c_str(), joined.error.c_str());
       if (joined.refused) return 2;

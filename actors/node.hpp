@@ -7,9 +7,10 @@
 // CAF-free header, like train.hpp, so the CLI need not include the framework.
 #pragma once
 
+#include "actors/cluster_tls.hpp"
 #include "actors/train.hpp"
-#include "model/transformer.hpp"
 #include "config/run_config.hpp"
+#include "model/transformer.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -24,9 +25,11 @@ struct LearnerNodeOptions {
   std::string listen_host = "127.0.0.1";
   // 0: the OS picks one (written to port_file).
   uint16_t listen_port = kDefaultClusterPort;
-  std::string port_file;       // receives the bound port once the learner listens ("" = none)
-  std::string secret;          // nodes must present it to join
-  int64_t local_rollouts = 0;  // rollout actors in the learner's own process
+  std::string port_file;            // receives the bound port once the learner listens ("" = none)
+  std::string secret;               // nodes must present it to join
+  int64_t local_rollouts = 0;       // rollout actors in the learner's own process
+  ClusterTls tls;                   // certificates (deploy/cluster-certs); "" = plaintext, loopback only
+  bool insecure_plaintext = false;  // allow plaintext on a non-loopback address
 };
 
 // Runs the learner side of a cluster run until its step budget or a stop
@@ -41,6 +44,8 @@ struct WorkerNodeOptions {
   std::string learner_host;
   uint16_t learner_port = kDefaultClusterPort;
   std::string secret;
+  ClusterTls tls;
+  bool insecure_plaintext = false;
   int64_t rollouts = 1;  // rollout actors on this node (role rollout)
   // Env actors on this node. Rollout node: rollout i uses env i % envs; 0 =
   // use env nodes' envs (the coordinator assigns one). Env node: >= 1.

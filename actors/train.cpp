@@ -28,7 +28,7 @@ TrainOutcome await_run_finished(caf::scoped_actor& self, const CoordinatorActor&
         [&](const msg::RunFinished& done) {
           outcome.steps = done.steps;
           outcome.policy_version = done.policy_version;
-          outcome.learner_failed = done.end == msg::RunEnd::kLearnerFailed;
+          outcome.failed = done.end == msg::RunEnd::kLearnerFailed || done.end == msg::RunEnd::kGaveUp;
           outcome.reason = msg::to_string(done.end) + (done.detail.empty() ? "" : ": " + done.detail);
           finished = true;
         },

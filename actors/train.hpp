@@ -4,8 +4,8 @@
 // CAF-free so the CLI can call it without pulling the actor framework in.
 #pragma once
 
-#include "model/transformer.hpp"
 #include "config/run_config.hpp"
+#include "model/transformer.hpp"
 
 #include <atomic>
 #include <string>
@@ -15,9 +15,9 @@ namespace sao::actors {
 struct TrainOutcome {
   int64_t steps = 0;
   int64_t policy_version = 0;
-  bool learner_failed = false;  // the run ended because the learner exited
-  std::string reason;           // for people: "budget", "stopped on request", "learner failed: ..."
-  std::string summary_json;     // RUN_DIR/summary.json as the metrics sink wrote it ("" if none)
+  bool failed = false;       // the learner exited, or supervision gave up on an actor (exit status 1)
+  std::string reason;        // for people: "budget", "stopped on request", "learner failed: ..."
+  std::string summary_json;  // RUN_DIR/summary.json as the metrics sink wrote it ("" if none)
   int64_t actors_left_running = 0;
 };
 

@@ -7,6 +7,7 @@
 #include "app/commands.hpp"
 #include "base/error.hpp"
 #include "base/host_port.hpp"
+#include "base/json_parse.hpp"
 
 #include <httplib.h>
 #include <poll.h>
@@ -67,7 +68,7 @@ class Console {
       throw Error("control commands need the run's token: --token, SAO_CONSOLE_TOKEN, or --run-dir RUN_DIR");
     }
     httplib::Headers headers = {{"Authorization", "Bearer " + connection_.token}};
-    auto reply = client_.Post("/api/control", headers, body.dump(), "application/json");
+    auto reply = client_.Post("/api/control", headers, base::dump_json(body), "application/json");
     if (!reply) throw Error("cannot reach the run at " + where() + " (" + httplib::to_string(reply.error()) + ")");
     return parse(reply->body, reply->status, "/api/control");
   }
@@ -299,7 +300,10 @@ int run_console(const Args& args) {
     return 0;
   }
   Console console(resolve_connection(parsed));
-  const int interval_ms = static_cast<int>(parsed.get_int("--interval-ms", 1000));
+  const int64_t interval = parsed.get_int("--interval-ms", 1000);
+  if (interval < 50 || interval > 3600000)
+    throw Error("--interval-ms must be in [50, 3600000], got " + std::to_string(interval));
+  const int interval_ms = static_cast<int>(interval);
   if (interval_ms < 50) throw Error("--interval-ms: must be >= 50");
   if (parsed.has("--command")) {
     for (const auto& command : parsed.all("--command")) {

@@ -3,6 +3,7 @@
 // 20-40x slower than OpenBLAS, and nothing else would tell you.
 #include "app/args.hpp"
 #include "app/commands.hpp"
+#include "base/error.hpp"
 #include "report/system_info.hpp"
 #include "sao/build_info.hpp"
 
@@ -22,7 +23,9 @@ int run_doctor(const Args& args) {
     std::printf("usage: sao doctor [options]\n%s", flags_help(specs).c_str());
     return 0;
   }
-  report::configure_threads(parsed.get_int("--threads", 2));
+  const int64_t threads = parsed.get_int("--threads", 2);
+  if (threads < 1 || threads > 256) throw Error("--threads must be in [1, 256], got " + std::to_string(threads));
+  report::configure_threads(threads);
   const auto blas = report::detect_blas();
   std::printf("sao %s\n", build_info::kVersion);
   std::printf("build type          %s\n", build_info::kBuildType);

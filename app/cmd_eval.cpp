@@ -7,6 +7,7 @@
 #include "app/commands.hpp"
 #include "app/common.hpp"
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
 #include "model/checkpoint.hpp"
 #include "report/system_info.hpp"
 #include "train/eval_config.hpp"
@@ -37,7 +38,8 @@ int run_eval(const Args& args) {
   const auto config = train::eval_run_config(sources);
   const auto step = sources.checkpoint_info.value("step", nlohmann::json(0));
   if (!step.is_number_integer())
-    throw Error("checkpoint " + sources.checkpoint_dir + "/sao.json: step must be an integer, got " + step.dump());
+    throw Error("checkpoint " + sources.checkpoint_dir + "/sao.json: step must be an integer, got " +
+                base::dump_json(step));
   report::configure_threads(config.threads.torch_intra_op);
   const auto result = train::evaluate_heldout(policy, config, step.get<int64_t>());
   print_eval_result(result, sources.checkpoint_dir);

@@ -55,8 +55,14 @@ int run_learner(const ParsedArgs& parsed) {
   }
   options.port_file = parsed.get("--port-file");
   options.local_rollouts = parsed.get_int("--local-rollouts", 0);
-  if (options.local_rollouts < 0) throw Error("--local-rollouts must be >= 0");
+  if (options.local_rollouts < 0 || options.local_rollouts > 1024)
+    throw Error("--local-rollouts must be in [0, 1024], got " + std::to_string(options.local_rollouts));
   options.secret = cluster_secret(parsed);
+  options.tls.dir = parsed.get("--certs");
+  options.insecure_plaintext = parsed.has("--insecure-plaintext");
+  // Before the warm start: a refused address must not cost an SFT run.
+  actors::require_encryption("learner node: --listen", options.listen_host, options.tls, options.insecure_plaintext);
+  if (options.tls.enabled()) actors::check_cluster_tls(options.tls, "--certs");
   auto start = prepare_training(parsed, "node");
   const auto& config = start.config;
   if (config.train.mode != "async") {
@@ -86,8 +92,14 @@ int run_worker(const ParsedArgs& parsed, const std::string& role) {
   options.name = parsed.get("--name", default_node_name());
   options.rollouts = parsed.get_int("--rollouts", 1);
   options.envs = parsed.get_int("--envs", 1);
+  if (options.rollouts < 1 || options.rollouts > 1024)
+    throw Error("--rollouts must be in [1, 1024], got " + std::to_string(options.rollouts));
+  if (options.envs < 0 || options.envs > 1024)  // rollout nodes: 0 = use env nodes' envs
+    throw Error("--envs must be in [0, 1024], got " + std::to_string(options.envs));
   options.status_file = parsed.get("--status-file");
   options.secret = cluster_secret(parsed);
+  options.tls.dir = parsed.get("--certs");
+  options.insecure_plaintext = parsed.has("--insecure-plaintext");
   // Only this node's own settings come from its config: threads and the scheduler.
   const auto config = load_config_from_args(parsed);
   report::configure_threads(config.threads.train_intra_op);
@@ -115,6 +127,10 @@ int run_node(const Args& args) {
       {"--envs", true, false, "rollout/env: env actors on this node (default 1; rollout 0 = use env nodes)"});
   specs.push_back({"--status-file", true, false, "rollout/env: rewrite this node's status JSON here every 2 s"});
   specs.push_back({"--secret-file", true, false, "shared cluster secret (first line); else $SAO_CLUSTER_SECRET"});
+  specs.push_back({"--certs", true, false,
+                   "TLS: this node's directory from deploy/cluster-certs (ca.crt, node.crt, node.key); needed "
+                   "for any non-loopback address"});
+  specs.push_back({"--insecure-plaintext", false, false, "allow unencrypted cluster traffic off loopback"});
   const auto parsed = parse_args("node", specs, args);
   if (parsed.has("--help")) {
     std::printf("usage: sao node --role learner|rollout|env [options]\n%s", flags_help(specs).c_str());

@@ -18,8 +18,7 @@ int run_sft(const Args& args) {
     std::printf("usage: sao sft [options]\n%s", flags_help(specs).c_str());
     return 0;
   }
-  auto config = load_config_from_args(parsed);
-  config.sft.steps = parsed.get_int("--steps", config.sft.steps);
+  auto config = load_config_from_args(parsed, "sft.steps");
   write_resolved_config(config);
   std::fprintf(stderr, "sft: %lld parameters, task %s, %lld steps of batch %lld, run dir %s\n",
                static_cast<long long>(config.model.parameter_count()), config.env.name.c_str(),

@@ -1,10 +1,12 @@
 // Shared subcommand helpers; see common.hpp.
 #include "app/common.hpp"
 
+#include "algo/learner.hpp"
+#include "base/json_parse.hpp"
 #include "report/time_accounting.hpp"
 
-#include "model/checkpoint.hpp"
 #include "base/error.hpp"
+#include "model/checkpoint.hpp"
 #include "report/system_info.hpp"
 
 #include <nlohmann/json.hpp>
@@ -23,14 +25,17 @@ std::vector<FlagSpec> config_flags() {
           {"--help", false, false, "show this help"}};
 }
 
-config::RunConfig load_config_from_args(const ParsedArgs& parsed) {
+config::RunConfig load_config_from_args(const ParsedArgs& parsed, const std::string& steps_key) {
   auto overrides = parsed.all("--set");
+  if (!steps_key.empty() && parsed.has("--steps")) {
+    overrides.push_back(steps_key + "=" + std::to_string(parsed.get_int("--steps", 0)));
+  }
   if (parsed.has("--run-dir")) {
     // The value goes through the JSON library, never pasted between quotes:
     // a backslash or "\u0041" in a directory name stays those characters.
     const auto& run_dir = parsed.get("--run-dir");
     try {
-      overrides.push_back("run.dir=" + nlohmann::json(run_dir).dump());
+      overrides.push_back("run.dir=" + base::dump_json(nlohmann::json(run_dir)));
     } catch (const nlohmann::json::type_error&) {
       throw Error("--run-dir '" + run_dir + "': the directory name must be valid UTF-8");
     }
@@ -43,7 +48,7 @@ config::RunConfig load_config_from_args(const ParsedArgs& parsed) {
 void write_resolved_config(const config::RunConfig& config) {
   std::filesystem::create_directories(config.run.dir);
   std::ofstream out(std::filesystem::path(config.run.dir) / "config.json");
-  out << config.document.dump(2) << "\n";
+  out << base::dump_json(config.document, 2) << "\n";
 }
 
 model::CausalLM sft_from_scratch(const config::RunConfig& config, train::SftResult* result) {
@@ -93,9 +98,8 @@ extern "C" void request_stop(int) {
 
 TrainingStart prepare_training(const ParsedArgs& parsed, const std::string& command) {
   TrainingStart start;
-  start.config = load_config_from_args(parsed);
+  start.config = load_config_from_args(parsed, "train.steps");
   auto& config = start.config;
-  config.train.steps = parsed.get_int("--steps", config.train.steps);
   write_resolved_config(config);
   if (!config.rollout.temperature_is_policy()) {
     std::fprintf(stderr,
@@ -105,13 +109,20 @@ TrainingStart prepare_training(const ParsedArgs& parsed, const std::string& comm
                  config.rollout.top_p);
   }
   if (parsed.has("--resume")) {
-    const auto checkpoint = model::rl_checkpoint_dir(config.run.dir);
+    // A kill mid-swap is repaired and a corrupted checkpoint falls back to
+    // the previous one (model/checkpoint.hpp), with the reason printed.
+    std::string notice;
+    const auto checkpoint = model::resolve_checkpoint(model::rl_checkpoint_dir(config.run.dir), &notice);
+    if (!notice.empty()) std::fprintf(stderr, "%s: %s\n", command.c_str(), notice.c_str());
     start.policy = model::load_policy_checkpoint(model::checkpoint_policy_dir(checkpoint));
     start.resume_from = model::checkpoint_learner_dir(checkpoint);
-    std::fprintf(stderr, "%s: resuming from %s\n", command.c_str(), checkpoint.c_str());
+    std::fprintf(stderr, "%s: resuming from %s (step %lld)\n", command.c_str(), checkpoint.c_str(),
+                 static_cast<long long>(algo::read_learner_state(start.resume_from).step));
   } else {
     start.policy = warm_start_policy(config, command);
   }
+  model::require_same_model(config.model, "the run config (" + config.source + ")", start.policy->config(),
+                            parsed.has("--resume") ? "the checkpoint being resumed" : "the warm start");
   report::configure_threads(config.threads.train_intra_op);
   return start;
 }
@@ -137,7 +148,7 @@ int report_training_outcome(const actors::TrainOutcome& outcome, const config::R
       // One line for where the time went; the full accounting is in summary.json.
       auto shown = summary;
       shown.erase("time_accounting");
-      std::printf("%s\n", shown.dump().c_str());
+      std::printf("%s\n", base::dump_json(shown).c_str());
       std::printf("%s\n", report::describe_time_accounting(summary["time_accounting"]).c_str());
     } else {
       std::printf("%s\n", outcome.summary_json.c_str());
@@ -148,7 +159,7 @@ int report_training_outcome(const actors::TrainOutcome& outcome, const config::R
                  static_cast<long long>(outcome.actors_left_running));
     return 4;
   }
-  return outcome.learner_failed ? 1 : 0;
+  return outcome.failed ? 1 : 0;
 }
 
 void print_eval_result(const train::HeldoutResult& result, const std::string& checkpoint) {
@@ -162,7 +173,7 @@ void print_eval_result(const train::HeldoutResult& result, const std::string& ch
                                {"correct", result.correct},
                                {"total", result.total},
                                {"seconds", result.seconds}};
-  std::printf("%s\n", line.dump().c_str());
+  std::printf("%s\n", base::dump_json(line).c_str());
   std::fflush(stdout);
 }
 

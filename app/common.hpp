@@ -3,8 +3,8 @@
 
 #include "actors/train.hpp"
 #include "app/args.hpp"
-#include "model/transformer.hpp"
 #include "config/run_config.hpp"
+#include "model/transformer.hpp"
 #include "train/task_runner.hpp"
 
 #include <atomic>
@@ -17,7 +17,9 @@ namespace sao::cli {
 std::vector<FlagSpec> config_flags();
 // Loads the config named by --config (embedded default without it), applies
 // --set overrides and --run-dir, and configures threads.
-config::RunConfig load_config_from_args(const ParsedArgs& parsed);
+// `steps_key`, when given, is the config key a `--steps N` flag sets; the
+// flag goes in as an override, so it is validated like the key itself.
+config::RunConfig load_config_from_args(const ParsedArgs& parsed, const std::string& steps_key = "");
 // Writes the resolved config into the run directory.
 void write_resolved_config(const config::RunConfig& config);
 // Trains a fresh policy on the task's demonstrations (SFT) and saves it to

@@ -10,7 +10,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libopenblas0-pthread
-  libcaf-dev nlohmann-json3-dev doctest-dev
+  libcaf-dev libssl-dev openssl nlohmann-json3-dev doctest-dev
   libcpp-httplib-dev libcairo2-dev fonts-dejavu-core curl
   python3
 )

@@ -38,7 +38,7 @@ struct GatekeeperFixture {
   std::string join(const std::string& role, const std::string& fingerprint, const std::string& secret) {
     caf::scoped_actor self{*system};
     std::string outcome;
-    self->request(gatekeeper, std::chrono::seconds(5), sao::atoms::join_atom_v, std::string("node-a"), role,
+    self->request(gatekeeper, std::chrono::seconds(120), sao::atoms::join_atom_v, std::string("node-a"), role,
                   fingerprint, secret)
         .receive(
             [&](const std::string& config_json, int64_t number, const caf::actor& coordinator, const caf::actor&,

@@ -6,11 +6,11 @@
 #include "actors/replay_actor.hpp"
 #include "actors/rollout_actor.hpp"
 #include "actors/weight_sync_actor.hpp"
+#include "config/run_config.hpp"
 #include "env/environment.hpp"
-#include "tokenizer/byte_tokenizer.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
-#include "config/run_config.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
 
 #include <doctest/doctest.h>
 
@@ -20,6 +20,11 @@
 using namespace std::chrono_literals;
 
 namespace {
+
+// How long a reply may take before the test calls it a hang. Not a speed
+// requirement: an event that arrives at all arrives long before this, even
+// on a machine shared with a build.
+constexpr auto kHangGuard = 120s;
 
 struct System {
   caf::actor_system_config config;
@@ -70,23 +75,25 @@ TEST_CASE("in SAO mode a single finished trajectory starts a learner step at onc
   auto replay = sao::actors::spawn_replay_actor(*s.system, config, caf::actor_cast<sao::actors::LearnerActor>(learner));
   learner->send(replay, sao::atoms::learner_idle_atom_v, int64_t{0});
   bool acked = false;
-  rollout->request(replay, 2s, trajectory_at_version(0))
+  rollout->request(replay, kHangGuard, trajectory_at_version(0))
       .receive([&](const sao::msg::ReplayAck& ack) { acked = ack.accepted; },
                [&](const caf::error& error) { FAIL(s.system->render(error)); });
   CHECK(acked);
   bool got_batch = false;
   learner->receive([&](const sao::msg::TrainBatch& batch) { got_batch = batch.trajectories.size() == 1; },
-                   caf::after(2s) >> [] {});
+                   caf::after(kHangGuard) >> [] {});
   CHECK(got_batch);
   // The learner is busy now: a second trajectory waits instead of being sent.
-  rollout->request(replay, 2s, trajectory_at_version(0))
+  rollout->request(replay, kHangGuard, trajectory_at_version(0))
       .receive([](const sao::msg::ReplayAck&) {}, [](const caf::error&) {});
+  // The replay sends a batch before it acknowledges, so after the ack any
+  // batch is already in the learner's mailbox: look without waiting.
   bool second_batch = false;
-  learner->receive([&](const sao::msg::TrainBatch&) { second_batch = true; }, caf::after(200ms) >> [] {});
+  learner->receive([&](const sao::msg::TrainBatch&) { second_batch = true; }, caf::after(0ms) >> [] {});
   CHECK_FALSE(second_batch);
   learner->send(replay, sao::atoms::learner_idle_atom_v, int64_t{1});
   learner->receive([&](const sao::msg::TrainBatch& batch) { second_batch = batch.trajectories.size() == 1; },
-                   caf::after(2s) >> [] {});
+                   caf::after(kHangGuard) >> [] {});
   CHECK(second_batch);
   caf::anon_send_exit(replay, caf::exit_reason::user_shutdown);
 }
@@ -101,19 +108,19 @@ TEST_CASE("a trajectory staler than max_staleness is dropped and counted") {
   learner->send(replay, sao::atoms::learner_idle_atom_v, int64_t{5});
   bool accepted = true;
   rollout
-      ->request(replay, 2s, trajectory_at_version(2))  // staleness 3 > 2
+      ->request(replay, kHangGuard, trajectory_at_version(2))  // staleness 3 > 2
       .receive([&](const sao::msg::ReplayAck& ack) { accepted = ack.accepted; }, [](const caf::error&) {});
   CHECK_FALSE(accepted);
-  bool got_batch = false;
-  learner->receive([&](const sao::msg::TrainBatch&) { got_batch = true; }, caf::after(200ms) >> [] {});
+  bool got_batch = false;  // a batch would be in the mailbox before the ack (see above)
+  learner->receive([&](const sao::msg::TrainBatch&) { got_batch = true; }, caf::after(0ms) >> [] {});
   CHECK_FALSE(got_batch);
   double dropped = -1;
-  rollout->request(replay, 2s, sao::atoms::status_atom_v)
+  rollout->request(replay, kHangGuard, sao::atoms::status_atom_v)
       .receive([&](const sao::msg::ActorStatus& status) { dropped = status.numbers.at("dropped_stale"); },
                [](const caf::error&) {});
   CHECK(dropped == 1);
   // Staleness exactly at the limit is admitted.
-  rollout->request(replay, 2s, trajectory_at_version(3))
+  rollout->request(replay, kHangGuard, trajectory_at_version(3))
       .receive([&](const sao::msg::ReplayAck& ack) { accepted = ack.accepted; }, [](const caf::error&) {});
   CHECK(accepted);
   caf::anon_send_exit(replay, caf::exit_reason::user_shutdown);
@@ -134,7 +141,8 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
   caf::scoped_actor fake_learner{system};
   caf::scoped_actor driver{system};
   sao::replay::ReplayConfig replay_config;
-  auto replay = sao::actors::spawn_replay_actor(system, replay_config, caf::actor_cast<sao::actors::LearnerActor>(fake_learner));
+  auto replay =
+      sao::actors::spawn_replay_actor(system, replay_config, caf::actor_cast<sao::actors::LearnerActor>(fake_learner));
   auto weight_sync = sao::actors::spawn_weight_sync_actor(system);
   auto env = sao::actors::spawn_env_actor(system, {"env-0", "arithmetic", nlohmann::json::object()});
   sao::model::CausalLM policy(tiny_byte_model());
@@ -156,9 +164,10 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
     rollouts.push_back(sao::actors::spawn_rollout_actor(system, config));
   }
   auto versions_converged_to = [&](int64_t version) {
-    for (int attempt = 0; attempt < 100; ++attempt) {
+    const auto give_up_at = std::chrono::steady_clock::now() + kHangGuard;
+    while (std::chrono::steady_clock::now() < give_up_at) {
       std::map<std::string, double> versions;
-      driver->request(weight_sync, 2s, sao::atoms::versions_atom_v)
+      driver->request(weight_sync, kHangGuard, sao::atoms::versions_atom_v)
           .receive([&](const sao::msg::ActorStatus& status) { versions = status.numbers; }, [](const caf::error&) {});
       bool all = versions.size() == 3;
       for (const auto& item : versions) all = all && item.second == version;
@@ -173,7 +182,7 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
   CHECK(versions_converged_to(1));
   // Each rollout reports the version it runs in its own status too.
   for (auto& rollout : rollouts) {
-    driver->request(rollout, 2s, sao::atoms::status_atom_v)
+    driver->request(rollout, kHangGuard, sao::atoms::status_atom_v)
         .receive([&](const sao::msg::ActorStatus& status) { CHECK(status.numbers.at("policy_version") == 1); },
                  [](const caf::error&) {});
   }
@@ -189,18 +198,18 @@ TEST_CASE("an env actor turns environment errors into error replies and stays up
   auto env = sao::actors::spawn_env_actor(*s.system, {"env-0", "arithmetic", nlohmann::json::object()});
   std::string error_text;
   caf::error failure;
-  self->request(env, 2s, sao::msg::EnvAction{42, "1"})
+  self->request(env, kHangGuard, sao::msg::EnvAction{42, "1"})
       .receive([](const sao::msg::EnvReply&) {}, [&](const caf::error& error) { failure = error; });
   CHECK(sao::msg::has_code(failure, sao::msg::Errc::kUnknownEpisode));
   CHECK(sao::msg::error_text(*s.system, failure) == "env-0: step for unknown episode 42");
   bool replied = false;
-  self->request(env, 2s, sao::msg::EnvReset{1, 7})
+  self->request(env, kHangGuard, sao::msg::EnvReset{1, 7})
       .receive([&](const sao::msg::EnvReply& reply) { replied = !reply.outcome.observation.empty(); },
                [](const caf::error&) {});
   CHECK(replied);
   // A request whose caller already gave up is not served.
   error_text.clear();
-  self->request(env, 2s, sao::msg::EnvReset{2, 7, sao::actors::unix_time_ms() - 1})
+  self->request(env, kHangGuard, sao::msg::EnvReset{2, 7, sao::actors::unix_time_ms() - 1})
       .receive([](const sao::msg::EnvReply&) {}, [&](const caf::error& error) { failure = error; });
   CHECK(sao::msg::has_code(failure, sao::msg::Errc::kRequestExpired));
   CHECK(sao::msg::error_text(*s.system, failure) == "env-0: reset request expired before it was served");
@@ -221,9 +230,8 @@ class SuccessOnlyEnv : public sao::env::Environment {
 }  // namespace
 
 TEST_CASE("the rollout actor plays episodes by the shared rules: <|obs|> for an empty reset, success as accuracy") {
-  sao::env::register_environment("success_only", [](const nlohmann::json&, const std::string&) {
-    return std::make_unique<SuccessOnlyEnv>();
-  });
+  sao::env::register_environment(
+      "success_only", [](const nlohmann::json&, const std::string&) { return std::make_unique<SuccessOnlyEnv>(); });
   System s;
   auto& system = *s.system;
   caf::scoped_actor replay{system};
@@ -255,7 +263,8 @@ TEST_CASE("the rollout actor plays episodes by the shared rules: <|obs|> for an 
         caf::after(60s) >> [&] { timed_out = true; });
   }
   caf::anon_send_exit(rollout, caf::exit_reason::user_shutdown);
-  for (const auto& actor : {weight_sync.address(), env.address()}) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  for (const auto& actor : {weight_sync.address(), env.address()})
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   REQUIRE_FALSE(timed_out);
   for (const auto& trajectory : received) {
     REQUIRE(trajectory.tokens.size() >= 3);

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -100,17 +101,35 @@ TEST_CASE("DIS gives no gradient outside the band for either sign; PPO keeps its
   CHECK(ppo.above_frac == 0.25);
 }
 
-TEST_CASE("DIS non-detached weight differentiates through w") {
-  auto logp = row({0.0, -0.5}, true);
-  auto behaviour = row({0.0, -0.5});
-  auto adv = row({0.0, 2.0});
-  auto mask = mask_row({0, 1});
+TEST_CASE("DIS non-detached variant is the surrogate -r*A: same band, same denominator, same gradient") {
+  const double r = std::exp(0.2);
+  auto logp = row({0.0, -0.5, 2.0}, true);
+  auto behaviour = row({0.0, -0.7, 0.0});  // token 1: r = e^0.2 (trusted); token 2: r = e^2 ~ 7.39 (rejected)
+  auto adv = row({0.0, 2.0, 1.0});
+  auto mask = mask_row({0, 1, 1});
   auto detached = dis_loss(logp, behaviour, adv, mask, DisOptions{0.3, 5.0, true});
-  CHECK(detached.loss.item<double>() == doctest::Approx(1.0));  // -1 * 2 * -0.5
-  CHECK(gradient_of(detached.loss, logp)[1] == doctest::Approx(-2.0));
-  auto attached = dis_loss(logp, behaviour, adv, mask, DisOptions{0.3, 5.0, false});
-  CHECK(attached.loss.item<double>() == doctest::Approx(1.0));
-  CHECK(gradient_of(attached.loss, logp)[1] == doctest::Approx(-2.0 * (1.0 - 0.5)));  // -A r (1 + logp)
+  CHECK(detached.loss.item<double>() == doctest::Approx(-(r * 2.0 * -0.5) / 2));  // -w A logp / N
+  auto detached_grad = gradient_of(detached.loss, logp);
+  auto surrogate = dis_loss(logp, behaviour, adv, mask, DisOptions{0.3, 5.0, false});
+  CHECK(surrogate.loss.item<double>() == doctest::Approx(-(r * 2.0) / 2));  // -r A / N, N counts the rejected token
+  auto surrogate_grad = gradient_of(surrogate.loss, logp);
+  CHECK(surrogate_grad[1] == doctest::Approx(-r * 2.0 / 2));  // -r A / N: the importance-sampled gradient
+  CHECK(surrogate_grad[1] == doctest::Approx(detached_grad[1]));
+  CHECK(surrogate_grad[0] == 0.0);
+  CHECK(surrogate_grad[2] == 0.0);  // outside the band
+  CHECK(surrogate.above_frac == 0.5);
+}
+
+TEST_CASE("DIS surrogate: an overflowing ratio outside the band leaves the gradient finite") {
+  auto logp = row({0.0, 800.0}, true);  // exp(800) overflows double
+  auto behaviour = row({0.0, 0.0});
+  auto adv = row({1.0, 1.0});
+  auto mask = mask_row({1, 1});
+  auto result = dis_loss(logp, behaviour, adv, mask, DisOptions{0.3, 5.0, false});
+  CHECK(result.loss.item<double>() == doctest::Approx(-0.5));
+  auto grad = gradient_of(result.loss, logp);
+  CHECK(grad[0] == doctest::Approx(-0.5));
+  CHECK(grad[1] == 0.0);
 }
 
 TEST_CASE("PPO dual clip bounds the loss of negative-advantage tokens; clip-higher widens the top") {
@@ -203,6 +222,23 @@ TEST_CASE("value loss: masked MSE over action tokens, optional PPO-style clippin
   // Clipped V = 0 + clamp(1, -0.2, 0.2) = 0.2 -> (0.2 - 1.1)^2 = 0.81 is the larger.
   CHECK(sao::algo::value_loss(v, target, m1, old, 0.2).item<double>() == doctest::Approx(0.81));
   CHECK_THROWS_AS(sao::algo::value_loss(v, target, m1, torch::Tensor(), 0.2), sao::Error);
+}
+
+TEST_CASE("value_loss: NaN and inf off the mask change neither the loss nor its gradient") {
+  const double nan = std::nan("");
+  const double inf = std::numeric_limits<double>::infinity();
+  auto values = row({nan, 1.0, inf, 3.0, -inf}, true);
+  auto returns = row({0.0, 2.0, nan, 1.0, inf});
+  auto old = row({inf, 1.0, nan, 3.0, nan});
+  auto mask = mask_row({0, 1, 0, 1, 0});
+  auto loss = sao::algo::value_loss(values, returns, mask);
+  CHECK(loss.item<double>() == doctest::Approx(2.5));  // ((1-2)^2 + (3-1)^2) / 2
+  auto grad = gradient_of(loss, values);
+  const std::vector<double> expected = {0.0, -1.0, 0.0, 2.0, 0.0};  // 2 (V - R) / N on the mask
+  for (size_t i = 0; i < expected.size(); ++i) CHECK(grad[i] == doctest::Approx(expected[i]));
+  auto clipped = sao::algo::value_loss(values, returns, mask, old, 0.5);
+  CHECK(std::isfinite(clipped.item<double>()));
+  for (double g : gradient_of(clipped, values)) CHECK(std::isfinite(g));
 }
 
 TEST_CASE("advantage normalisation and explained variance use action tokens only") {

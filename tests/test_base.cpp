@@ -9,6 +9,8 @@
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "base/host_port.hpp"
+#include "base/json_parse.hpp"
+#include "base/utf8.hpp"
 
 #include <doctest/doctest.h>
 
@@ -146,4 +148,46 @@ TEST_CASE("atomic file writes replace the content and leave no temporary file") 
   CHECK_THROWS_WITH_AS(sao::base::write_text_file_atomically(missing, "x"),
                        doctest::Contains(("cannot write " + missing + ".tmp").c_str()), sao::Error);
   fs::remove_all(dir);
+}
+
+TEST_CASE("UTF-8: truncation never splits a character") {
+  using sao::base::truncate_utf8;
+  const std::string euro = "\xE2\x82\xAC";  // U+20AC, three bytes
+  const std::string text = "ab" + euro + "cd";
+  CHECK(truncate_utf8(text, 100) == text);  // short enough: unchanged, no ellipsis
+  CHECK(truncate_utf8(text, 2) == "ab...");
+  CHECK(truncate_utf8(text, 3) == "ab...");  // would end inside the euro sign
+  CHECK(truncate_utf8(text, 4) == "ab...");
+  CHECK(truncate_utf8(text, 5) == "ab" + euro + "...");
+  CHECK(truncate_utf8(text, 6, "") == "ab" + euro + "c");
+  const std::string four = "\xF0\x9F\x98\x80";  // U+1F600
+  CHECK(truncate_utf8(four + four, 7, "") == four);
+  CHECK(sao::base::is_valid_utf8(truncate_utf8(std::string(199, 'x') + euro, 200)));
+  // An invalid byte counts as one character; it is kept (replaced later), not split.
+  CHECK(truncate_utf8("a\xFF"
+                      "bc",
+                      2, "") == "a\xFF");
+}
+
+TEST_CASE("UTF-8: invalid bytes become U+FFFD, valid text is unchanged") {
+  using sao::base::is_valid_utf8;
+  using sao::base::replace_invalid_utf8;
+  const std::string fffd = "\xEF\xBF\xBD";
+  const std::string valid = "plain \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80";
+  CHECK(is_valid_utf8(valid));
+  CHECK(replace_invalid_utf8(valid) == valid);
+  CHECK(replace_invalid_utf8("a\xE2\x82") == "a" + fffd + fffd);                 // cut mid-character
+  CHECK(replace_invalid_utf8("\xC0\xAF") == fffd + fffd);                        // overlong '/'
+  CHECK(replace_invalid_utf8("\xED\xA0\x80") == fffd + fffd + fffd);             // UTF-16 surrogate
+  CHECK(replace_invalid_utf8("\xF4\x90\x80\x80") == fffd + fffd + fffd + fffd);  // above U+10FFFF
+  CHECK(replace_invalid_utf8("\x80x") == fffd + "x");                            // lone continuation byte
+  CHECK_FALSE(is_valid_utf8("\xFF"));
+  CHECK(is_valid_utf8(replace_invalid_utf8("\xFF\xFE\xE2")));
+}
+
+TEST_CASE("dump_json writes invalid UTF-8 as U+FFFD where nlohmann's dump throws") {
+  const nlohmann::json value = {{"last_error", "env-0: reply 'caf\xC3"}};
+  CHECK_THROWS(value.dump());  // what the console did before: the request failed
+  CHECK(sao::base::dump_json(value) == "{\"last_error\":\"env-0: reply 'caf\xEF\xBF\xBD\"}");
+  CHECK(sao::base::dump_json(nlohmann::json{{"a", 1}}, 2) == "{\n  \"a\": 1\n}");
 }

@@ -29,8 +29,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
-fs::path fresh_dir(const std::string& name) { return sao_test::fresh_dir("load_", name); }
+fs::path fresh_dir(const std::string& name) {
+  return sao_test::fresh_dir("load_", name);
+}
 using sao_test::small_config;
 
 std::string error_of(const std::function<void()>& action) {
@@ -251,14 +252,14 @@ TEST_CASE("eval takes a self-contained task from the checkpoint but never an ext
     CHECK(config.source == "ck/sao.json");
   }
   SUBCASE("an environment the user names replaces the stored task whole") {
-    sources.overrides = {R"(task={"name":"external","command":["my-env"]})"};
+    sources.overrides = {R"(task={"name":"external","command":["sh"]})"};
     const auto config = sao::train::eval_run_config(sources);
-    CHECK(config.task_document == nlohmann::json({{"name", "external"}, {"command", {"my-env"}}}));
+    CHECK(config.task_document == nlohmann::json({{"name", "external"}, {"command", {"sh"}}}));
   }
   SUBCASE("so does a --set of one task key: nothing of the stored task is kept") {
-    sources.overrides = {R"(task.command=["my-env", "--port", "0"])"};
+    sources.overrides = {R"(task.command=["sh", "--port", "0"])"};
     const auto config = sao::train::eval_run_config(sources);
-    CHECK(config.task_document == nlohmann::json({{"command", {"my-env", "--port", "0"}}}));
+    CHECK(config.task_document == nlohmann::json({{"command", {"sh", "--port", "0"}}}));
   }
   SUBCASE("so does --config FILE") {
     sources.config_file = std::string(SAO_SOURCE_DIR) + "/deploy/envs/guess_number.json";

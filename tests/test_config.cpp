@@ -12,6 +12,8 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 using sao::config::apply_override;
 using sao::config::default_config_document;
@@ -104,7 +106,7 @@ TEST_CASE("wrong types and bad values name the key") {
   CHECK(error_of(document) == "test.json.sft.steps: expected an integer, got string \"many\"");
   document = default_config_document();
   document["sft"]["batch_size"] = 0;
-  CHECK(error_of(document) == "test.json.sft.batch_size: must be >= 1");
+  CHECK(error_of(document) == "test.json.sft.batch_size: must be in [1, 1048576], got 0");
   document = default_config_document();
   document["model"]["num_key_value_heads"] = 3;
   CHECK(error_of(document).find("num_key_value_heads (3)") != std::string::npos);
@@ -114,6 +116,25 @@ TEST_CASE("wrong types and bad values name the key") {
   document = default_config_document();
   document["sft"] = 5;
   CHECK(error_of(document) == "test.json.sft: expected an object, got number 5");
+}
+
+TEST_CASE("integer keys have ranges: a value that would wrap or never finish is refused with the range") {
+  const std::vector<std::tuple<const char*, const char*, int64_t, std::string>> cases = {
+      {"train", "scheduler_threads", 4294967297LL, "train.scheduler_threads: must be in [1, 256], got 4294967297"},
+      {"rollout", "num_actors", 4294967297LL, "rollout.num_actors: must be in [1, 1024], got 4294967297"},
+      {"threads", "torch_intra_op", 1000000, "threads.torch_intra_op: must be in [1, 256], got 1000000"},
+      {"sft", "steps", -5, "sft.steps: must be in [0, 100000000], got -5"},
+      {"rollout", "max_new_tokens", 0, "rollout.max_new_tokens: must be in [1, 65536], got 0"},
+      {"replay", "max_staleness", -2, "replay.max_staleness: must be in [-1, 100000000], got -2"},
+      {"eval", "batch_size", 0, "eval.batch_size: must be in [1, 1048576], got 0"},
+      {"train", "max_actor_failures", 0, "train.max_actor_failures: must be in [1, 1000000], got 0"},
+  };
+  for (const auto& [section, key, value, message] : cases) {
+    auto document = default_config_document();
+    document[section][key] = value;
+    INFO(section << "." << key);
+    CHECK(error_of(document) == "test.json." + message);
+  }
 }
 
 TEST_CASE("--set overrides parse JSON values, fall back to strings, and reject bad paths") {
@@ -135,8 +156,7 @@ TEST_CASE("a config file that is not JSON names the file and the byte") {
   std::ofstream(path) << "{\"run\": {\"seed\": 1,}}";
   CHECK_THROWS_WITH(sao::config::read_json_file(path.string()),
                     doctest::Contains(("config " + path.string() + ": not valid JSON at byte").c_str()));
-  CHECK_THROWS_WITH(sao::config::read_json_file("/nonexistent/x.json"),
-                    "config /nonexistent/x.json: cannot open file");
+  CHECK_THROWS_WITH(sao::config::read_json_file("/nonexistent/x.json"), "config /nonexistent/x.json: cannot open file");
   std::filesystem::remove(path);
 }
 
@@ -153,8 +173,9 @@ TEST_CASE("a config nested 10^5 levels deep, or a FIFO in place of a file, is re
   const auto fifo = dir / "fifo.json";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   CHECK_THROWS_WITH_AS(sao::config::read_json_file(fifo.string()),
-                       ("config " + fifo.string() + ": not a regular file (a FIFO, device or directory cannot be a "
-                                                     "config)")
+                       ("config " + fifo.string() +
+                        ": not a regular file (a FIFO, device or directory cannot be a "
+                        "config)")
                            .c_str(),
                        sao::Error);
   CHECK_THROWS_WITH_AS(sao::config::read_json_file(dir.string()), doctest::Contains("not a regular file"), sao::Error);

@@ -3,8 +3,8 @@
 // not control, and each way it can misbehave must become one clear, counted
 // error (a lost episode) instead of a hang, a crash or a silent wrong reward.
 // The bad environments are tiny Python scripts written into a temp dir.
-#include "env/external_env.hpp"
 #include "base/error.hpp"
+#include "env/external_env.hpp"
 
 #include <doctest/doctest.h>
 
@@ -49,7 +49,7 @@ for line in sys.stdin:
         if mode == "crash_once" and not os.path.exists(marker):
             open(marker, "w").close(); os._exit(1)
         if mode == "slow_step":
-            time.sleep(5)
+            time.sleep(3600)
         ok["terminated"] = True
         ok["reward"] = 1.0
     print(json.dumps(ok), flush=True)
@@ -198,16 +198,14 @@ TEST_CASE("external: a crashing process is restarted at the next reset and the r
 }
 
 TEST_CASE("external: a call timeout is reported, counted, and the process restarted") {
-  // 1 s, far below the 5 s the step sleeps, and above what starting python3
-  // for the reset after the restart took under a loaded `ctest -j2` (300 ms
-  // failed there).
+  // The step sleeps for an hour: the test finishes only because the sleeping
+  // process is killed at the deadline, never waited for. The reset after the
+  // restart is the process's first call, so it has startup_timeout_ms (30 s)
+  // however slowly python3 starts on a loaded machine.
   ExternalEnvironment env(bad_env("slow_step", 1000));
   env.reset(1);
-  const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH_AS(env.step("a"), doctest::Contains("step (id 2): no reply within 1000 ms (timeouts: 1)"),
                        sao::Error);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(seconds < 2.0);  // the sleeping process is killed, not waited for
   CHECK(env.timeouts() == 1);
   CHECK_FALSE(env.connected());
   CHECK(env.reset(2).observation == "o");

@@ -1,12 +1,17 @@
 // Typed metrics lines (report/metrics_line.hpp): what the metrics sink hands
 // the console instead of JSON text, and the JSON the console serves from it.
 #include "report/metrics_line.hpp"
+#include "report/metrics_rewind.hpp"
 
 #include "base/error.hpp"
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 using sao::report::metrics_line_from_json;
 using sao::report::MetricsHistory;
@@ -53,4 +58,48 @@ TEST_CASE("the console's history has the shape the dashboard reads") {
   history.has_latest = true;
   history.latest = history.steps[0];
   CHECK(to_json(history)["latest"]["step"] == 3);
+}
+
+TEST_CASE("rewinding metrics.jsonl to a checkpoint keeps steps up to it and moves the rest aside") {
+  namespace fs = std::filesystem;
+  const auto dir = fs::temp_directory_path() / ("sao_test_rewind_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto path = (dir / "metrics.jsonl").string();
+  {
+    std::ofstream out(path);
+    out << R"({"eval":true,"step":0,"accuracy":0.25})"
+        << "\n"
+        << R"({"step":1,"episodes_lost":1,"dropped_stale":2})"
+        << "\n"
+        << R"({"event":"pause","step":1})"
+        << "\n"
+        << R"({"step":2,"episodes_lost":3,"dropped_stale":1})"
+        << "\n"
+        << R"({"step":3,"episodes_lost":4})"
+        << "\n"
+        << R"({"eval":true,"step":3,"accuracy":0.5})"
+        << "\n"
+        << R"({"step":4,"episo)";  // torn by a kill
+  }
+  const auto rewound = sao::report::rewind_metrics_file(path, 2);
+  CHECK(rewound.steps.size() == 2);
+  CHECK(rewound.steps.back()["episodes_lost"] == 3);
+  CHECK(rewound.evals.size() == 1);
+  CHECK(rewound.events.size() == 1);
+  CHECK(rewound.moved_lines == 3);
+  CHECK(rewound.moved_to == (dir / "metrics.after-step-2.jsonl").string());
+  std::ifstream kept(path);
+  std::stringstream kept_text;
+  kept_text << kept.rdbuf();
+  CHECK(kept_text.str() ==
+        "{\"eval\":true,\"step\":0,\"accuracy\":0.25}\n{\"step\":1,\"episodes_lost\":1,\"dropped_stale\":2}\n"
+        "{\"event\":\"pause\",\"step\":1}\n{\"step\":2,\"episodes_lost\":3,\"dropped_stale\":1}\n");
+  std::ifstream moved(rewound.moved_to);
+  std::stringstream moved_text;
+  moved_text << moved.rdbuf();
+  CHECK(moved_text.str().find("{\"step\":3,") == 0);
+  // Rewinding again to the same step changes nothing.
+  CHECK(sao::report::rewind_metrics_file(path, 2).moved_lines == 0);
+  fs::remove_all(dir);
 }

@@ -1,8 +1,8 @@
 // SFT batches, the warm-start loss going down, and checkpoint directories
 // that round-trip and fail loudly on bad content.
+#include "base/error.hpp"
 #include "model/checkpoint.hpp"
 #include "model/safetensors.hpp"
-#include "base/error.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/evaluation.hpp"
 #include "train/sft.hpp"
@@ -13,12 +13,16 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <string>
 
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fresh_dir(const std::string& name) { return sao_test::fresh_dir("", name); }
+fs::path fresh_dir(const std::string& name) {
+  return sao_test::fresh_dir("", name);
+}
 using sao_test::small_config;
 }  // namespace
 
@@ -87,14 +91,17 @@ TEST_CASE("policy checkpoints round-trip bit-exactly and keep their info") {
   CHECK(info["tokenizer"] == "byte");
   auto loaded_params = loaded->named_parameters(true);
   for (const auto& item : policy->named_parameters(true)) CHECK(torch::equal(item.value(), loaded_params[item.key()]));
-  // Saving again replaces the directory and leaves no staging directories behind.
+  // Saving again replaces the directory, keeps the one before as .previous
+  // and leaves no staging directories behind.
   sao::model::save_policy_checkpoint(dir.string(), policy, {{"step", 13}});
-  int entries = 0;
+  std::set<std::string> entries;
   for (const auto& entry : fs::directory_iterator(dir.parent_path())) {
-    entries += entry.path().filename().string().rfind(dir.filename().string(), 0) == 0 ? 1 : 0;
+    const auto name = entry.path().filename().string();
+    if (name.rfind(dir.filename().string(), 0) == 0) entries.insert(name);
   }
-  CHECK(entries == 1);
+  CHECK(entries == std::set<std::string>{dir.filename().string(), dir.filename().string() + ".previous"});
   fs::remove_all(dir);
+  fs::remove_all(dir.string() + ".previous");
 }
 
 TEST_CASE("bad checkpoints name the file and the problem, and a failed save keeps the last good one") {
@@ -128,6 +135,74 @@ TEST_CASE("bad checkpoints name the file and the problem, and a failed save keep
   CHECK(content == "good");
   fs::remove_all(dir);
   fs::remove_all(dir.string() + "_atomic");
+}
+
+TEST_CASE("checkpoint manifests: a changed, missing or extra file is refused by name") {
+  const auto dir = fresh_dir("manifest");
+  sao::model::write_directory_atomically(dir.string(), [](const std::string& staging) {
+    std::ofstream(fs::path(staging) / "a.bin") << "0123456789";
+    fs::create_directories(fs::path(staging) / "sub");
+    std::ofstream(fs::path(staging) / "sub" / "b.json") << "{}";
+  });
+  REQUIRE(fs::exists(dir / "MANIFEST.json"));
+  CHECK_NOTHROW(sao::model::verify_directory(dir.string()));
+  std::ofstream(dir / "a.bin") << "0123456788";  // same size, one byte changed
+  CHECK_THROWS_WITH(sao::model::verify_directory(dir.string()), doctest::Contains("a.bin does not match its checksum"));
+  std::ofstream(dir / "a.bin") << "012";
+  CHECK_THROWS_WITH(sao::model::verify_directory(dir.string()),
+                    doctest::Contains("a.bin has 3 bytes, the manifest says 10"));
+  std::ofstream(dir / "a.bin") << "0123456789";
+  std::ofstream(dir / "extra.txt") << "x";
+  CHECK_THROWS_WITH(sao::model::verify_directory(dir.string()), doctest::Contains("extra.txt is not in the manifest"));
+  fs::remove(dir / "extra.txt");
+  fs::remove(dir / "sub" / "b.json");
+  CHECK_THROWS_WITH(sao::model::verify_directory(dir.string()), doctest::Contains("sub/b.json is missing"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint swap: every kill point leaves one complete copy that recovery finds") {
+  const auto dir = fresh_dir("swap");
+  const auto write = [&](const std::string& content) {
+    sao::model::write_directory_atomically(
+        dir.string(), [&](const std::string& staging) { std::ofstream(fs::path(staging) / "v") << content; });
+  };
+  const auto content_of = [](const fs::path& file) {
+    std::ifstream in(file);
+    std::string text;
+    in >> text;
+    return text;
+  };
+  write("one");
+  write("two");
+  CHECK(content_of(dir / "v") == "two");
+  CHECK(content_of(fs::path(dir.string() + ".previous") / "v") == "one");  // the one before is kept
+  // Killed while writing: an unfinished staging copy is removed, nothing else changes.
+  fs::create_directories(dir.string() + ".partial-99");
+  CHECK(sao::model::recover_directory_swap(dir.string()).empty());
+  CHECK_FALSE(fs::exists(dir.string() + ".partial-99"));
+  // Killed after "final -> previous", before "complete -> final".
+  fs::remove_all(dir.string() + ".previous");
+  fs::rename(dir, dir.string() + ".previous");
+  fs::create_directories(dir.string() + ".complete-5");
+  std::ofstream(fs::path(dir.string() + ".complete-5") / "v") << "three";
+  CHECK(sao::model::recover_directory_swap(dir.string()).find("finished the interrupted swap") != std::string::npos);
+  CHECK(content_of(dir / "v") == "three");
+  CHECK(content_of(fs::path(dir.string() + ".previous") / "v") == "two");
+  // Killed with the final copy gone and only the previous one left.
+  fs::remove_all(dir);
+  CHECK(sao::model::recover_directory_swap(dir.string()).find("restored") != std::string::npos);
+  CHECK(content_of(dir / "v") == "two");
+  // resolve_checkpoint falls back to the previous copy when the latest is corrupt.
+  write("four");
+  std::ofstream(dir / "v") << "fout";
+  std::string notice;
+  CHECK(sao::model::resolve_checkpoint(dir.string(), &notice) == dir.string() + ".previous");
+  CHECK(notice.find("does not match its checksum") != std::string::npos);
+  std::ofstream(fs::path(dir.string() + ".previous") / "v") << "twx";
+  CHECK_THROWS_WITH(sao::model::resolve_checkpoint(dir.string()),
+                    doctest::Contains("the previous checkpoint is no better"));
+  fs::remove_all(dir);
+  fs::remove_all(dir.string() + ".previous");
 }
 
 TEST_CASE("answer text stops at EOS and drops specials") {

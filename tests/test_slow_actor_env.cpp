@@ -13,9 +13,9 @@
 #include "actors/rollout_actor.hpp"
 #include "actors/train.hpp"
 #include "actors/weight_sync_actor.hpp"
+#include "config/run_config.hpp"
 #include "env/environment.hpp"
 #include "model/tensor_blob.hpp"
-#include "config/run_config.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/task_runner.hpp"
 
@@ -206,10 +206,11 @@ TEST_CASE("maze episodes through env, rollout and weight-sync actors are multi-t
           received.push_back(message);
           return {true, 0, false};
         },
-        caf::after(20s) >> [&] { timed_out = true; });
+        caf::after(120s) >> [&] { timed_out = true; });
   }
   caf::anon_send_exit(rollout, caf::exit_reason::user_shutdown);
-  for (const auto& actor : {weight_sync.address(), env.address()}) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  for (const auto& actor : {weight_sync.address(), env.address()})
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   REQUIRE_FALSE(timed_out);
 
   std::vector<Transcript> recorded;

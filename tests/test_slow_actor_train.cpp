@@ -4,10 +4,10 @@
 // restarted, the lost episodes are counted and the run finishes; and no
 // actor is left running afterwards.
 #include "actors/train.hpp"
+#include "config/run_config.hpp"
 #include "env/arithmetic_env.hpp"
 #include "env/environment.hpp"
 #include "model/checkpoint.hpp"
-#include "config/run_config.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/sft.hpp"
 
@@ -225,7 +225,9 @@ TEST_CASE("an environment that throws or hangs is restarted; lost episodes are c
     return std::make_unique<FlakyEnvironment>(config, where);
   });
   const auto dir = fresh_dir("flaky");
-  auto config = easy_config(dir.string(), {"train.steps=12", "env.name=\"flaky\"", "rollout.env_timeout_ms=300"});
+  auto config = easy_config(dir.string(), {"train.steps=12", "env.name=\"flaky\"", "rollout.env_timeout_ms=300",
+                                           // restarts are this test's point, not a reason to give up
+                                           "train.max_actor_failures=1000000"});
   auto policy = warm_start(config);
   const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
   CHECK(outcome.reason == "budget");
@@ -243,8 +245,18 @@ TEST_CASE("a stop request ends the run with a final checkpoint") {
   auto config = easy_config(dir.string(), {"train.steps=100000"});
   auto policy = warm_start(config);
   std::atomic<bool> stop{false};
+  // Stop once the first learner step is on disk: an event, not a delay, so a
+  // slow machine cannot stop the run before it has trained at all.
   std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::seconds(3));
+    const auto metrics = dir / "metrics.jsonl";
+    for (;;) {
+      std::ifstream in(metrics);
+      std::string line;
+      bool stepped = false;
+      while (std::getline(in, line)) stepped = stepped || line.find("\"policy_loss\"") != std::string::npos;
+      if (stepped) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     stop.store(true);
   });
   const auto outcome = sao::actors::run_training(config, policy, "", &stop);

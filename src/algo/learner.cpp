@@ -3,6 +3,9 @@
 
 #include "base/atomic_file.hpp"
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
+#include "base/json_reader.hpp"
+#include "model/regular_file.hpp"
 #include "model/safetensors.hpp"
 
 #include <torch/torch.h>
@@ -380,7 +383,43 @@ void Learner::save(const std::string& dir) const {
                           {"skipped_nonfinite", skipped_nonfinite_},
                           {"running_mean", std::vector<double>(window.begin(), window.end())},
                           {"config", config_.to_json()}};
-  base::write_text_file_atomically((root / "learner_state.json").string(), state.dump(2) + "\n");
+  base::write_text_file_atomically((root / "learner_state.json").string(), base::dump_json(state, 2) + "\n");
+}
+
+namespace {
+// torch::load throws c10::Error with a C++ backtrace for a truncated or
+// foreign file; the user gets the file's name and the first line instead.
+void load_optimizer_state(torch::optim::Optimizer& optimizer, const fs::path& path) {
+  { model::RegularFile check(path.string()); }  // a FIFO or device is refused, not read
+  try {
+    torch::load(optimizer, path.string());
+  } catch (const c10::Error& error) {
+    std::string what = error.what();
+    what = what.substr(0, what.find('\n'));
+    throw Error("learner checkpoint " + path.string() + ": not a readable optimizer state: " + what);
+  }
+}
+}  // namespace
+
+LearnerState read_learner_state(const std::string& dir) {
+  const std::string state_path = (fs::path(dir) / "learner_state.json").string();
+  // A few kilobytes in practice (the running-mean window is the largest part).
+  constexpr std::uint64_t kMaxStateBytes = 64ull * 1024 * 1024;
+  const auto json = base::parse_json_limited(model::read_regular_file(state_path, kMaxStateBytes), state_path);
+  base::JsonReader reader(json, state_path);
+  LearnerState state;
+  std::string format;
+  reader.read("format", format);
+  if (format != kStateFormat) throw Error(state_path + ".format: expected '" + std::string(kStateFormat) + "'");
+  reader.read("step", state.step);
+  reader.read("policy_version", state.policy_version);
+  reader.read("skipped_nonfinite", state.skipped_nonfinite);
+  reader.read("running_mean", state.running_mean);
+  reader.section("config");  // informational: the learner keeps the config it was built with
+  reader.reject_unknown_keys();
+  if (state.step < 0 || state.policy_version < 0 || state.skipped_nonfinite < 0)
+    throw Error(state_path + ": step, policy_version and skipped_nonfinite must be >= 0");
+  return state;
 }
 
 void Learner::load(const std::string& dir) {
@@ -393,35 +432,19 @@ void Learner::load(const std::string& dir) {
   for (const auto& name : needed) {
     if (!fs::exists(root / name)) throw Error("learner checkpoint " + dir + ": missing " + name);
   }
+  const auto saved = read_learner_state(dir);
   const std::string state_path = (root / "learner_state.json").string();
-  nlohmann::json json;
-  try {
-    std::ifstream in(state_path);
-    json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(state_path + ": not valid JSON: " + e.what());
-  }
-  base::JsonReader reader(json, state_path);
-  std::string format;
-  int64_t step = 0, version = 0, skipped = 0;
-  std::vector<double> window;
-  reader.read("format", format);
-  if (format != kStateFormat) throw Error(state_path + ".format: expected '" + std::string(kStateFormat) + "'");
-  reader.read("step", step);
-  reader.read("policy_version", version);
-  reader.read("skipped_nonfinite", skipped);
-  reader.read("running_mean", window);
-  reader.section("config");  // informational: the learner keeps the config it was built with
-  reader.reject_unknown_keys();
+  const int64_t step = saved.step, version = saved.policy_version, skipped = saved.skipped_nonfinite;
+  const std::vector<double>& window = saved.running_mean;
   if (window.size() > static_cast<size_t>(config_.running_mean_window)) {
     throw Error(state_path + ".running_mean: " + std::to_string(window.size()) +
                 " rewards exceed running_mean_window " + std::to_string(config_.running_mean_window));
   }
   model::load_into_module(*policy_, (root / "policy.safetensors").string(), /*strict=*/true);
-  torch::load(*actor_optimizer_, (root / "actor_optimizer.pt").string());
+  load_optimizer_state(*actor_optimizer_, root / "actor_optimizer.pt");
   if (config_.uses_critic()) {
     model::load_into_module(*critic_, (root / "critic.safetensors").string(), /*strict=*/true);
-    torch::load(*critic_optimizer_, (root / "critic_optimizer.pt").string());
+    load_optimizer_state(*critic_optimizer_, root / "critic_optimizer.pt");
   }
   running_baseline_.restore(window);
   steps_ = step;

@@ -60,7 +60,7 @@ struct StepResult {
   Metrics metrics;
   bool policy_updated = false;
   bool skipped_nonfinite = false;
-  int64_t critic_updates = 0;  // critic optimiser steps taken
+  int64_t critic_updates = 0;    // critic optimiser steps taken
   torch::Tensor critic_targets;  // [B, T] fixed R used by all K updates (undefined without critic)
   torch::Tensor advantages;      // [B, T] actor advantages (0 off actions)
 };
@@ -83,6 +83,16 @@ CriticOutputs critic_outputs(model::ValueModel& critic, const torch::Tensor& inp
 
 // Freezes the critic's attention; throws sao::Error if it has none.
 int64_t freeze_attention(torch::nn::Module& critic);
+
+// learner_state.json of a learner checkpoint directory (Learner::save),
+// parsed and checked. Throws sao::Error naming the file and key.
+struct LearnerState {
+  int64_t step = 0;
+  int64_t policy_version = 0;
+  int64_t skipped_nonfinite = 0;
+  std::vector<double> running_mean;
+};
+LearnerState read_learner_state(const std::string& dir);
 
 class Learner {
  public:

@@ -56,12 +56,19 @@ PolicyLossResult dis_loss(const torch::Tensor& logprobs, const torch::Tensor& be
   auto above = mask & (ratio >= 1.0 + options.eps_high);
   auto trusted = mask & ~below & ~above;
   auto zero = torch::zeros_like(logprobs);
-  // Weight and advantage are zeroed outside the band BEFORE multiplying, so
-  // the gradient there is exactly 0 even if the ratio overflowed.
-  auto weight = options.detach_weight ? torch::where(trusted, ratio, zero)
-                                      : torch::where(trusted, log_ratio, zero).exp() * trusted;
+  // Ratio (or log-ratio) and advantage are zeroed outside the band BEFORE
+  // multiplying, so the gradient there is exactly 0 even if the ratio
+  // overflowed (0 * inf in a backward pass would be NaN).
   auto adv = torch::where(trusted, advantages.detach().to(logprobs.scalar_type()), zero);
-  auto terms = torch::where(trusted, weight * adv * logprobs, zero);  // [B, T]
+  torch::Tensor terms;  // [B, T]
+  if (options.detach_weight) {
+    terms = torch::where(trusted, ratio, zero) * adv * logprobs;
+  } else {
+    // Surrogate r_t A_t: gradient r A grad(logp), the importance-sampled
+    // policy gradient, identical to the detached form's.
+    auto live_ratio = torch::where(trusted, log_ratio, zero).exp();
+    terms = torch::where(trusted, live_ratio * adv, zero);
+  }
   out.loss = -terms.sum() / static_cast<double>(out.tokens);
   out.below_frac = fraction(below, out.tokens);
   out.above_frac = fraction(above, out.tokens);
@@ -108,17 +115,24 @@ torch::Tensor masked_mean(const torch::Tensor& x, const torch::Tensor& mask) {
 torch::Tensor value_loss(const torch::Tensor& values, const torch::Tensor& returns, const torch::Tensor& action_mask,
                          const torch::Tensor& old_values, double clip) {
   check_same_shape("value_loss", values, returns, returns, action_mask);
-  auto target = returns.detach().to(values.scalar_type());
-  auto squared = (values - target).pow(2);  // [B, T]
+  // Every input is selected onto the mask BEFORE any arithmetic: a NaN or
+  // inf off the mask must reach neither the loss nor its gradient (the
+  // backward of x^2 at x = NaN is NaN, even when a later mask zeroes it).
+  auto mask = action_mask.to(torch::kBool);
+  auto zero = torch::zeros_like(values);
+  auto on_mask = [&](const torch::Tensor& x) { return torch::where(mask, x.to(values.scalar_type()), zero); };
+  auto predicted = on_mask(values);
+  auto target = on_mask(returns.detach());
+  auto squared = (predicted - target).pow(2);  // [B, T], 0 off the mask
   if (clip > 0) {
     if (!old_values.defined() || old_values.sizes() != values.sizes()) {
       throw Error("value_loss: value clipping needs old_values of shape [B, T]");
     }
-    auto old = old_values.detach().to(values.scalar_type());
-    auto clipped = old + (values - old).clamp(-clip, clip);
+    auto old = on_mask(old_values.detach());
+    auto clipped = old + (predicted - old).clamp(-clip, clip);
     squared = torch::max(squared, (clipped - target).pow(2));
   }
-  return masked_mean(squared, action_mask);
+  return masked_mean(squared, mask);
 }
 
 torch::Tensor normalize_advantages(const torch::Tensor& advantages, const torch::Tensor& action_mask, double eps) {

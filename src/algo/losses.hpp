@@ -35,8 +35,11 @@ struct PolicyLossResult {
 struct DisOptions {
   double eps_low = 0.3;  // trusted iff 1 - eps_low < r < 1 + eps_high (strict)
   double eps_high = 5.0;
-  // true (default): w_t = r_t is a constant, gradient = -w A grad(logp) / N.
-  // false: w_t keeps its gradient, so d/dlogp of w*A*logp = w*A*(1 + logp).
+  // true (default): loss = -sum w_t A_t logp_t / N with w_t = r_t a constant.
+  // false: the surrogate loss = -sum_trusted r_t A_t / N with r_t live. Both
+  // have the gradient -r A grad(logp) / N inside the band and 0 outside; they
+  // differ only in the loss value (the surrogate's is the usual PPO-style
+  // objective, whose value near r = 1 reads as "expected advantage").
   bool detach_weight = true;
 };
 

@@ -108,4 +108,8 @@ nlohmann::json parse_json_limited(std::string_view text, const std::string& wher
   }
 }
 
+std::string dump_json(const nlohmann::json& value, int indent) {
+  return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace sao::base

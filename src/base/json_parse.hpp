@@ -27,4 +27,10 @@ nlohmann::json parse_json_limited(std::string_view text, const std::string& wher
                                   std::size_t max_depth = kDefaultJsonMaxDepth,
                                   std::size_t max_bytes = kDefaultJsonMaxBytes);
 
+// Serialises `value` as nlohmann's dump(indent) does, except that invalid
+// UTF-8 inside strings becomes U+FFFD instead of throwing: text from
+// outside (an env's error message, a prompt) must never make a status page
+// or a metrics line fail. Every JSON the program writes goes through here.
+std::string dump_json(const nlohmann::json& value, int indent = -1);
+
 }  // namespace sao::base

@@ -2,6 +2,7 @@
 #include "base/json_reader.hpp"
 
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
 
 #include <cmath>
 
@@ -34,7 +35,7 @@ void JsonReader::reject_unknown_keys() const {
 }
 
 void JsonReader::fail_type(const char* key, const char* expected, const nlohmann::json& value) const {
-  throw Error(where_ + "." + key + ": expected " + expected + ", got " + value.type_name() + " " + value.dump());
+  throw Error(where_ + "." + key + ": expected " + expected + ", got " + value.type_name() + " " + dump_json(value));
 }
 
 void JsonReader::check_type(const char* key, const nlohmann::json& value, bool&) const {

@@ -1,11 +1,11 @@
 // Strict loading of run configs; see run_config.hpp.
 #include "config/run_config.hpp"
 
-#include "env/arithmetic_env.hpp"
-#include "env/environment.hpp"
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
 #include "base/json_reader.hpp"
+#include "env/arithmetic_env.hpp"
+#include "env/environment.hpp"
 #include "sao/build_info.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 
@@ -121,6 +121,9 @@ void train_keys(Train& train, Visit visit) {
   visit("init_checkpoint", train.init_checkpoint);
   visit("scheduler_threads", train.scheduler_threads);
   visit("scheduler_policy", train.scheduler_policy);
+  visit("max_actor_failures", train.max_actor_failures);
+  visit("failure_window_s", train.failure_window_s);
+  visit("max_lost_in_a_row", train.max_lost_in_a_row);
 }
 
 template <typename Console, typename Visit>
@@ -144,6 +147,22 @@ void replay_keys(Replay& replay, Visit visit) {
   visit("capacity", replay.capacity);
 }
 
+// Every integer key has a range: a value outside it would wrap through a
+// narrower conversion (4294967297 threads became 1), allocate without
+// bound, or never finish. The message names the key, the range and the value.
+void require_range(const std::string& where, const char* key, int64_t value, int64_t low, int64_t high) {
+  if (value < low || value > high) {
+    throw Error(where + "." + key + ": must be in [" + std::to_string(low) + ", " + std::to_string(high) + "], got " +
+                std::to_string(value));
+  }
+}
+
+constexpr int64_t kMaxThreads = 256;
+constexpr int64_t kMaxActors = 1024;
+constexpr int64_t kMaxSteps = 100000000;
+constexpr int64_t kMaxBatch = 1 << 20;
+constexpr int64_t kMaxTokens = 1 << 16;
+
 void read_run(JsonReader reader, RunSection& run) {
   run_keys(run, base::ReadKeys{reader});
   reader.reject_unknown_keys();
@@ -153,28 +172,29 @@ void read_run(JsonReader reader, RunSection& run) {
 void read_threads(JsonReader reader, ThreadsSection& threads) {
   threads_keys(threads, base::ReadKeys{reader});
   reader.reject_unknown_keys();
-  if (threads.torch_intra_op < 1) throw Error(reader.where() + ".torch_intra_op: must be >= 1");
-  if (threads.train_intra_op < 1) throw Error(reader.where() + ".train_intra_op: must be >= 1");
+  require_range(reader.where(), "torch_intra_op", threads.torch_intra_op, 1, kMaxThreads);
+  require_range(reader.where(), "train_intra_op", threads.train_intra_op, 1, kMaxThreads);
 }
 
 void read_sft(JsonReader reader, SftSection& sft) {
   sft_keys(sft, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   const auto& where = reader.where();
-  if (sft.steps < 0) throw Error(where + ".steps: must be >= 0");
-  if (sft.batch_size < 1) throw Error(where + ".batch_size: must be >= 1");
+  require_range(where, "steps", sft.steps, 0, kMaxSteps);
+  require_range(where, "batch_size", sft.batch_size, 1, kMaxBatch);
   if (!(sft.learning_rate > 0)) throw Error(where + ".learning_rate: must be > 0");
-  if (sft.warmup_steps < 0) throw Error(where + ".warmup_steps: must be >= 0");
+  require_range(where, "warmup_steps", sft.warmup_steps, 0, kMaxSteps);
   if (sft.weight_decay < 0) throw Error(where + ".weight_decay: must be >= 0");
   if (!(sft.grad_clip > 0)) throw Error(where + ".grad_clip: must be > 0");
-  if (sft.log_every < 1) throw Error(where + ".log_every: must be >= 1");
+  require_range(where, "log_every", sft.log_every, 1, kMaxSteps);
 }
 
 void read_eval(JsonReader reader, EvalSection& eval) {
   eval_keys(eval, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   if (eval.temperature < 0) throw Error(reader.where() + ".temperature: must be >= 0 (0 = greedy)");
-  if (eval.max_new_tokens < 1) throw Error(reader.where() + ".max_new_tokens: must be >= 1");
+  require_range(reader.where(), "max_new_tokens", eval.max_new_tokens, 1, kMaxTokens);
+  require_range(reader.where(), "batch_size", eval.batch_size, 1, kMaxBatch);
   if (eval.batch_size < 1) throw Error(reader.where() + ".batch_size: must be >= 1");
 }
 
@@ -182,11 +202,13 @@ void read_rollout(JsonReader reader, RolloutSection& rollout) {
   rollout_keys(rollout, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   const auto& where = reader.where();
-  if (rollout.num_actors < 1) throw Error(where + ".num_actors: must be >= 1");
-  if (rollout.env_actors < 1) throw Error(where + ".env_actors: must be >= 1");
-  if (rollout.episodes_per_actor < 1) throw Error(where + ".episodes_per_actor: must be >= 1");
-  if (rollout.max_turns < 1) throw Error(where + ".max_turns: must be >= 1");
-  if (rollout.env_timeout_ms < 1) throw Error(where + ".env_timeout_ms: must be >= 1");
+  require_range(where, "num_actors", rollout.num_actors, 1, kMaxActors);
+  require_range(where, "env_actors", rollout.env_actors, 1, kMaxActors);
+  require_range(where, "episodes_per_actor", rollout.episodes_per_actor, 1, kMaxBatch);
+  require_range(where, "max_new_tokens", rollout.max_new_tokens, 1, kMaxTokens);
+  require_range(where, "max_turns", rollout.max_turns, 1, 100000);
+  require_range(where, "top_k", rollout.top_k, 0, 1 << 24);
+  require_range(where, "env_timeout_ms", rollout.env_timeout_ms, 1, 3600000);
   if (rollout.weight_switch != "in_flight" && rollout.weight_switch != "turn_boundary") {
     throw Error(where + ".weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" + rollout.weight_switch +
                 "\"");
@@ -206,10 +228,13 @@ void read_train(JsonReader reader, TrainSection& train) {
   if (train.mode != "async" && train.mode != "sync") {
     throw Error(where + ".mode: expected \"async\" or \"sync\", got \"" + train.mode + "\"");
   }
-  if (train.steps < 0) throw Error(where + ".steps: must be >= 0");
-  if (train.eval_every < 0) throw Error(where + ".eval_every: must be >= 0");
-  if (train.checkpoint_every < 0) throw Error(where + ".checkpoint_every: must be >= 0");
-  if (train.scheduler_threads < 1) throw Error(where + ".scheduler_threads: must be >= 1");
+  require_range(where, "steps", train.steps, 0, kMaxSteps);
+  require_range(where, "eval_every", train.eval_every, 0, kMaxSteps);
+  require_range(where, "checkpoint_every", train.checkpoint_every, 0, kMaxSteps);
+  require_range(where, "scheduler_threads", train.scheduler_threads, 1, kMaxThreads);
+  require_range(where, "max_actor_failures", train.max_actor_failures, 1, 1000000);
+  require_range(where, "failure_window_s", train.failure_window_s, 1, 86400);
+  require_range(where, "max_lost_in_a_row", train.max_lost_in_a_row, 0, kMaxSteps);  // 0: no limit
   if (train.scheduler_policy != "stealing" && train.scheduler_policy != "sharing") {
     throw Error(where + ".scheduler_policy: expected \"stealing\" or \"sharing\", got \"" + train.scheduler_policy +
                 "\"");
@@ -233,6 +258,11 @@ void read_env(JsonReader reader, EnvSection& env) {
 void read_replay(JsonReader reader, replay::ReplayConfig& replay) {
   replay_keys(replay, base::ReadKeys{reader});
   reader.reject_unknown_keys();
+  const auto& where = reader.where();
+  require_range(where, "min_batch", replay.min_batch, 1, kMaxBatch);
+  require_range(where, "max_batch", replay.max_batch, 1, kMaxBatch);
+  require_range(where, "max_staleness", replay.max_staleness, -1, kMaxSteps);  // -1: never drop
+  require_range(where, "capacity", replay.capacity, 1, 1 << 24);
 }
 
 // Settings that follow from others: GRPO groups flow through rollout and

@@ -85,6 +85,14 @@ struct TrainSection {
   // Sharing by default: stealing's polling took 11.7% of the process CPU and
   // cost 11% of steps/s on 2 cores (bench/runtime_share.sh, docs/decisions.md).
   std::string scheduler_policy = "sharing";
+  // Supervision: an env or rollout actor that fails this many times within
+  // failure_window_s ends the run (with its first error) instead of being
+  // restarted again; and this many episodes lost in a row with no learner
+  // step between them end it too (an environment that errors on every
+  // episode never crashes its actor). 0 disables the second check.
+  int64_t max_actor_failures = 3;
+  int64_t failure_window_s = 60;
+  int64_t max_lost_in_a_row = 200;
 };
 
 // The introspection console's HTTP endpoint (dashboard, JSON API,

@@ -4,7 +4,9 @@
 
 #include "base/error.hpp"
 #include "base/host_port.hpp"
+#include "base/json_parse.hpp"
 #include "base/json_reader.hpp"
+#include "base/utf8.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -14,11 +16,14 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -35,9 +40,10 @@ int64_t now_ms() {
       .count();
 }
 
+// Cut on a character boundary: a message cut mid-character would be
+// invalid UTF-8 wherever it is shown next.
 std::string quote(const std::string& text, size_t limit = 200) {
-  std::string shown = text.size() > limit ? text.substr(0, limit) + "..." : text;
-  return "'" + shown + "'";
+  return "'" + base::truncate_utf8(text, limit) + "'";
 }
 
 std::string basename_of(const std::string& path) {
@@ -62,7 +68,7 @@ ExternalEnvironment::ExternalEnvironment(ExternalConfig config) : config_(std::m
 ExternalEnvironment::~ExternalEnvironment() {
   if (fd_ >= 0) {
     // Best effort, never blocking: a polite close, then EOF.
-    const std::string line = nlohmann::json{{"id", next_id_++}, {"method", "close"}}.dump() + "\n";
+    const std::string line = base::dump_json(nlohmann::json{{"id", next_id_++}, {"method", "close"}}) + "\n";
     [[maybe_unused]] auto sent = ::send(fd_, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
   disconnect();
@@ -112,7 +118,12 @@ void ExternalEnvironment::drain_stderr() {
     const auto n = ::read(stderr_fd_, chunk, sizeof(chunk));
     if (n > 0) {
       stderr_tail_.append(chunk, static_cast<size_t>(n));
-      if (stderr_tail_.size() > kStderrTail) stderr_tail_.erase(0, stderr_tail_.size() - kStderrTail);
+      if (stderr_tail_.size() > kStderrTail) {
+        // Keep the last kStderrTail bytes, starting on a character boundary.
+        size_t cut = stderr_tail_.size() - kStderrTail;
+        while (cut < stderr_tail_.size() && (static_cast<unsigned char>(stderr_tail_[cut]) & 0xC0) == 0x80) ++cut;
+        stderr_tail_.erase(0, cut);
+      }
       continue;
     }
     if (n == 0) {  // the process closed stderr (usually: it exited)
@@ -259,6 +270,7 @@ void ExternalEnvironment::ensure_connected() {
     ++restarts_;
   }
   ever_connected_ = true;
+  just_started_ = true;
   if (config_.command.empty()) {
     connect_tcp();
   } else {
@@ -322,37 +334,51 @@ nlohmann::json ExternalEnvironment::call(nlohmann::json request) {
   request["id"] = id;
   ++calls_;
   const std::string what = request.value("method", std::string("call")) + " (id " + std::to_string(id) + ")";
-  const int64_t deadline = now_ms() + config_.timeout_ms;
+  // The first reply of a fresh process also covers its start (an
+  // interpreter, a model load): it gets startup_timeout_ms when that is longer.
+  const int64_t allowed_ms =
+      just_started_ ? std::max(config_.timeout_ms, config_.startup_timeout_ms) : config_.timeout_ms;
+  just_started_ = false;
+  const int64_t deadline = now_ms() + allowed_ms;
   // Invalid UTF-8 in an action becomes U+FFFD rather than an exception.
-  send_line(request.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", deadline, what);
+  send_line(base::dump_json(request) + "\n", deadline, what);
   std::string line;
   if (!read_line(line, deadline, what)) {
     ++timeouts_;
     fail(what,
-         "no reply within " + std::to_string(config_.timeout_ms) + " ms (timeouts: " + std::to_string(timeouts_) +
+         "no reply within " + std::to_string(allowed_ms) + " ms (timeouts: " + std::to_string(timeouts_) +
              "); the process is stopped and restarts at the next reset",
          true);
   }
-  auto reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (reply.is_discarded()) {
-    fail(what, "reply is not JSON: " + quote(line) + " (write logs to stderr, never to stdout)", true);
+  // Depth-limited: a reply nested 10^5 deep would overflow the stack the
+  // first time it is printed or compared.
+  nlohmann::json reply;
+  try {
+    reply = base::parse_json_limited(line, "reply");
+  } catch (const Error& error) {
+    const std::string reason = error.what();
+    const bool too_deep = reason.find("nested deeper") != std::string::npos;
+    fail(what, too_deep ? reason : "reply is not JSON: " + quote(line) + " (write logs to stderr, never to stdout)",
+         true);
   }
   if (!reply.is_object()) fail(what, "reply is not a JSON object: " + quote(line), true);
   if (!reply.contains("id")) fail(what, "reply has no \"id\": " + quote(line), true);
   if (!reply["id"].is_number_integer() || reply["id"].get<int64_t>() != id) {
-    fail(what, "reply has id " + reply["id"].dump() + ", expected " + std::to_string(id), true);
+    fail(what, "reply has id " + base::dump_json(reply["id"]) + ", expected " + std::to_string(id), true);
   }
   if (reply.contains("error")) {
     const auto& error = reply["error"];
-    fail(what, "the environment reported an error: " + (error.is_string() ? error.get<std::string>() : error.dump()),
-         false);
+    fail(
+        what,
+        "the environment reported an error: " + (error.is_string() ? error.get<std::string>() : base::dump_json(error)),
+        false);
   }
   auto require = [&](const char* key, bool ok, const char* type) {
     if (!reply.contains(key)) fail(what, std::string("reply has no \"") + key + "\": " + quote(line), true);
     if (!ok) {
       fail(what,
            std::string("\"") + key + "\" must be " + type + ", got " + reply[key].type_name() + " " +
-               quote(reply[key].dump()),
+               quote(base::dump_json(reply[key])),
            true);
     }
   };
@@ -413,6 +439,37 @@ nlohmann::json ExternalEnvironment::stats() const {
   return {{"restarts", restarts_}, {"timeouts", timeouts_}, {"calls", calls_}, {"errors", errors_}};
 }
 
+namespace {
+bool is_executable_file(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// A program that cannot be started would fail every episode; say so at
+// start, as the shell would, instead of losing episodes one by one.
+void require_runnable(const std::string& program, const std::string& cwd, const std::string& where) {
+  if (program.find('/') != std::string::npos) {
+    const std::string path = program[0] == '/' || cwd.empty() ? program : cwd + "/" + program;
+    if (!is_executable_file(path))
+      throw Error(where + ": program '" + program + "' " +
+                  (::access(path.c_str(), F_OK) == 0 ? "is not an executable file" : "does not exist") +
+                  (cwd.empty() ? "" : " (relative to cwd '" + cwd + "')"));
+    return;
+  }
+  const char* path_variable = std::getenv("PATH");
+  const std::string search = path_variable != nullptr ? path_variable : "/usr/bin:/bin";
+  size_t begin = 0;
+  while (begin <= search.size()) {
+    size_t end = search.find(':', begin);
+    if (end == std::string::npos) end = search.size();
+    const std::string directory = end > begin ? search.substr(begin, end - begin) : ".";
+    if (is_executable_file(directory + "/" + program)) return;
+    begin = end + 1;
+  }
+  throw Error(where + ": program '" + program + "' not found on PATH (" + search + ")");
+}
+}  // namespace
+
 ExternalConfig external_config_from_json(const nlohmann::json& config, const std::string& where) {
   ExternalConfig result;
   base::JsonReader reader(config, where);
@@ -424,6 +481,7 @@ ExternalConfig external_config_from_json(const nlohmann::json& config, const std
   reader.read("cwd", result.cwd);
   reader.read("label", result.label);
   reader.read("timeout_ms", result.timeout_ms);
+  reader.read("startup_timeout_ms", result.startup_timeout_ms);
   reader.read("max_restarts", result.max_restarts);
   reader.read("heldout_size", result.heldout_size);
   reader.read("max_turns", result.max_turns);
@@ -432,8 +490,11 @@ ExternalConfig external_config_from_json(const nlohmann::json& config, const std
     throw Error(where + ": set exactly one of command ([\"program\", \"arg\", ...]) or address (\"host:port\")");
   }
   if (!result.command.empty() && result.command.front().empty()) throw Error(where + ".command: program is empty");
+  if (!result.command.empty()) require_runnable(result.command.front(), result.cwd, where + ".command");
   if (!result.address.empty()) base::parse_host_port(result.address, where + ".address");  // throws if malformed
   if (result.timeout_ms < 1 || result.timeout_ms > 3600000) throw Error(where + ".timeout_ms: must be in [1, 3600000]");
+  if (result.startup_timeout_ms < 1 || result.startup_timeout_ms > 3600000)
+    throw Error(where + ".startup_timeout_ms: must be in [1, 3600000]");
   if (result.max_restarts < 0) throw Error(where + ".max_restarts: must be >= 0");
   if (result.heldout_size < 0) throw Error(where + ".heldout_size: must be >= 0");
   if (result.max_turns < 0) throw Error(where + ".max_turns: must be >= 0");

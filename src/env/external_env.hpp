@@ -15,7 +15,8 @@
 // its stderr is captured and the tail is quoted in errors. "address" connects
 // to host:port over TCP; one connection is one environment session.
 //
-// Supervision. Each call has a deadline of timeout_ms. A timeout is counted
+// Supervision. Each call has a deadline of timeout_ms (the first call after
+// a start: startup_timeout_ms when longer). A timeout is counted
 // and stops the process (or drops the connection), because a late reply would
 // desynchronise the stream. A process that has died or a connection that has
 // dropped is restarted at the next reset() (counted; at most max_restarts).
@@ -27,7 +28,7 @@
 //
 // Config keys: name ("external"), command ([argv...]) or address
 // ("host:port"), cwd (""), label (for messages; default: the script or the
-// address), timeout_ms (2000), max_restarts (100), heldout_size (0: the env
+// address), timeout_ms (2000), startup_timeout_ms (30000), max_restarts (100), heldout_size (0: the env
 // has no held-out split; N: reset_heldout(i) sends "heldout": i), max_turns
 // (0: not stated; reported in limits()).
 #pragma once
@@ -47,6 +48,10 @@ struct ExternalConfig {
   std::string cwd;
   std::string label;
   int64_t timeout_ms = 2000;
+  // The first call after the process starts (or the connection is made)
+  // may take this long instead: starting an interpreter or loading a model
+  // is not a hung step.
+  int64_t startup_timeout_ms = 30000;
   int64_t max_restarts = 100;
   int64_t heldout_size = 0;
   int64_t max_turns = 0;
@@ -95,8 +100,9 @@ class ExternalEnvironment final : public Environment {
 
   ExternalConfig config_;
   std::string label_;
-  int fd_ = -1;         // socket to the process (socket pair) or the TCP peer
-  int stderr_fd_ = -1;  // read end of the process's stderr
+  int fd_ = -1;                // socket to the process (socket pair) or the TCP peer
+  bool just_started_ = false;  // the next call is the first since a (re)start
+  int stderr_fd_ = -1;         // read end of the process's stderr
   pid_t pid_ = -1;
   int exit_status_ = -1;  // waitpid status once reaped
   bool reaped_ = false;

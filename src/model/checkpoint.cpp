@@ -11,10 +11,13 @@
 #include "model/regular_file.hpp"
 #include "model/safetensors.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <vector>
 
 namespace sao::model {
 
@@ -28,7 +31,7 @@ constexpr std::uint64_t kMaxJsonFileBytes = 16ull * 1024 * 1024;
 
 void write_json(const fs::path& path, const nlohmann::json& json) {
   std::ofstream out(path);
-  out << json.dump(2) << "\n";
+  out << base::dump_json(json, 2) << "\n";
   if (!out) throw Error("cannot write " + path.string());
 }
 
@@ -134,23 +137,198 @@ void check_weights_match_config(const std::string& dir, const ModelConfig& confi
 
 }  // namespace
 
+namespace {
+
+constexpr const char* kManifestName = "MANIFEST.json";
+constexpr const char* kManifestFormat = "sao-checkpoint-1";
+constexpr std::size_t kHashChunk = 1 << 20;
+
+// FNV-1a 64 over a file's bytes, as hex. Not a defence against an attacker
+// (who can rewrite the manifest too) but against a torn or bit-flipped file.
+std::string file_checksum(const fs::path& path, std::uint64_t* bytes_out) {
+  RegularFile file(path.string());
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  std::vector<char> chunk(kHashChunk);
+  for (std::uint64_t offset = 0; offset < file.size();) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), file.size() - offset));
+    file.read_at(offset, chunk.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      hash ^= static_cast<unsigned char>(chunk[i]);
+      hash *= 0x100000001b3ULL;
+    }
+    offset += n;
+  }
+  *bytes_out = file.size();
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+// Every regular file under `root` except the manifest, as paths relative to it.
+std::vector<std::string> files_under(const fs::path& root) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (!entry.is_regular_file()) continue;
+    auto relative = fs::relative(entry.path(), root).generic_string();
+    if (relative != kManifestName) names.push_back(std::move(relative));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void write_manifest(const fs::path& root) {
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& name : files_under(root)) {
+    std::uint64_t bytes = 0;
+    const auto checksum = file_checksum(root / name, &bytes);
+    files[name] = {{"bytes", bytes}, {"fnv1a64", checksum}};
+  }
+  write_json(root / kManifestName, {{"format", kManifestFormat}, {"files", files}});
+}
+
+// The newest `<dir>.<tag>-<stamp>` sibling (stamps are steady-clock counts
+// of the writer, so a larger one is later), or "" when there is none.
+fs::path newest_sibling(const fs::path& dir, const std::string& tag, std::vector<fs::path>* all = nullptr) {
+  const auto parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  const std::string prefix = dir.filename().string() + "." + tag + "-";
+  fs::path newest;
+  long long newest_stamp = -1;
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec)) return newest;
+  for (const auto& entry : fs::directory_iterator(parent)) {
+    const auto name = entry.path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (all != nullptr) all->push_back(entry.path());
+    const auto digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long long stamp = std::stoll(digits);
+    if (stamp > newest_stamp) {
+      newest_stamp = stamp;
+      newest = entry.path();
+    }
+  }
+  return newest;
+}
+
+}  // namespace
+
+std::string previous_directory(const std::string& dir) {
+  return dir + ".previous";
+}
+
+std::string recover_directory_swap(const std::string& dir) {
+  const fs::path final_path(dir);
+  std::string report;
+  // A staging copy that never finished is garbage whatever else happened.
+  std::vector<fs::path> partials;
+  newest_sibling(final_path, "partial", &partials);
+  for (const auto& partial : partials) fs::remove_all(partial);
+  std::vector<fs::path> completes;
+  const auto complete = newest_sibling(final_path, "complete", &completes);
+  if (!complete.empty()) {
+    // A finished copy that was not yet swapped in is the newest checkpoint.
+    if (fs::exists(final_path)) {
+      fs::remove_all(previous_directory(dir));
+      fs::rename(final_path, previous_directory(dir));
+    }
+    fs::rename(complete, final_path);
+    report =
+        "finished the interrupted swap of " + dir + " (the new copy " + complete.filename().string() + " was complete)";
+  } else if (!fs::exists(final_path) && fs::exists(previous_directory(dir))) {
+    // Interrupted between "final -> previous" and "complete -> final" with
+    // the complete copy gone: the previous one is the last good state.
+    fs::rename(previous_directory(dir), final_path);
+    report = "restored " + dir + " from " + fs::path(previous_directory(dir)).filename().string();
+  }
+  for (const auto& stale : completes) {
+    if (stale != complete) fs::remove_all(stale);
+  }
+  return report;
+}
+
 void write_directory_atomically(const std::string& dir, const std::function<void(const std::string&)>& write_files) {
   const fs::path final_path(dir);
+  if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
+  recover_directory_swap(dir);
   const auto stamp = std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   const fs::path staging = final_path.string() + ".partial-" + stamp;
-  const fs::path previous = final_path.string() + ".previous-" + stamp;
-  if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
+  const fs::path complete = final_path.string() + ".complete-" + stamp;
   fs::create_directories(staging);
   try {
     write_files(staging.string());
+    write_manifest(staging);
   } catch (...) {
     fs::remove_all(staging);
     throw;
   }
-  const bool had_previous = fs::exists(final_path);
-  if (had_previous) fs::rename(final_path, previous);
-  fs::rename(staging, final_path);
-  if (had_previous) fs::remove_all(previous);
+  // Each rename is atomic, and at every point between them one complete
+  // copy exists under a name recover_directory_swap() knows:
+  //   staging -> complete;  final -> previous;  complete -> final.
+  fs::rename(staging, complete);
+  if (fs::exists(final_path)) {
+    fs::remove_all(previous_directory(dir));
+    fs::rename(final_path, previous_directory(dir));
+  }
+  fs::rename(complete, final_path);
+}
+
+void verify_directory(const std::string& dir) {
+  const fs::path root(dir);
+  const fs::path manifest_path = root / kManifestName;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(manifest_path, ec))) return;  // written before manifests existed
+  const auto manifest = read_json(manifest_path);
+  const std::string where = "checkpoint " + manifest_path.string() + ": ";
+  if (!manifest.is_object() || manifest.value("format", std::string()) != kManifestFormat)
+    throw Error(where + "format must be \"" + std::string(kManifestFormat) + "\"");
+  if (!manifest.contains("files") || !manifest["files"].is_object()) throw Error(where + "\"files\" must be an object");
+  const auto& files = manifest["files"];
+  for (const auto& [name, entry] : files.items()) {
+    if (!entry.is_object() || !entry.contains("bytes") || !entry["bytes"].is_number_unsigned() ||
+        !entry.contains("fnv1a64") || !entry["fnv1a64"].is_string())
+      throw Error(where + "entry '" + name + "' must be {\"bytes\": N, \"fnv1a64\": HEX}");
+    if (name.find("..") != std::string::npos || (!name.empty() && name[0] == '/'))
+      throw Error(where + "entry '" + name + "' points outside the checkpoint");
+    const fs::path path = root / name;
+    if (!fs::exists(fs::symlink_status(path, ec))) throw Error("checkpoint " + dir + ": " + name + " is missing");
+    std::uint64_t bytes = 0;
+    const auto checksum = file_checksum(path, &bytes);
+    if (bytes != entry["bytes"].get<std::uint64_t>())
+      throw Error("checkpoint " + dir + ": " + name + " has " + std::to_string(bytes) + " bytes, the manifest says " +
+                  std::to_string(entry["bytes"].get<std::uint64_t>()));
+    if (checksum != entry["fnv1a64"].get<std::string>())
+      throw Error("checkpoint " + dir + ": " + name + " does not match its checksum (file " + checksum + ", manifest " +
+                  entry["fnv1a64"].get<std::string>() + "): corrupted");
+  }
+  for (const auto& name : files_under(root)) {
+    if (!files.contains(name)) throw Error("checkpoint " + dir + ": " + name + " is not in the manifest");
+  }
+}
+
+std::string resolve_checkpoint(const std::string& dir, std::string* notice) {
+  const auto recovered = recover_directory_swap(dir);
+  std::string text = recovered;
+  std::string first_error;
+  try {
+    if (!fs::is_directory(dir)) throw Error("checkpoint " + dir + ": no such directory");
+    verify_directory(dir);
+    if (notice != nullptr) *notice = text;
+    return dir;
+  } catch (const Error& error) {
+    first_error = error.what();
+  }
+  const auto previous = previous_directory(dir);
+  if (fs::is_directory(previous)) {
+    try {
+      verify_directory(previous);
+      if (notice != nullptr)
+        *notice = (text.empty() ? "" : text + "; ") + first_error + "; using the previous checkpoint " + previous;
+      return previous;
+    } catch (const Error& error) {
+      throw Error(first_error + "; and the previous checkpoint is no better: " + error.what());
+    }
+  }
+  throw Error(first_error);
 }
 
 void save_policy_checkpoint(const std::string& dir, const CausalLM& policy, const nlohmann::json& info) {

@@ -14,9 +14,31 @@
 
 namespace sao::model {
 
-// Writes `write_files(staging_dir)` into a fresh staging directory, then
-// replaces `dir` with it. On any failure `dir` is left as it was.
+// Writes `write_files(staging_dir)` into a fresh staging directory, adds
+// MANIFEST.json (format "sao-checkpoint-1", each file's size and FNV-1a 64
+// checksum), then swaps it in: the copy it replaces is kept as
+// `dir.previous`. On any failure `dir` is left as it was; a process killed
+// at any point leaves one complete copy that recover_directory_swap() finds.
 void write_directory_atomically(const std::string& dir, const std::function<void(const std::string&)>& write_files);
+
+// `dir` + ".previous": the checkpoint before the latest one.
+std::string previous_directory(const std::string& dir);
+
+// Repairs what a process killed mid-swap left: removes unfinished staging
+// copies, swaps in a finished one that was not yet renamed, or restores
+// `dir.previous` when `dir` is missing. Returns what it did ("" if nothing).
+std::string recover_directory_swap(const std::string& dir);
+
+// Checks every file against MANIFEST.json (size, checksum, no file missing
+// or extra). Throws sao::Error naming the file. A directory without a
+// manifest (written by an older sao) passes.
+void verify_directory(const std::string& dir);
+
+// The checkpoint to resume from: `dir` after recover_directory_swap(), if it
+// verifies; otherwise `dir.previous` if that verifies. `notice` receives
+// what was repaired or why the previous copy is used ("" if neither).
+// Throws sao::Error with every reason when no copy is usable.
+std::string resolve_checkpoint(const std::string& dir, std::string* notice = nullptr);
 
 void save_policy_checkpoint(const std::string& dir, const CausalLM& policy, const nlohmann::json& info);
 // Throws sao::Error naming the file and tensor for any missing or bad content.

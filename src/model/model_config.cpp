@@ -2,6 +2,7 @@
 #include "model/model_config.hpp"
 
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
 #include "base/json_reader.hpp"
 
 #include <nlohmann/json.hpp>
@@ -99,6 +100,23 @@ nlohmann::json model_config_to_json(const ModelConfig& config) {
   json["hidden_act"] = "silu";
   json["torch_dtype"] = "float32";
   return json;
+}
+
+void require_same_model(const ModelConfig& configured, const std::string& configured_where, const ModelConfig& loaded,
+                        const std::string& loaded_where) {
+  const auto want = model_config_settings_to_json(configured);
+  const auto have = model_config_settings_to_json(loaded);
+  std::string differences;
+  for (const auto& [key, value] : have.items()) {
+    if (want.contains(key) && want[key] == value) continue;
+    if (!differences.empty()) differences += ", ";
+    differences += "model." + key + " is " + (want.contains(key) ? base::dump_json(want[key]) : "unset") + " in " +
+                   configured_where + " but " + base::dump_json(value) + " in " + loaded_where;
+  }
+  if (!differences.empty()) {
+    throw Error("the run's model does not match its weights: " + differences +
+                " (every actor builds the model from the run config; make the model section match the checkpoint)");
+  }
 }
 
 }  // namespace sao::model

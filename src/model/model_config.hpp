@@ -53,4 +53,11 @@ nlohmann::json model_config_settings_to_json(const ModelConfig& config);
 // The settings plus what Hugging Face tools expect in a checkpoint's config.json.
 nlohmann::json model_config_to_json(const ModelConfig& config);
 
+// The learner trains the weights it loaded while rollout actors (here and on
+// other nodes) build their model from the run config, so the two must be the
+// same shape. Throws sao::Error listing every key that differs, with both
+// values and where each came from.
+void require_same_model(const ModelConfig& configured, const std::string& configured_where, const ModelConfig& loaded,
+                        const std::string& loaded_where);
+
 }  // namespace sao::model

@@ -92,7 +92,7 @@ struct TensorEntry {
 };
 
 torch::ScalarType parse_dtype(const std::string& path, const std::string& name, const nlohmann::json& value) {
-  if (!value.is_string()) fail(where(path, name) + "\"dtype\" must be a string, got " + value.dump());
+  if (!value.is_string()) fail(where(path, name) + "\"dtype\" must be a string, got " + base::dump_json(value));
   const auto text = value.get<std::string>();
   for (const auto& d : kDtypes)
     if (text == d.name) return d.type;
@@ -101,12 +101,12 @@ torch::ScalarType parse_dtype(const std::string& path, const std::string& name, 
 }
 
 std::vector<int64_t> parse_shape(const std::string& path, const std::string& name, const nlohmann::json& value) {
-  if (!value.is_array()) fail(where(path, name) + "\"shape\" must be an array, got " + value.dump());
+  if (!value.is_array()) fail(where(path, name) + "\"shape\" must be an array, got " + base::dump_json(value));
   std::vector<int64_t> shape;
   for (const auto& dim : value) {
     if (!dim.is_number_unsigned() ||
         dim.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail(where(path, name) + "\"shape\" must hold non-negative integers, got " + value.dump());
+      fail(where(path, name) + "\"shape\" must hold non-negative integers, got " + base::dump_json(value));
     shape.push_back(dim.get<int64_t>());
   }
   return shape;
@@ -115,10 +115,11 @@ std::vector<int64_t> parse_shape(const std::string& path, const std::string& nam
 std::pair<std::uint64_t, std::uint64_t> parse_offsets(const std::string& path, const std::string& name,
                                                       const nlohmann::json& value) {
   if (!value.is_array() || value.size() != 2 || !value[0].is_number_unsigned() || !value[1].is_number_unsigned())
-    fail(where(path, name) + "\"data_offsets\" must be [begin, end] of non-negative integers, got " + value.dump());
+    fail(where(path, name) + "\"data_offsets\" must be [begin, end] of non-negative integers, got " +
+         base::dump_json(value));
   const auto begin = value[0].get<std::uint64_t>();
   const auto end = value[1].get<std::uint64_t>();
-  if (begin > end) fail(where(path, name) + "data_offsets " + value.dump() + " has begin > end");
+  if (begin > end) fail(where(path, name) + "data_offsets " + base::dump_json(value) + " has begin > end");
   return {begin, end};
 }
 
@@ -137,13 +138,14 @@ std::optional<std::uint64_t> byte_size(const std::vector<int64_t>& shape, torch:
 const nlohmann::json& required_field(const std::string& path, const std::string& name, const nlohmann::json& entry,
                                      const char* field) {
   const auto it = entry.find(field);
-  if (it == entry.end()) fail(where(path, name) + "missing \"" + field + "\" in header entry " + entry.dump());
+  if (it == entry.end())
+    fail(where(path, name) + "missing \"" + field + "\" in header entry " + base::dump_json(entry));
   return *it;
 }
 
 TensorEntry parse_entry(const std::string& path, const std::string& name, const nlohmann::json& entry,
                         std::uint64_t data_bytes) {
-  if (!entry.is_object()) fail(where(path, name) + "header entry must be a JSON object, got " + entry.dump());
+  if (!entry.is_object()) fail(where(path, name) + "header entry must be a JSON object, got " + base::dump_json(entry));
   TensorEntry parsed{name, parse_dtype(path, name, required_field(path, name, entry, "dtype")),
                      parse_shape(path, name, required_field(path, name, entry, "shape")), 0, 0};
   std::tie(parsed.begin, parsed.end) = parse_offsets(path, name, required_field(path, name, entry, "data_offsets"));
@@ -160,11 +162,11 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
 }
 
 std::map<std::string, std::string> parse_metadata(const std::string& path, const nlohmann::json& value) {
-  if (!value.is_object()) fail(where(path) + "\"__metadata__\" must be an object, got " + value.dump());
+  if (!value.is_object()) fail(where(path) + "\"__metadata__\" must be an object, got " + base::dump_json(value));
   std::map<std::string, std::string> metadata;
   for (const auto& [key, item] : value.items()) {
     if (!item.is_string())
-      fail(where(path) + "\"__metadata__\" value for '" + key + "' must be a string, got " + item.dump());
+      fail(where(path) + "\"__metadata__\" value for '" + key + "' must be a string, got " + base::dump_json(item));
     metadata[key] = item.get<std::string>();
   }
   return metadata;
@@ -312,7 +314,7 @@ std::string encode_header(const std::string& path, const NamedTensors& tensors,
   }
   std::string text;
   try {
-    text = header.dump();
+    text = base::dump_json(header);
   } catch (const nlohmann::json::exception& e) {
     fail(where(path) + "cannot encode header (tensor names and metadata must be UTF-8): " + e.what());
   }

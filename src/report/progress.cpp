@@ -2,6 +2,7 @@
 #include "report/progress.hpp"
 
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -47,7 +48,7 @@ JsonlWriter::JsonlWriter(const std::string& path) : path_(path) {
 }
 
 void JsonlWriter::write(const nlohmann::json& line) {
-  out_ << line.dump() << "\n";
+  out_ << base::dump_json(line) << "\n";
   out_.flush();
   if (!out_) throw Error("cannot write metrics file " + path_);
 }

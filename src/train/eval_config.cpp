@@ -2,6 +2,8 @@
 #include "train/eval_config.hpp"
 
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
+#include "base/utf8.hpp"
 #include "env/environment.hpp"
 
 #include <algorithm>
@@ -27,10 +29,10 @@ std::string what_it_would_run(const nlohmann::json& task) {
   constexpr size_t kShown = 200;  // a hostile checkpoint may store a long command; the start says enough
   std::string shown;
   for (const char* key : {"command", "address"}) {
-    if (task.is_object() && task.contains(key)) shown = std::string("task.") + key + " " + task[key].dump();
+    if (task.is_object() && task.contains(key)) shown = std::string("task.") + key + " " + base::dump_json(task[key]);
   }
-  if (shown.empty()) shown = "task " + task.dump();
-  return shown.size() > kShown ? shown.substr(0, kShown) + "..." : shown;
+  if (shown.empty()) shown = "task " + base::dump_json(task);
+  return base::truncate_utf8(shown, kShown);
 }
 
 }  // namespace

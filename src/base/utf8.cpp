@@ -1,0 +1,83 @@
+// UTF-8 validation by the RFC 3629 table; see utf8.hpp.
+#include "base/utf8.hpp"
+
+namespace sao::base {
+
+namespace {
+
+// Length of the well-formed sequence starting at text[i], or 0 if the bytes
+// there do not form one (RFC 3629, section 4, "UTF8-octets").
+std::size_t sequence_length(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char min_second = 0x80;
+  unsigned char max_second = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) min_second = 0xA0;  // no overlong forms
+    if (lead == 0xED) max_second = 0x9F;  // no UTF-16 surrogates
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) min_second = 0x90;  // no overlong forms
+    if (lead == 0xF4) max_second = 0x8F;  // nothing above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + length > text.size()) return 0;
+  if (byte(i + 1) < min_second || byte(i + 1) > max_second) return 0;
+  for (std::size_t k = 2; k < length; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
+std::size_t utf8_prefix_length(std::string_view text, std::size_t max_bytes) {
+  std::size_t end = 0;
+  while (end < text.size()) {
+    const std::size_t length = sequence_length(text, end);
+    const std::size_t step = length == 0 ? 1 : length;
+    if (end + step > max_bytes) break;
+    end += step;
+  }
+  return end;
+}
+
+std::string truncate_utf8(std::string_view text, std::size_t max_bytes, std::string_view ellipsis) {
+  if (text.size() <= max_bytes) return std::string(text);
+  std::string out(text.substr(0, utf8_prefix_length(text, max_bytes)));
+  out += ellipsis;
+  return out;
+}
+
+std::string replace_invalid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length = sequence_length(text, i);
+    if (length == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    } else {
+      out.append(text.substr(i, length));
+      i += length;
+    }
+  }
+  return out;
+}
+
+bool is_valid_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length = sequence_length(text, i);
+    if (length == 0) return false;
+    i += length;
+  }
+  return true;
+}
+
+}  // namespace sao::base

@@ -1,0 +1,31 @@
+// UTF-8 hygiene for text that came from outside (environment replies, error
+// messages, prompts) before it is shown or serialised. nlohmann's dump()
+// throws on invalid UTF-8, so one bad byte in an env's error message used to
+// turn a status page into a 503; and cutting a message at a byte count can
+// split a character and make a valid string invalid.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace sao::base {
+
+// Length in bytes of the longest prefix of `text` that is at most
+// `max_bytes` long and does not end inside a UTF-8 sequence. Invalid bytes
+// count as one-byte characters (they are replaced later, never split).
+std::size_t utf8_prefix_length(std::string_view text, std::size_t max_bytes);
+
+// `text` cut to at most `max_bytes` bytes on a character boundary, with
+// `ellipsis` appended when anything was cut (the ellipsis is not counted).
+std::string truncate_utf8(std::string_view text, std::size_t max_bytes, std::string_view ellipsis = "...");
+
+// `text` with every byte that is not part of a well-formed UTF-8 sequence
+// (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF) replaced by
+// U+FFFD. Valid text comes back unchanged.
+std::string replace_invalid_utf8(std::string_view text);
+
+// True when `text` is well-formed UTF-8.
+bool is_valid_utf8(std::string_view text);
+
+}  // namespace sao::base

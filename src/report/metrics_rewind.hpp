@@ -1,0 +1,31 @@
+// Resuming a run from a checkpoint: the metrics file must continue where
+// the checkpoint is, with no step twice. Everything written after the
+// checkpoint's step (steps the resumed run will train again, evaluations and
+// operator commands of that lost stretch, a line torn by kill -9) is moved
+// out of metrics.jsonl into a side file, so nothing is silently deleted.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sao::report {
+
+struct RewoundMetrics {
+  std::vector<nlohmann::json> steps;   // step lines with step <= the checkpoint's, in file order
+  std::vector<nlohmann::json> evals;   // {"eval": true, ...} lines up to it
+  std::vector<nlohmann::json> events;  // {"event": ...} operator commands up to it
+  int64_t moved_lines = 0;             // lines moved out (after the checkpoint, or not parseable)
+  std::string moved_to;                // the side file they were appended to ("" if none)
+};
+
+// Rewrites `metrics_path` (atomically) to hold only the lines of steps
+// <= `checkpoint_step`, appending the rest to
+// `<metrics_path minus .jsonl>.after-step-<checkpoint_step>.jsonl`. A
+// missing file is an empty history. Throws sao::Error naming the file when
+// it cannot be read or written.
+RewoundMetrics rewind_metrics_file(const std::string& metrics_path, int64_t checkpoint_step);
+
+}  // namespace sao::report

@@ -1,0 +1,165 @@
+// The encrypted cluster: certificates from deploy/cluster-certs, a learner
+// that speaks only TLS, and what must not get through it. A raw BASP header
+// sent before any handshake (one crashed the learner with SIGSEGV, one
+// claiming a 1 GiB payload made it allocate that) reaches nothing; a node
+// whose certificate comes from another CA is refused with a message that
+// says so and does not retry; a node with the right certificate joins and
+// the run finishes its budget; and plaintext off loopback is refused at
+// start on both sides.
+#include "test_process_helpers.hpp"
+
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kCerts = std::string(SAO_SOURCE_DIR) + "/deploy/cluster-certs";
+
+const char* kTinyRun =
+    " --set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=1"
+    " --set model.num_attention_heads=2 --set model.num_key_value_heads=1 --set model.max_position_embeddings=32"
+    " --set task.max_digits=1 --set task.test_size=8 --set sft.steps=20 --set sft.batch_size=16"
+    " --set sft.log_every=1000 --set eval.max_new_tokens=4 --set rollout.max_new_tokens=4"
+    " --set rollout.episodes_per_actor=8 --set train.eval_every=0 --set console.enabled=false";
+
+using sao_test::shell;
+
+std::string read_file(const fs::path& path) {
+  return sao_test::read_text(path);
+}
+
+// Starts `command` with its output in `log`; returns the pid.
+pid_t start(const std::string& command, const fs::path& log) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const std::string line = "exec " + command + " > '" + log.string() + "' 2>&1";
+    ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Sends raw bytes to 127.0.0.1:port and closes, as an attacker without a
+// certificate would.
+void send_raw(int port, const std::string& bytes) {
+  const int fd = sao_test::connect_loopback(port);
+  [[maybe_unused]] auto sent = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  char buffer[256];
+  timeval wait{2, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  [[maybe_unused]] auto got = ::recv(fd, buffer, sizeof(buffer), 0);  // whatever the server answers, or EOF
+  ::close(fd);
+}
+
+// A BASP header as CAF 0.17 lays it out: operation, 2 padding bytes, flags,
+// payload length (big endian), operation data, source and destination ids.
+std::string basp_header(uint8_t operation, uint32_t payload_length, uint64_t operation_data) {
+  std::string header(32, '\0');
+  header[0] = static_cast<char>(operation);
+  for (int i = 0; i < 4; ++i) header[4 + i] = static_cast<char>((payload_length >> (24 - 8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i) header[8 + i] = static_cast<char>((operation_data >> (56 - 8 * i)) & 0xff);
+  return header;
+}
+
+struct TlsCluster {
+  fs::path dir = fs::temp_directory_path() / ("sao_cluster_tls_" + std::to_string(::getpid()));
+  fs::path secret = dir / "secret";
+  TlsCluster() {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(secret) << "tls-test-secret\n";
+    REQUIRE(shell(kCerts + " '" + (dir / "certs").string() + "' learner node-1 > /dev/null") == 0);
+    REQUIRE(shell(kCerts + " '" + (dir / "rogue").string() + "' node-1 > /dev/null") == 0);
+  }
+  ~TlsCluster() { fs::remove_all(dir); }
+  std::string node(const std::string& role, const std::string& certs) const {
+    return std::string(SAO_BINARY) + " node --role " + role + " --secret-file '" + secret.string() + "'" +
+           (certs.empty() ? std::string() : " --certs '" + certs + "'");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("TLS cluster: raw frames reach nothing, another CA is refused, the right certificate joins") {
+  TlsCluster cluster;
+  const auto port_file = cluster.dir / "port";
+  const pid_t learner = start(cluster.node("learner", (cluster.dir / "certs" / "learner").string()) +
+                                  " --listen 127.0.0.1:0 --port-file '" + port_file.string() + "' --run-dir '" +
+                                  (cluster.dir / "run").string() + "' --steps 3" + kTinyRun,
+                              cluster.dir / "learner.log");
+  // The learner writes the port once it listens (after its SFT warm start).
+  while (read_file(port_file).empty()) {
+    int status = 0;
+    REQUIRE_MESSAGE(::waitpid(learner, &status, WNOHANG) == 0, read_file(cluster.dir / "learner.log"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const int port = std::stoi(read_file(port_file));
+
+  // Before any handshake: the header that crashed CAF 0.17.6's BASP parser,
+  // one claiming a 1 GiB payload, and garbage. TLS reads them as a broken
+  // ClientHello and drops the connection.
+  send_raw(port, basp_header(0, 0, 1));
+  send_raw(port, basp_header(0, 1u << 30, 1));
+  send_raw(port, std::string(4096, 'x'));
+
+  // A node with a certificate from another CA.
+  const auto rogue = shell(cluster.node("rollout", (cluster.dir / "rogue" / "node-1").string()) +
+                           " --join 127.0.0.1:" + std::to_string(port) + " --name rogue > '" +
+                           (cluster.dir / "rogue.log").string() + "' 2>&1");
+  const auto rogue_log = read_file(cluster.dir / "rogue.log");
+  INFO(rogue_log);
+  CHECK(rogue == 2);  // refused: no retry loop
+  CHECK(rogue_log.find("not signed by") != std::string::npos);
+
+  // The learner survived all of it: a node with the right certificate joins
+  // and the run reaches its budget.
+  const pid_t node = start(cluster.node("rollout", (cluster.dir / "certs" / "node-1").string()) +
+                               " --join 127.0.0.1:" + std::to_string(port) + " --name node-1",
+                           cluster.dir / "node.log");
+  const int learner_exit = wait_exit(learner);
+  ::kill(node, SIGTERM);
+  wait_exit(node);
+  const auto learner_log = read_file(cluster.dir / "learner.log");
+  INFO(learner_log);
+  INFO(read_file(cluster.dir / "node.log"));
+  CHECK(learner_exit == 0);
+  CHECK(learner_log.find("after 3 learner steps") != std::string::npos);
+}
+
+TEST_CASE("plaintext off loopback is refused at start, naming the fix") {
+  TlsCluster cluster;
+  const auto log = cluster.dir / "plain.log";
+  CHECK(shell(cluster.node("learner", "") + " --listen 0.0.0.0:0 --run-dir '" + (cluster.dir / "run").string() + "'" +
+              kTinyRun + " > '" + log.string() + "' 2>&1") != 0);
+  CHECK(read_file(log).find("0.0.0.0 is not a loopback address") != std::string::npos);
+  CHECK(read_file(log).find("deploy/cluster-certs") != std::string::npos);
+  CHECK(shell(cluster.node("rollout", "") + " --join 10.1.2.3:7000 > '" + log.string() + "' 2>&1") != 0);
+  CHECK(read_file(log).find("10.1.2.3 is not a loopback address") != std::string::npos);
+  CHECK(shell(cluster.node("rollout", (cluster.dir / "missing").string()) + " --join 127.0.0.1:7000 > '" +
+              log.string() + "' 2>&1") != 0);
+  CHECK(read_file(log).find("cannot read") != std::string::npos);
+}
