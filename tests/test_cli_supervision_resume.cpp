@@ -4,9 +4,7 @@
 // edges (a finished run, a kill between the renames of a checkpoint swap, a
 // corrupted checkpoint). Each run is a tiny model for a few steps; nothing
 // here waits on the clock.
-#include "model/checkpoint.hpp"
-#include "model/transformer.hpp"
-#include "test_process_helpers.hpp"
+#include "test_tiny_run.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -25,79 +23,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using sao_test::lines_of;
+using sao_test::one_to;
 using sao_test::quoted;
+using sao_test::RunFixture;
+using sao_test::step_numbers;
 using Result = sao_test::CommandResult;
 
 Result run(const std::string& command) {
   return sao_test::run_command(command);
-}
-
-sao::model::ModelConfig tiny_model() {
-  sao::model::ModelConfig config;
-  config.hidden_size = 32;
-  config.intermediate_size = 64;
-  config.num_hidden_layers = 1;
-  config.num_attention_heads = 2;
-  config.num_key_value_heads = 1;
-  config.max_position_embeddings = 32;
-  return config;
-}
-
-// A directory per test case with a warm start of the tiny shape.
-struct RunFixture {
-  fs::path base;
-  fs::path run_dir;
-  fs::path warm_start;
-
-  explicit RunFixture(const std::string& name) {
-    base = fs::temp_directory_path() / ("sao_test_supervision_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(base);
-    run_dir = base / "run";
-    warm_start = base / "warm";
-    sao::model::CausalLM policy(tiny_model());
-    sao::model::init_weights(*policy, 7);
-    sao::model::save_policy_checkpoint(warm_start.string(), policy, {{"tokenizer", "byte"}, {"stage", "sft"}});
-  }
-  ~RunFixture() { fs::remove_all(base); }
-
-  // `sao train` on the tiny model with `extra` settings appended.
-  Result train(const std::string& extra) const {
-    const std::string command =
-        std::string(SAO_BINARY) + " train --run-dir " + quoted(run_dir.string()) +
-        " --set train.init_checkpoint=" + quoted("\"" + warm_start.string() + "\"") +
-        " --set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=1"
-        " --set model.num_attention_heads=2 --set model.num_key_value_heads=1"
-        " --set model.max_position_embeddings=32 --set task.min_digits=1 --set task.max_digits=1"
-        " --set task.test_size=8 --set eval.max_new_tokens=4 --set rollout.max_new_tokens=4"
-        " --set rollout.episodes_per_actor=4 --set replay.min_batch=4 --set replay.max_batch=4"
-        " --set console.enabled=false " +
-        extra;
-    return run(command);
-  }
-};
-
-std::vector<nlohmann::json> lines_of(const fs::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  }
-  return lines;
-}
-
-// Learner step numbers in metrics.jsonl, in file order.
-std::vector<int64_t> step_numbers(const fs::path& run_dir) {
-  std::vector<int64_t> steps;
-  for (const auto& line : lines_of(run_dir / "metrics.jsonl")) {
-    if (!line.contains("eval") && !line.contains("event")) steps.push_back(line["step"].get<int64_t>());
-  }
-  return steps;
-}
-
-std::vector<int64_t> one_to(int64_t n) {
-  std::vector<int64_t> steps;
-  for (int64_t i = 1; i <= n; ++i) steps.push_back(i);
-  return steps;
 }
 
 }  // namespace

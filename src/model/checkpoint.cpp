@@ -7,6 +7,7 @@
 #include "model/checkpoint.hpp"
 
 #include "base/error.hpp"
+#include "base/failpoint.hpp"
 #include "base/json_parse.hpp"
 #include "model/regular_file.hpp"
 #include "model/safetensors.hpp"
@@ -264,10 +265,14 @@ void write_directory_atomically(const std::string& dir, const std::function<void
   // Each rename is atomic, and at every point between them one complete
   // copy exists under a name recover_directory_swap() knows:
   //   staging -> complete;  final -> previous;  complete -> final.
+  const std::string name = final_path.filename().string();
+  base::failpoint("swap.staged:" + name);
   fs::rename(staging, complete);
+  base::failpoint("swap.complete:" + name);
   if (fs::exists(final_path)) {
     fs::remove_all(previous_directory(dir));
     fs::rename(final_path, previous_directory(dir));
+    base::failpoint("swap.previous:" + name);
   }
   fs::rename(complete, final_path);
 }
