@@ -5,10 +5,10 @@
 
 #include "algo/trajectory.hpp"
 #include "base/hash.hpp"
-#include "rollout/episode_batch.hpp"
 #include "model/generation.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
+#include "rollout/episode_batch.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 
 #include <algorithm>
@@ -50,6 +50,7 @@ struct RolloutActorState {
   bool replay_full = false;
   bool decode_scheduled = false;
   bool retry_scheduled = false;
+  int64_t env_requests_in_flight = 0;  // sent to the env actor, not yet answered
   // Introspection numbers.
   int64_t episodes_done = 0;
   int64_t episodes_lost = 0;
@@ -65,7 +66,9 @@ using Self = RolloutActor::stateful_pointer<RolloutActorState>;
 void start_session(Self self);
 void schedule_decode(Self self);
 
-bool any_generating(const RolloutActorState& state) { return state.batch && state.batch->any_generating(); }
+bool any_generating(const RolloutActorState& state) {
+  return state.batch && state.batch->any_generating();
+}
 
 void apply_weights(Self self, const msg::PolicyWeights& weights) {
   auto& state = self->state;
@@ -138,16 +141,30 @@ msg::LossCause cause_of(const caf::error& error) {
   return error == caf::sec::request_timeout ? msg::LossCause::kEnvTimeout : msg::LossCause::kEnvError;
 }
 
+// How long an env request may take, counted from when it is sent. An env
+// actor serves one request at a time, so a request waits behind those sent
+// before it (this rollout's, and those of rollouts sharing the env):
+// env_timeout_ms bounds each call once it is served, not the queue. (A
+// batch of 32 resets to an env that takes 1.5 s each under a 5 s timeout
+// lost most of them to queueing before this.)
+int64_t env_request_budget_ms(RolloutActorState& state) {
+  const auto& rollout = state.config.rollout;
+  const int64_t sharers = (rollout.num_actors + rollout.env_actors - 1) / rollout.env_actors;
+  const int64_t queued = ++state.env_requests_in_flight;
+  return rollout.env_timeout_ms * std::max<int64_t>(1, queued * sharers);
+}
+
 void request_step(Self self, const rollout::TurnEnd& ended) {
   auto& state = self->state;
   const int64_t session_id = state.session_id;
   const size_t index = ended.row;
-  const auto timeout = state.config.rollout.env_timeout_ms;
+  const auto timeout = env_request_budget_ms(state);
   self->request(state.config.env, std::chrono::milliseconds(timeout),
                 msg::EnvAction{state.ids[index].episode_id, ended.action_text, unix_time_ms() + timeout})
       .then(
           [self, index, session_id](const msg::EnvReply& reply) {
             auto& st = self->state;
+            --st.env_requests_in_flight;
             if (st.session_id != session_id) return;
             if (!any_generating(st) && st.config.rollout.weight_switch == "turn_boundary") apply_pending_weights(self);
             st.batch->step_done(index, reply.outcome);
@@ -156,6 +173,7 @@ void request_step(Self self, const rollout::TurnEnd& ended) {
           },
           [self, index, session_id](const caf::error& error) {
             auto& st = self->state;
+            --st.env_requests_in_flight;
             if (st.session_id != session_id) return;
             const auto detail = "env step: " + self->system().render(error);
             report_lost(self, index, cause_of(error), detail);
@@ -167,7 +185,7 @@ void request_step(Self self, const rollout::TurnEnd& ended) {
 void begin_decoding(Self self) {
   auto& state = self->state;
   const uint64_t seed = base::splitmix64(state.config.seed ^ (static_cast<uint64_t>(state.session_id) << 20) ^
-                                 static_cast<uint64_t>(state.config.index));
+                                         static_cast<uint64_t>(state.config.index));
   if (state.batch->start(seed)) schedule_decode(self);
   report_rows(self);
 }
@@ -221,7 +239,6 @@ void start_session(Self self) {
   state.batch = std::make_unique<rollout::EpisodeBatch>(state.tokenizer, settings, episodes);
   state.ids.assign(episodes, EpisodeIds{});
   const int64_t session_id = state.session_id;
-  const auto timeout = state.config.rollout.env_timeout_ms;
   for (size_t index = 0; index < episodes; ++index) {
     auto& ids = state.ids[index];
     if (index % static_cast<size_t>(state.config.group_size) == 0) ++state.next_group;
@@ -229,17 +246,20 @@ void start_session(Self self) {
     ids.group_id = (state.config.index << 40) + state.next_group;
     const uint64_t seed = base::splitmix64(state.config.seed * 1000003ULL + static_cast<uint64_t>(ids.group_id));
     ids.episode_id = (state.config.index << 40) + state.next_episode++;
+    const auto timeout = env_request_budget_ms(state);
     self->request(state.config.env, std::chrono::milliseconds(timeout),
                   msg::EnvReset{ids.episode_id, seed, unix_time_ms() + timeout})
         .then(
             [self, index, session_id](const msg::EnvReply& reply) {
               auto& st = self->state;
+              --st.env_requests_in_flight;
               if (st.session_id != session_id) return;
               st.batch->reset_done(index, reply.outcome);
               if (!st.batch->resets_pending()) begin_decoding(self);
             },
             [self, index, session_id](const caf::error& error) {
               auto& st = self->state;
+              --st.env_requests_in_flight;
               if (st.session_id != session_id) return;
               const auto detail = "env reset: " + self->system().render(error);
               report_lost(self, index, cause_of(error), detail);

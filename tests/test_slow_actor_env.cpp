@@ -28,6 +28,7 @@
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <thread>
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -356,5 +357,44 @@ TEST_CASE("a drifting environment's regime switches show in metrics.jsonl at the
   // env actors hear of each step after it, so both regimes must appear.
   CHECK(regimes == std::set<double>{0.0, 1.0});
   CHECK(steps.front()["env_regime"] == 0.0);
+  fs::remove_all(dir);
+}
+
+// A compliant but slow environment: each reset takes 100 ms, well inside
+// the 350 ms env timeout. A batch of 8 resets waits in the env actor's
+// queue behind one another (800 ms in all); only the serving time of each
+// counts against the timeout, so none is lost.
+class SlowResetMaze final : public sao::env::Environment {
+ public:
+  SlowResetMaze(const nlohmann::json& config, const std::string& where)
+      : inner_(sao::env::make_environment("maze", config, where)) {}
+  sao::env::EnvStep reset(uint64_t seed) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return inner_->reset(seed);
+  }
+  sao::env::EnvStep step(const std::string& action) override { return inner_->step(action); }
+  std::string name() const override { return "slow_reset_maze"; }
+  int64_t heldout_size() const override { return inner_->heldout_size(); }
+  sao::env::EnvStep reset_heldout(int64_t index) override { return inner_->reset_heldout(index); }
+  sao::env::EnvLimits limits() const override { return inner_->limits(); }
+
+ private:
+  std::unique_ptr<sao::env::Environment> inner_;
+};
+
+TEST_CASE("a slow but compliant environment loses no episode to queueing in its env actor") {
+  sao::env::register_environment("slow_reset_maze", [](const nlohmann::json& config, const std::string& where) {
+    return std::make_unique<SlowResetMaze>(config, where);
+  });
+  const auto dir = fresh_dir("slow_env");
+  const auto config =
+      maze_config(dir.string(), {"env.name=\"slow_reset_maze\"", "train.steps=3", "rollout.episodes_per_actor=8",
+                                 "rollout.env_timeout_ms=350", "task={\"name\":\"maze\",\"heldout_size\":4}"});
+  const auto outcome = sao::actors::run_training(config, clone(warm_maze_policy(), config.model), "", nullptr);
+  CHECK(outcome.reason == "budget");
+  const auto summary = nlohmann::json::parse(outcome.summary_json);
+  MESSAGE("summary: " << summary.dump());
+  CHECK(summary["episodes_lost"] == 0);
+  CHECK(summary["env_restarts"] == 0);
   fs::remove_all(dir);
 }
