@@ -3,6 +3,7 @@
 #include "app/common.hpp"
 #include "base/error.hpp"
 #include "model/checkpoint.hpp"
+#include "train/memory_estimate.hpp"
 #include "train/task_runner.hpp"
 
 #include <cstdio>
@@ -19,6 +20,7 @@ int run_sft(const Args& args) {
     return 0;
   }
   auto config = load_config_from_args(parsed, "sft.steps");
+  train::require_memory(train::estimate_sft_memory(config), train::available_memory_bytes(), config.source);
   write_resolved_config(config);
   std::fprintf(stderr, "sft: %lld parameters, task %s, %lld steps of batch %lld, run dir %s\n",
                static_cast<long long>(config.model.parameter_count()), config.env.name.c_str(),

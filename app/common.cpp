@@ -4,6 +4,7 @@
 #include "algo/learner.hpp"
 #include "base/json_parse.hpp"
 #include "report/time_accounting.hpp"
+#include "train/memory_estimate.hpp"
 
 #include "base/error.hpp"
 #include "model/checkpoint.hpp"
@@ -83,6 +84,7 @@ model::CausalLM warm_start_policy(const config::RunConfig& config, const std::st
     return model::load_policy_checkpoint(sft_dir);
   }
   std::fprintf(stderr, "%s: no warm start at %s, running SFT first\n", command.c_str(), sft_dir.c_str());
+  train::require_memory(train::estimate_sft_memory(config), train::available_memory_bytes(), config.source);
   train::SftResult result;
   auto policy = sft_from_scratch(config, &result);
   std::fprintf(stderr, "%s: SFT took %.1f s, saved %s\n", command.c_str(), result.seconds, sft_dir.c_str());
@@ -100,6 +102,8 @@ TrainingStart prepare_training(const ParsedArgs& parsed, const std::string& comm
   TrainingStart start;
   start.config = load_config_from_args(parsed, "train.steps");
   auto& config = start.config;
+  // Before anything is allocated: a run too large for the machine stops here with the estimate.
+  train::require_memory(train::estimate_train_memory(config), train::available_memory_bytes(), config.source);
   write_resolved_config(config);
   if (!config.rollout.temperature_is_policy()) {
     std::fprintf(stderr,

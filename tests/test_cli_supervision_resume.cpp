@@ -145,3 +145,17 @@ TEST_CASE("sao sft --steps -5 is refused with the key's range, like the config k
   CHECK(result.output.find("sft.steps: must be in [0, 100000000], got -5") != std::string::npos);
   fs::remove_all(fs::temp_directory_path() / "sao_test_sft_negative");
 }
+
+TEST_CASE("a model too large for the machine stops sao sft at start with the estimate") {
+  const auto dir = fs::temp_directory_path() / "sao_test_sft_huge";
+  const auto result = run(std::string(SAO_BINARY) +
+                          " sft --set model.hidden_size=16384 --set model.intermediate_size=65536"
+                          " --set model.num_hidden_layers=256 --set model.num_attention_heads=128"
+                          " --set model.num_key_value_heads=128 --run-dir " +
+                          quoted(dir.string()));
+  INFO(result.output);
+  CHECK(result.exit_code != 0);
+  CHECK(result.output.find("the run needs about") != std::string::npos);
+  CHECK(result.output.find("of memory is available") != std::string::npos);
+  fs::remove_all(dir);
+}
