@@ -4,6 +4,7 @@
 //   env_reply  one reply line of an external environment, through the client
 //   http       a raw HTTP request to the console server
 //   join       a cluster join request (node, role, fingerprint, secret) to the gatekeeper
+//   tls_frames raw bytes (BASP headers, broken ClientHellos) to a learner's TLS port
 // Each case is a valid seed input with 1-4 mutations drawn from a seeded
 // generator (byte flips, insertions, deletions, duplications, extreme
 // numbers, type swaps, deep nesting, invalid UTF-8, truncation), so a run is
@@ -546,6 +547,95 @@ Counts fuzz_join(int64_t cases, uint64_t seed, const fs::path& out) {
   return counts;
 }
 
+// Raw bytes to a learner's TLS port, as a stranger without a certificate
+// would send them: BASP headers (the one that crashed CAF 0.17.6's parser,
+// one claiming a 1 GiB payload), the start of a TLS ClientHello, garbage. The
+// server runs in a child; after each batch it must be alive and still
+// complete a mutually authenticated handshake.
+Counts fuzz_tls_frames(int64_t cases, uint64_t seed, const fs::path& scratch, const fs::path& out) {
+  Counts counts;
+  const auto certs = scratch / "certs";
+  const std::string make_certs =
+      std::string(SAO_SOURCE_DIR) + "/deploy/cluster-certs '" + certs.string() + "' learner node > /dev/null";
+  if (std::system(make_certs.c_str()) != 0) throw sao::Error("tls_frames: deploy/cluster-certs failed");
+  sao::actors::ClusterTls server_tls{(certs / "learner").string()};
+  sao::actors::ClusterTls client_tls{(certs / "node").string()};
+  const auto port_file = scratch / "tls_port";
+  auto start_server = [&]() -> pid_t {
+    fs::remove(port_file);
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      quiet();
+      caf::actor_system_config config;
+      sao::actors::register_protocol(config);
+      sao::actors::enable_cluster_networking(config, server_tls);
+      caf::actor_system system{config};
+      sao::actors::GatekeeperConfig gatekeeper_config;
+      gatekeeper_config.secret = "fuzz-secret";
+      gatekeeper_config.fingerprint = sao::actors::message_set_fingerprint();
+      auto gatekeeper = sao::actors::spawn_gatekeeper(system, gatekeeper_config);
+      const auto port = sao::actors::publish_gatekeeper(system, gatekeeper, "127.0.0.1", 0, server_tls);
+      std::ofstream(port_file.string() + ".tmp") << port;
+      fs::rename(port_file.string() + ".tmp", port_file);
+      for (;;) ::pause();
+    }
+    for (int i = 0; i < 6000 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return pid;
+  };
+  pid_t server = start_server();
+  auto port_of = [&] {
+    std::ifstream in(port_file);
+    int port = 0;
+    in >> port;
+    return port;
+  };
+  int port = port_of();
+  std::string crash_header(32, '\0');
+  crash_header[15] = 1;  // operation 0, payload 0, operation data 1
+  std::string big_header(32, '\0');
+  big_header[4] = 0x40;  // payload length 1 GiB
+  const std::vector<std::string> seeds = {
+      crash_header, big_header, std::string("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", 11), std::string(64, 'x')};
+  constexpr int64_t kBatch = 16;
+  for (int64_t first = 0; first < cases; first += kBatch) {
+    const int64_t last = std::min(cases, first + kBatch);
+    std::vector<std::string> inputs;
+    for (int64_t i = first; i < last; ++i) {
+      std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(i));
+      inputs.push_back(mutate(seeds[rng() % seeds.size()], rng));
+    }
+    std::vector<std::thread> clients;
+    for (const auto& input : inputs) {
+      clients.emplace_back([&, input] {
+        std::string ignored;
+        exchange(port, input, std::chrono::seconds(5), &ignored, /*half_close=*/true);
+      });
+    }
+    for (auto& client : clients) client.join();
+    int status = 0;
+    Outcome failure = Outcome::kClean;
+    if (::waitpid(server, &status, WNOHANG) == server) {
+      failure = Outcome::kCrash;
+    } else if (!sao::actors::tls_handshake_problem("127.0.0.1", static_cast<uint16_t>(port), client_tls).empty()) {
+      failure = Outcome::kHang;  // alive, but no longer completes a good handshake
+    }
+    if (failure != Outcome::kClean) {
+      ++counts.by_outcome[failure];
+      for (size_t k = 0; k < inputs.size(); ++k) keep(out, "tls_frames", first + static_cast<int64_t>(k), inputs[k]);
+      ::kill(server, SIGKILL);
+      ::waitpid(server, nullptr, 0);
+      server = start_server();
+      port = port_of();
+      continue;
+    }
+    counts.by_outcome[Outcome::kClean] += last - first;  // dropped by the TLS layer
+  }
+  ::kill(server, SIGKILL);
+  ::waitpid(server, nullptr, 0);
+  return counts;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -572,14 +662,14 @@ int main(int argc, char** argv) {
       out = value();
     } else {
       std::fprintf(stderr,
-                   "usage: sao_fuzz [--surface config|safetensors|env_reply|http|join|all] [--cases N] "
+                   "usage: sao_fuzz [--surface config|safetensors|env_reply|http|join|tls_frames|all] [--cases N] "
                    "[--seed S] [--out DIR]\n");
       return 2;
     }
   }
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
-  const std::vector<std::string> all = {"config", "safetensors", "env_reply", "http", "join"};
+  const std::vector<std::string> all = {"config", "safetensors", "env_reply", "http", "join", "tls_frames"};
   int64_t failures = 0;
   bool known = false;
   for (const auto& name : all) {
@@ -592,6 +682,7 @@ int main(int argc, char** argv) {
     if (name == "env_reply") counts = fuzz_isolated(env_reply_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
+    if (name == "tls_frames") counts = fuzz_tls_frames(cases, seed, scratch, out);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("%-12s %6lld cases:", name.c_str(), static_cast<long long>(cases));
     for (int o = 0; o < 5; ++o) {
