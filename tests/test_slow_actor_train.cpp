@@ -116,7 +116,9 @@ double mean_reward(const std::vector<nlohmann::json>& steps, size_t begin, size_
   return sum / static_cast<double>(end - begin);
 }
 
-// Throws on one episode in five and hangs (past the rollout timeout) on one in seven.
+// Throws on one episode in five and hangs on one in seven: 3 s, past the
+// rollout's budget for any request of the test's batch of 4 (env_timeout_ms
+// 300 for each request queued ahead, so at most 1.2 s).
 class FlakyEnvironment final : public sao::env::Environment {
  public:
   explicit FlakyEnvironment(const nlohmann::json& config, const std::string& where)
@@ -127,7 +129,7 @@ class FlakyEnvironment final : public sao::env::Environment {
   }
   sao::env::EnvStep step(const std::string& action) override {
     if (seed_ % 5 == 0) throw std::runtime_error("flaky environment failed on purpose");
-    if (seed_ % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    if (seed_ % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3000));
     return inner_.step(action);
   }
   std::string name() const override { return "flaky"; }
@@ -226,6 +228,7 @@ TEST_CASE("an environment that throws or hangs is restarted; lost episodes are c
   });
   const auto dir = fresh_dir("flaky");
   auto config = easy_config(dir.string(), {"train.steps=12", "env.name=\"flaky\"", "rollout.env_timeout_ms=300",
+                                           "rollout.episodes_per_actor=4",
                                            // restarts are this test's point, not a reason to give up
                                            "train.max_actor_failures=1000000"});
   auto policy = warm_start(config);
