@@ -91,10 +91,12 @@ void start(Self self) {
   const auto& run = state.config.run;
   state.restart_budget =
       std::make_unique<RestartBudget>(run.train.max_actor_failures, std::chrono::seconds(run.train.failure_window_s));
+  const int64_t local_rollouts = state.config.local_rollouts < 0 ? run.rollout.num_actors : state.config.local_rollouts;
   MetricsActorConfig metrics_config{run.run.dir, run.train.steps, run.replay};
   if (!state.config.resume_from.empty()) {
     state.resume_step = algo::read_learner_state(state.config.resume_from).step;
     metrics_config.resume_step = state.resume_step;
+    metrics_config.in_flight_per_resume = local_rollouts * run.rollout.episodes_per_actor;
     state.steps = state.resume_step;
   }
   state.metrics = spawn_metrics_actor(self->system(), metrics_config);
@@ -109,7 +111,6 @@ void start(Self self) {
     state.envs.push_back(spawn_env(self, static_cast<size_t>(i)));
     state.env_started.push_back(std::chrono::steady_clock::time_point{});
   }
-  const int64_t local_rollouts = state.config.local_rollouts < 0 ? run.rollout.num_actors : state.config.local_rollouts;
   for (int64_t i = 0; i < local_rollouts; ++i) {
     auto config = rollout_config_from_run(run, "rollout-" + std::to_string(i), i);
     config.replay = state.replay;

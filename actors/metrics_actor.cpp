@@ -32,6 +32,7 @@ struct MetricsActorState {
   double reward_ema = std::nan("");
   std::deque<nlohmann::json> history;   // recent step lines, for the console and dashboard
   std::vector<nlohmann::json> events;   // operator commands
+  nlohmann::json resume_event;          // what a resume counted as lost; null when not resuming
   std::map<std::string, double> knobs;  // live values not owned by the learner's own metrics
   ActorCounters counters;
   static inline const char* name = "metrics";
@@ -188,6 +189,24 @@ void restore_from(MetricsActorState& state, report::RewoundMetrics rewound) {
   state.events = std::move(rewound.events);
   if (!state.evals.empty() && state.evals.back()["accuracy"].is_number())
     state.last_accuracy = state.evals.back()["accuracy"].get<double>();
+  // A run resumed at (or past) its budget trains nothing and loses nothing.
+  if (state.config.resume_step >= state.config.total_steps) return;
+  // Nothing the checkpoint does not hold is trained again, so it is lost:
+  // what was trained after it, what waited in replay, what was in flight.
+  const int64_t lost =
+      rewound.trained_after_checkpoint + rewound.queued_at_last_step + state.config.in_flight_per_resume;
+  state.episodes_lost += lost;
+  state.resume_event = {{"event", "recovered"},
+                        {"key", "episodes_lost_at_stop"},
+                        {"value", std::to_string(lost)},
+                        {"origin", "resume"},
+                        {"step", state.config.resume_step},
+                        {"episodes_lost_at_stop", lost},
+                        {"trained_after_checkpoint", rewound.trained_after_checkpoint},
+                        {"queued_at_last_step", rewound.queued_at_last_step},
+                        {"in_flight", state.config.in_flight_per_resume},
+                        {"wall_time_s", 0.0},
+                        {"time", utc_timestamp()}};
 }
 
 MetricsActor::behavior_type metrics_behavior(Self self, MetricsActorConfig config) {
@@ -206,6 +225,10 @@ MetricsActor::behavior_type metrics_behavior(Self self, MetricsActorConfig confi
   state.writer =
       std::make_unique<report::JsonlWriter>((std::filesystem::path(state.config.run_dir) / "metrics.jsonl").string());
   state.progress = std::make_unique<report::ProgressLine>("train", state.config.total_steps);
+  if (!state.resume_event.is_null()) {
+    state.writer->write(state.resume_event);
+    state.events.push_back(state.resume_event);
+  }
   state.knobs = {{"max_staleness", static_cast<double>(state.config.replay.max_staleness)},
                  {"min_batch", static_cast<double>(state.config.replay.min_batch)},
                  {"max_batch", static_cast<double>(state.config.replay.max_batch)},

@@ -22,6 +22,10 @@ struct MetricsActorConfig {
   // rewound to it (report/metrics_rewind.hpp) and the counters, evaluations
   // and history continue from what it holds.
   int64_t resume_step = -1;
+  // Episodes the rollouts had in flight when the resumed run stopped: one
+  // batch (episodes_per_actor) per local rollout actor, the same count a
+  // lost cluster node is charged. Added to episodes_lost on resume.
+  int64_t in_flight_per_resume = 0;
 };
 
 // Reply to (history_atom, since_step): a report::MetricsHistory with the

@@ -4,7 +4,8 @@
 # libopenblas0-pthread matters: with Debian's default reference BLAS,
 # LibTorch matmuls run 20-40x slower (check with `sao doctor`).
 # `--tests` also installs what only the tests need (headless Chromium, which
-# loads the dashboard against a live run).
+# loads the dashboard against a live run; Node.js and npm for the tokenizer
+# parity test).
 set -euo pipefail
 
 packages=(
@@ -12,9 +13,16 @@ packages=(
   libtorch-dev libopenblas0-pthread
   libcaf-dev libssl-dev openssl nlohmann-json3-dev doctest-dev
   libcpp-httplib-dev libcairo2-dev fonts-dejavu-core curl
+  libpcre2-dev libutf8proc-dev
   python3
 )
-if [ "${1:-}" = "--tests" ]; then packages+=(chromium); fi
+if [ "${1:-}" = "--tests" ]; then
+  packages+=(chromium)
+  # The tokenizer parity test runs Hugging Face's JavaScript tokenizers (it
+  # installs them from npm into the build tree). A Node.js from elsewhere
+  # (NodeSource ships npm inside its nodejs package) is used as it is.
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then packages+=(nodejs npm); fi
+fi
 
 missing=()
 for package in "${packages[@]}"; do

@@ -176,7 +176,9 @@ TEST_CASE("UTF-8: invalid bytes become U+FFFD, valid text is unchanged") {
   const std::string valid = "plain \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80";
   CHECK(is_valid_utf8(valid));
   CHECK(replace_invalid_utf8(valid) == valid);
-  CHECK(replace_invalid_utf8("a\xE2\x82") == "a" + fffd + fffd);                 // cut mid-character
+  CHECK(replace_invalid_utf8("a\xE2\x82") == "a" + fffd);                        // cut mid-character: one
+  CHECK(replace_invalid_utf8("\xF0\x9F\x98x") == fffd + "x");                    // a 4-byte one cut after 3
+  CHECK(replace_invalid_utf8("\xE0\x80\x80") == fffd + fffd + fffd);             // overlong: E0 80 is no prefix
   CHECK(replace_invalid_utf8("\xC0\xAF") == fffd + fffd);                        // overlong '/'
   CHECK(replace_invalid_utf8("\xED\xA0\x80") == fffd + fffd + fffd);             // UTF-16 surrogate
   CHECK(replace_invalid_utf8("\xF4\x90\x80\x80") == fffd + fffd + fffd + fffd);  // above U+10FFFF

@@ -181,10 +181,14 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
   CHECK(wait_for(cluster, kCatchUpCap, [&](const nlohmann::json& s) {
     return number(s, "coordinator", "steps") >= steps_at_kill + 3 && number(s, "replay", kNode1) > node1_at_kill;
   }));
-  // Nothing more from the dead node (read twice, a status refresh apart, once
-  // trajectories it sent before dying have left replay's mailbox).
-  const double node2_after = number(cluster.status(), "replay", kNode2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Nothing more from the dead node: replay serves its mailbox in order, so
+  // once the live node's count has grown by two more batches after this
+  // read, anything the dead node sent before dying has been counted.
+  const auto before_more = cluster.status();
+  const double node2_after = number(before_more, "replay", kNode2);
+  const double node1_before_more = number(before_more, "replay", kNode1);
+  REQUIRE(wait_for(cluster, kCatchUpCap,
+                   [&](const nlohmann::json& s) { return number(s, "replay", kNode1) >= node1_before_more + 16; }));
   CHECK(number(cluster.status(), "replay", kNode2) == node2_after);
 
   // The restarted process rejoins under its old name and contributes again.

@@ -74,9 +74,9 @@ TEST_CASE("rewinding metrics.jsonl to a checkpoint keeps steps up to it and move
         << "\n"
         << R"({"event":"pause","step":1})"
         << "\n"
-        << R"({"step":2,"episodes_lost":3,"dropped_stale":1})"
+        << R"({"step":2,"episodes_lost":3,"dropped_stale":1,"trajectories":4.0,"queued_after":9.0})"
         << "\n"
-        << R"({"step":3,"episodes_lost":4})"
+        << R"({"step":3,"episodes_lost":4,"trajectories":5.0,"queued_after":2.0})"
         << "\n"
         << R"({"eval":true,"step":3,"accuracy":0.5})"
         << "\n"
@@ -88,13 +88,18 @@ TEST_CASE("rewinding metrics.jsonl to a checkpoint keeps steps up to it and move
   CHECK(rewound.evals.size() == 1);
   CHECK(rewound.events.size() == 1);
   CHECK(rewound.moved_lines == 3);
+  // Trained after the checkpoint: step 3's 5; left in replay at the last
+  // whole step line (3): 2. The torn line counts for neither.
+  CHECK(rewound.trained_after_checkpoint == 5);
+  CHECK(rewound.queued_at_last_step == 2);
   CHECK(rewound.moved_to == (dir / "metrics.after-step-2.jsonl").string());
   std::ifstream kept(path);
   std::stringstream kept_text;
   kept_text << kept.rdbuf();
   CHECK(kept_text.str() ==
         "{\"eval\":true,\"step\":0,\"accuracy\":0.25}\n{\"step\":1,\"episodes_lost\":1,\"dropped_stale\":2}\n"
-        "{\"event\":\"pause\",\"step\":1}\n{\"step\":2,\"episodes_lost\":3,\"dropped_stale\":1}\n");
+        "{\"event\":\"pause\",\"step\":1}\n"
+        "{\"step\":2,\"episodes_lost\":3,\"dropped_stale\":1,\"trajectories\":4.0,\"queued_after\":9.0}\n");
   std::ifstream moved(rewound.moved_to);
   std::stringstream moved_text;
   moved_text << moved.rdbuf();

@@ -38,6 +38,29 @@ int64_t resumed_step(const std::string& output) {
   return std::stoll(match[1]);
 }
 
+// The "recovered" event the latest resume wrote into metrics.jsonl.
+nlohmann::json last_recovery(const sao_test::fs::path& run_dir) {
+  nlohmann::json found;
+  for (const auto& line : lines_of(run_dir / "metrics.jsonl")) {
+    if (line.value("event", "") == "recovered") found = line;
+  }
+  REQUIRE_MESSAGE(!found.is_null(), "the resume wrote no recovered event");
+  return found;
+}
+
+// The sum of "trajectories" over the step lines of a moved-aside file (a
+// line torn by the kill holds none).
+int64_t trajectories_in(const sao_test::fs::path& path) {
+  int64_t total = 0;
+  std::ifstream in(path);
+  for (std::string text; std::getline(in, text);) {
+    const auto line = nlohmann::json::parse(text, nullptr, false);
+    if (line.is_object() && !line.contains("eval") && !line.contains("event") && line.contains("trajectories"))
+      total += static_cast<int64_t>(line["trajectories"].get<double>());
+  }
+  return total;
+}
+
 // `expected_from`: the checkpoint steps the resume may continue from (a
 // kill from outside can land just before or just after a checkpoint).
 void check_continuity(const RunFixture& fixture, const sao_test::CommandResult& resumed,
@@ -54,7 +77,19 @@ void check_continuity(const RunFixture& fixture, const sao_test::CommandResult& 
     last_version = line["policy_version"].get<int64_t>();
   }
   std::ifstream in(fixture.run_dir / "summary.json");
-  CHECK(nlohmann::json::parse(in)["steps"] == kBudget);
+  const auto summary = nlohmann::json::parse(in);
+  CHECK(summary["steps"] == kBudget);
+  // What the checkpoint did not hold is counted lost, once: the trajectories
+  // trained after it (the step lines moved aside), those left in replay, and
+  // one batch in flight for the one rollout actor (episodes_per_actor 4).
+  const auto event = last_recovery(fixture.run_dir);
+  CHECK(event["step"] == from);
+  CHECK(event["in_flight"] == 4);
+  CHECK(event["trained_after_checkpoint"] ==
+        trajectories_in(fixture.run_dir / ("metrics.after-step-" + std::to_string(from) + ".jsonl")));
+  const int64_t lost = event["episodes_lost_at_stop"];
+  CHECK(lost == event["trained_after_checkpoint"].get<int64_t>() + event["queued_at_last_step"].get<int64_t>() + 4);
+  CHECK(summary["episodes_lost"].get<int64_t>() >= lost);
 }
 
 // Starts `sao train ARGS` in the background; kill -9 once metrics.jsonl
@@ -115,5 +150,10 @@ TEST_CASE("kill -9 from outside, twice in one run, then --resume") {
   CHECK(from < 300);  // the second kill came before the end
   CHECK(step_numbers(fixture.run_dir) == one_to(300));
   std::ifstream in(fixture.run_dir / "summary.json");
-  CHECK(nlohmann::json::parse(in)["steps"] == 300);
+  const auto summary = nlohmann::json::parse(in);
+  CHECK(summary["steps"] == 300);
+  const auto event = last_recovery(fixture.run_dir);
+  CHECK(event["step"] == from);
+  CHECK(event["episodes_lost_at_stop"].get<int64_t>() >= 4);  // at least the batch in flight
+  CHECK(summary["episodes_lost"].get<int64_t>() >= event["episodes_lost_at_stop"].get<int64_t>());
 }

@@ -35,6 +35,41 @@ std::size_t sequence_length(std::string_view text, std::size_t i) {
   return length;
 }
 
+// Bytes to replace by one U+FFFD where no well-formed sequence starts at
+// text[i]: the maximal subpart (Unicode 15, section 3.9, "U+FFFD
+// substitution of maximal subparts"; what WHATWG's TextDecoder and Rust's
+// from_utf8_lossy do, so text decoded here matches the Hugging Face stack's).
+// A truncated sequence is one replacement, a stray byte is one each.
+std::size_t maximal_subpart(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  std::size_t length = 0;
+  unsigned char min_second = 0x80;
+  unsigned char max_second = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) min_second = 0xA0;
+    if (lead == 0xED) max_second = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) min_second = 0x90;
+    if (lead == 0xF4) max_second = 0x8F;
+  } else {
+    return 1;
+  }
+  std::size_t taken = 1;
+  while (taken < length && i + taken < text.size()) {
+    const unsigned char next = byte(i + taken);
+    const unsigned char low = taken == 1 ? min_second : 0x80;
+    const unsigned char high = taken == 1 ? max_second : 0xBF;
+    if (next < low || next > high) break;
+    ++taken;
+  }
+  return taken;
+}
+
 }  // namespace
 
 std::size_t utf8_prefix_length(std::string_view text, std::size_t max_bytes) {
@@ -62,7 +97,7 @@ std::string replace_invalid_utf8(std::string_view text) {
     const std::size_t length = sequence_length(text, i);
     if (length == 0) {
       out += "\xEF\xBF\xBD";  // U+FFFD
-      ++i;
+      i += maximal_subpart(text, i);
     } else {
       out.append(text.substr(i, length));
       i += length;

@@ -20,9 +20,10 @@ std::size_t utf8_prefix_length(std::string_view text, std::size_t max_bytes);
 // `ellipsis` appended when anything was cut (the ellipsis is not counted).
 std::string truncate_utf8(std::string_view text, std::size_t max_bytes, std::string_view ellipsis = "...");
 
-// `text` with every byte that is not part of a well-formed UTF-8 sequence
+// `text` with the bytes that are not part of a well-formed UTF-8 sequence
 // (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF) replaced by
-// U+FFFD. Valid text comes back unchanged.
+// U+FFFD, one per maximal subpart (a truncated sequence is one, a stray byte
+// is one each), as WHATWG's TextDecoder does. Valid text comes back unchanged.
 std::string replace_invalid_utf8(std::string_view text);
 
 // True when `text` is well-formed UTF-8.

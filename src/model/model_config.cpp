@@ -87,6 +87,49 @@ ModelConfig model_config_from_json(const nlohmann::json& json, const std::string
   return config;
 }
 
+std::vector<std::string> unsupported_hf_config_keys(const nlohmann::json& json) {
+  if (!json.is_object()) return {"(top level): expected a JSON object"};
+  std::vector<std::string> problems;
+  auto present = [&](const char* key) { return json.contains(key) && !json.at(key).is_null(); };
+  // Typed reads that never throw: a value of the wrong type reads as the
+  // fallback (model_config_from_json reports the type error by key).
+  auto text = [&](const nlohmann::json& object, const char* key, const std::string& fallback) {
+    return object.contains(key) && object.at(key).is_string() ? object.at(key).get<std::string>() : fallback;
+  };
+  auto number = [&](const char* key, double fallback) {
+    return json.contains(key) && json.at(key).is_number() ? json.at(key).get<double>() : fallback;
+  };
+  auto flag = [&](const char* key, bool fallback) {
+    return json.contains(key) && json.at(key).is_boolean() ? json.at(key).get<bool>() : fallback;
+  };
+  const std::string model_type = text(json, "model_type", "llama");
+  if (model_type != "llama" && model_type != "qwen2") {
+    problems.push_back("model_type: \"" + model_type +
+                       "\" is not implemented (sao computes llama and qwen2; qwen3 needs q/k RMSNorm, mistral a "
+                       "sliding window)");
+  }
+  if (present("rope_scaling")) {
+    const auto& scaling = json.at("rope_scaling");
+    const std::string type = text(scaling, "rope_type", text(scaling, "type", "?"));
+    problems.push_back("rope_scaling: type \"" + type +
+                       "\" is not implemented (positions would be rotated differently)");
+  }
+  // Qwen2 configs carry a window that use_sliding_window leaves off.
+  const bool window_on = flag("use_sliding_window", model_type != "qwen2");
+  if (present("sliding_window") && window_on && json.at("sliding_window").is_number() &&
+      number("sliding_window", 0) < number("max_position_embeddings", 0))
+    problems.push_back("sliding_window: " + base::dump_json(json.at("sliding_window")) +
+                       " is active and not implemented (attention would see more than the model was trained on)");
+  if (present("hidden_act") && json.at("hidden_act") != "silu")
+    problems.push_back("hidden_act: " + base::dump_json(json.at("hidden_act")) + " is not implemented (silu only)");
+  const double heads = number("num_attention_heads", 0);
+  if (present("head_dim") && heads > 0 && number("head_dim", 0) * heads != number("hidden_size", 0))
+    problems.push_back("head_dim: " + base::dump_json(json.at("head_dim")) +
+                       " differs from hidden_size / num_attention_heads, which is not implemented");
+  if (flag("mlp_bias", false)) problems.push_back("mlp_bias: true is not implemented");
+  return problems;
+}
+
 nlohmann::json model_config_settings_to_json(const ModelConfig& config) {
   nlohmann::json json = nlohmann::json::object();
   model_keys(config, base::WriteKeys{json});

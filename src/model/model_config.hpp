@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace sao::model {
 
@@ -48,6 +49,13 @@ struct ModelConfig {
 // Reads HF-style keys; unknown keys are an error unless `allow_unknown_keys`
 // (real HF configs carry many keys this runtime does not use).
 ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source, bool allow_unknown_keys);
+// What in a Hugging Face config.json would make sao compute a different
+// model than the one the file describes: one "key: reason" line per such
+// key (an unsupported model_type, rope_scaling, an active sliding window,
+// another activation, an explicit head_dim that differs, biases in the MLP).
+// Empty when model_config_from_json's fields describe the model fully.
+std::vector<std::string> unsupported_hf_config_keys(const nlohmann::json& json);
+
 // Exactly the keys model_config_from_json reads (a run config's "model" section).
 nlohmann::json model_config_settings_to_json(const ModelConfig& config);
 // The settings plus what Hugging Face tools expect in a checkpoint's config.json.

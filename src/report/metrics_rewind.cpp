@@ -9,6 +9,17 @@
 #include <fstream>
 
 namespace sao::report {
+namespace {
+
+// A count a step line holds as a number (the learner writes them as
+// doubles); 0 when absent or not a finite non-negative number.
+int64_t count_of(const nlohmann::json& line, const char* key) {
+  if (!line.contains(key) || !line[key].is_number()) return 0;
+  const double value = line[key].get<double>();
+  return value >= 0.0 && value < 9.0e15 ? static_cast<int64_t>(value) : 0;
+}
+
+}  // namespace
 
 RewoundMetrics rewind_metrics_file(const std::string& metrics_path, int64_t checkpoint_step) {
   RewoundMetrics rewound;
@@ -28,7 +39,11 @@ RewoundMetrics rewind_metrics_file(const std::string& metrics_path, int64_t chec
     } catch (const std::exception&) {
       keep = false;  // a line torn by a kill: moved out with the rest
     }
+    const bool is_step =
+        value.is_object() && value.contains("step") && !value.contains("eval") && !value.contains("event");
+    if (is_step) rewound.queued_at_last_step = count_of(value, "queued_after");
     if (!keep) {
+      if (is_step) rewound.trained_after_checkpoint += count_of(value, "trajectories");
       moved += line + "\n";
       ++rewound.moved_lines;
       continue;

@@ -19,6 +19,11 @@ struct RewoundMetrics {
   std::vector<nlohmann::json> events;  // {"event": ...} operator commands up to it
   int64_t moved_lines = 0;             // lines moved out (after the checkpoint, or not parseable)
   std::string moved_to;                // the side file they were appended to ("" if none)
+  // What the checkpoint does not hold, from what the file says: trajectories
+  // the learner trained after it (the "trajectories" of the step lines moved
+  // out) and those left queued in replay at the last step line written.
+  int64_t trained_after_checkpoint = 0;
+  int64_t queued_at_last_step = 0;
 };
 
 // Rewrites `metrics_path` (atomically) to hold only the lines of steps
