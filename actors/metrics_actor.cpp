@@ -7,6 +7,7 @@
 #include "report/metrics_rewind.hpp"
 #include "report/progress.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <deque>
@@ -193,8 +194,10 @@ void restore_from(MetricsActorState& state, report::RewoundMetrics rewound) {
   if (state.config.resume_step >= state.config.total_steps) return;
   // Nothing the checkpoint does not hold is trained again, so it is lost:
   // what was trained after it, what waited in replay, what was in flight.
-  const int64_t lost =
-      rewound.trained_after_checkpoint + rewound.queued_at_last_step + state.config.in_flight_per_resume;
+  // Episodes lost after the checkpoint were counted in the lines moved out.
+  const int64_t lost_after_checkpoint = std::max<int64_t>(0, rewound.lost_at_last_step - state.episodes_lost);
+  const int64_t lost = rewound.trained_after_checkpoint + rewound.queued_at_last_step + lost_after_checkpoint +
+                       state.config.in_flight_per_resume;
   state.episodes_lost += lost;
   state.resume_event = {{"event", "recovered"},
                         {"key", "episodes_lost_at_stop"},
@@ -204,6 +207,7 @@ void restore_from(MetricsActorState& state, report::RewoundMetrics rewound) {
                         {"episodes_lost_at_stop", lost},
                         {"trained_after_checkpoint", rewound.trained_after_checkpoint},
                         {"queued_at_last_step", rewound.queued_at_last_step},
+                        {"lost_after_checkpoint", lost_after_checkpoint},
                         {"in_flight", state.config.in_flight_per_resume},
                         {"wall_time_s", 0.0},
                         {"time", utc_timestamp()}};

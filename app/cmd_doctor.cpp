@@ -48,16 +48,16 @@ int run_doctor(const Args& args) {
   std::printf("fp32 matmul 1024^2  %.1f GFLOP/s (measured now)\n", report::measure_matmul_gflops(1024, 5));
   if (!parsed.has("--model")) return 0;
   const auto model = config::inspect_model_directory(parsed.get("--model"));
-  std::printf("\nmodel directory     %s\n", model.directory.c_str());
+  std::printf("\nmodel directory        %s\n", model.directory.c_str());
   for (const auto& part : model.parts) {
-    std::printf("%-19s %s\n", part.name.c_str(), part.usable ? "ok" : "NOT USABLE");
+    std::printf("%-22s %s\n", part.name.c_str(), part.usable ? "ok" : "NOT USABLE");
     for (const auto& line : part.lines) std::printf("  %s\n", line.c_str());
   }
-  std::printf("verdict             %s\n", model.usable() ? "every part above is readable by sao"
+  std::printf("verdict                %s\n", model.usable() ? "every part above is readable by sao"
                                                          : "sao cannot use this directory (see the errors above)");
   std::printf(
-      "note                sft/train/eval do not take a model directory yet (they run sao's byte-level\n"
-      "                    tokenizer and its own checkpoints); this report is what that will build on\n");
+      "note                   sft/train/eval do not take a model directory yet (they run sao's byte-level\n"
+      "                       tokenizer and its own checkpoints); this report is what that will build on\n");
   return model.usable() ? 0 : 1;
 }
 

@@ -14,7 +14,7 @@
 #                  [--rollouts R] [--env-nodes M] [--seed S] [-- LEARNER ARGS...]
 #
 # Defaults: 1000 steps, a kill every 50, 2 learner kills, 2 rollout nodes,
-# 1 env node, seed 1, the default model warm-started by a 600-step SFT.
+# 1 env node, seed 1, the default model and its default SFT warm start.
 # Exit status 1 when a step is duplicated or missing or a run fails.
 # Runs are kept under /tmp (the path is printed last).
 set -euo pipefail
@@ -74,7 +74,7 @@ alive() {
 }
 
 echo "chaos: SFT warm start ($base/warm)"
-"$sao" sft --run-dir "$base/warm" --set sft.steps=600 --set "run.seed=$seed" >/dev/null 2>&1
+"$sao" sft --run-dir "$base/warm" --set "run.seed=$seed" >/dev/null 2>&1
 learner_args=(--set "train.steps=$steps" --set "run.seed=$seed" --set "train.init_checkpoint=\"$base/warm/sft\""
   --set train.eval_every=100 --set train.checkpoint_every=100 --set console.enabled=false "${extra_args[@]}")
 

@@ -114,13 +114,18 @@ const std::string kNode2 = "from.node-2/rollout-0";
 // than on a quiet machine (10 s failed under ctest -j2 with other work).
 constexpr double kCatchUpCap = 240;
 
-// Both rollouts acknowledged a version at least as new as the latest one at the time of the call.
+// Both rollouts acknowledged a version at least as new as the latest one at
+// the time of the call (once the learner has published one: the critic
+// warm-up holds version 0 for its first steps, however many have passed).
 bool both_run_latest(const LocalCluster& cluster, double seconds) {
+  if (!wait_for(cluster, seconds,
+                [](const nlohmann::json& s) { return number(s, "weight_sync", "latest_version") >= 1; }))
+    return false;
   const double latest = number(cluster.status(), "weight_sync", "latest_version");
-  return latest >= 1 && wait_for(cluster, seconds, [&](const nlohmann::json& s) {
-           return number(s, "weight_sync", "version.node-1/rollout-0") >= latest &&
-                  number(s, "weight_sync", "version.node-2/rollout-0") >= latest;
-         });
+  return wait_for(cluster, seconds, [&](const nlohmann::json& s) {
+    return number(s, "weight_sync", "version.node-1/rollout-0") >= latest &&
+           number(s, "weight_sync", "version.node-2/rollout-0") >= latest;
+  });
 }
 
 }  // namespace

@@ -92,6 +92,7 @@ TEST_CASE("rewinding metrics.jsonl to a checkpoint keeps steps up to it and move
   // whole step line (3): 2. The torn line counts for neither.
   CHECK(rewound.trained_after_checkpoint == 5);
   CHECK(rewound.queued_at_last_step == 2);
+  CHECK(rewound.lost_at_last_step == 4);
   CHECK(rewound.moved_to == (dir / "metrics.after-step-2.jsonl").string());
   std::ifstream kept(path);
   std::stringstream kept_text;

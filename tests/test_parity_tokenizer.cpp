@@ -27,8 +27,8 @@
 namespace {
 
 namespace fs = std::filesystem;
+using sao::base::encode_utf8;
 using sao::tokenizer::HfTokenizer;
-using sao_test::utf8_of;
 
 const fs::path kNpmDir = fs::path(SAO_ARTIFACT_DIR).parent_path() / "npm-parity";
 constexpr int kStringsPerTokenizer = 10000;
@@ -182,7 +182,7 @@ std::vector<std::string> generate_strings(uint32_t seed, int count) {
         const auto& block = blocks[pick(blocks.size())];
         const int chars = 1 + static_cast<int>(pick(6));
         for (int c = 0; c < chars; ++c)
-          text += utf8_of(block.first + static_cast<uint32_t>(pick(block.second - block.first + 1)));
+          text += encode_utf8(block.first + static_cast<uint32_t>(pick(block.second - block.first + 1)));
       } else {
         text += std::string(1 + pick(6), " \n\t"[pick(3)]);
       }

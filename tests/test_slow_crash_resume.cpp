@@ -80,15 +80,17 @@ void check_continuity(const RunFixture& fixture, const sao_test::CommandResult& 
   const auto summary = nlohmann::json::parse(in);
   CHECK(summary["steps"] == kBudget);
   // What the checkpoint did not hold is counted lost, once: the trajectories
-  // trained after it (the step lines moved aside), those left in replay, and
-  // one batch in flight for the one rollout actor (episodes_per_actor 4).
+  // trained after it (the step lines moved aside), those left in replay,
+  // those lost after it, and one batch in flight for the one rollout actor
+  // (episodes_per_actor 4).
   const auto event = last_recovery(fixture.run_dir);
   CHECK(event["step"] == from);
   CHECK(event["in_flight"] == 4);
   CHECK(event["trained_after_checkpoint"] ==
         trajectories_in(fixture.run_dir / ("metrics.after-step-" + std::to_string(from) + ".jsonl")));
   const int64_t lost = event["episodes_lost_at_stop"];
-  CHECK(lost == event["trained_after_checkpoint"].get<int64_t>() + event["queued_at_last_step"].get<int64_t>() + 4);
+  CHECK(lost == event["trained_after_checkpoint"].get<int64_t>() + event["queued_at_last_step"].get<int64_t>() +
+                    event["lost_after_checkpoint"].get<int64_t>() + 4);
   CHECK(summary["episodes_lost"].get<int64_t>() >= lost);
 }
 

@@ -5,6 +5,8 @@
 // them wherever a model directory needs a tokenizer.
 #pragma once
 
+#include "base/utf8.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -13,27 +15,6 @@
 #include <vector>
 
 namespace sao_test {
-
-// UTF-8 of one code point.
-inline std::string utf8_of(uint32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
 
 // GPT-2's byte stand-ins: printable Latin-1 bytes are themselves, the rest
 // are shifted to U+0100 and up in byte order.
@@ -47,7 +28,7 @@ inline std::string byte_char(int b) {
     }
     return cps;
   }();
-  return utf8_of(map[static_cast<std::size_t>(b)]);
+  return sao::base::encode_utf8(map[static_cast<std::size_t>(b)]);
 }
 
 inline nlohmann::json byte_level_json() {

@@ -5,12 +5,21 @@ namespace sao::base {
 
 namespace {
 
-// Length of the well-formed sequence starting at text[i], or 0 if the bytes
-// there do not form one (RFC 3629, section 4, "UTF8-octets").
-std::size_t sequence_length(std::string_view text, std::size_t i) {
+// What starts at text[i]: `length` bytes of a well-formed sequence (RFC
+// 3629, section 4, "UTF8-octets"), or, when `valid` is false, a maximal
+// subpart of `length` bytes to replace by one U+FFFD (Unicode 15, section
+// 3.9, "U+FFFD substitution of maximal subparts"; what WHATWG's TextDecoder
+// and Rust's from_utf8_lossy do, so text read here matches the Hugging Face
+// stack's). A truncated sequence is one subpart, a stray byte is one each.
+struct Scan {
+  bool valid;
+  std::size_t length;
+};
+
+Scan scan(std::string_view text, std::size_t i) {
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
   const unsigned char lead = byte(i);
-  if (lead < 0x80) return 1;
+  if (lead < 0x80) return {true, 1};
   std::size_t length = 0;
   unsigned char min_second = 0x80;
   unsigned char max_second = 0xBF;
@@ -25,49 +34,20 @@ std::size_t sequence_length(std::string_view text, std::size_t i) {
     if (lead == 0xF0) min_second = 0x90;  // no overlong forms
     if (lead == 0xF4) max_second = 0x8F;  // nothing above U+10FFFF
   } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  if (byte(i + 1) < min_second || byte(i + 1) > max_second) return 0;
-  for (std::size_t k = 2; k < length; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  }
-  return length;
-}
-
-// Bytes to replace by one U+FFFD where no well-formed sequence starts at
-// text[i]: the maximal subpart (Unicode 15, section 3.9, "U+FFFD
-// substitution of maximal subparts"; what WHATWG's TextDecoder and Rust's
-// from_utf8_lossy do, so text decoded here matches the Hugging Face stack's).
-// A truncated sequence is one replacement, a stray byte is one each.
-std::size_t maximal_subpart(std::string_view text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  std::size_t length = 0;
-  unsigned char min_second = 0x80;
-  unsigned char max_second = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) min_second = 0xA0;
-    if (lead == 0xED) max_second = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) min_second = 0x90;
-    if (lead == 0xF4) max_second = 0x8F;
-  } else {
-    return 1;
+    return {false, 1};
   }
   std::size_t taken = 1;
   while (taken < length && i + taken < text.size()) {
     const unsigned char next = byte(i + taken);
-    const unsigned char low = taken == 1 ? min_second : 0x80;
-    const unsigned char high = taken == 1 ? max_second : 0xBF;
-    if (next < low || next > high) break;
+    if (next < (taken == 1 ? min_second : 0x80) || next > (taken == 1 ? max_second : 0xBF)) break;
     ++taken;
   }
-  return taken;
+  return {taken == length, taken};
+}
+
+std::size_t sequence_length(std::string_view text, std::size_t i) {
+  const Scan found = scan(text, i);
+  return found.valid ? found.length : 0;
 }
 
 }  // namespace
@@ -97,11 +77,31 @@ std::string replace_invalid_utf8(std::string_view text) {
     const std::size_t length = sequence_length(text, i);
     if (length == 0) {
       out += "\xEF\xBF\xBD";  // U+FFFD
-      i += maximal_subpart(text, i);
+      i += scan(text, i).length;
     } else {
       out.append(text.substr(i, length));
       i += length;
     }
+  }
+  return out;
+}
+
+std::string encode_utf8(unsigned code_point) {
+  std::string out;
+  if (code_point < 0x80) {
+    out += static_cast<char>(code_point);
+  } else if (code_point < 0x800) {
+    out += static_cast<char>(0xC0 | (code_point >> 6));
+    out += static_cast<char>(0x80 | (code_point & 0x3F));
+  } else if (code_point < 0x10000) {
+    out += static_cast<char>(0xE0 | (code_point >> 12));
+    out += static_cast<char>(0x80 | ((code_point >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (code_point & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (code_point >> 18));
+    out += static_cast<char>(0x80 | ((code_point >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((code_point >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (code_point & 0x3F));
   }
   return out;
 }

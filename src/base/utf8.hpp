@@ -26,6 +26,10 @@ std::string truncate_utf8(std::string_view text, std::size_t max_bytes, std::str
 // is one each), as WHATWG's TextDecoder does. Valid text comes back unchanged.
 std::string replace_invalid_utf8(std::string_view text);
 
+// The UTF-8 bytes of one code point (at most U+10FFFF; callers pass
+// scalar values, not surrogates).
+std::string encode_utf8(unsigned code_point);
+
 // True when `text` is well-formed UTF-8.
 bool is_valid_utf8(std::string_view text);
 

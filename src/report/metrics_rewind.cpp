@@ -41,7 +41,10 @@ RewoundMetrics rewind_metrics_file(const std::string& metrics_path, int64_t chec
     }
     const bool is_step =
         value.is_object() && value.contains("step") && !value.contains("eval") && !value.contains("event");
-    if (is_step) rewound.queued_at_last_step = count_of(value, "queued_after");
+    if (is_step) {
+      rewound.queued_at_last_step = count_of(value, "queued_after");
+      rewound.lost_at_last_step = count_of(value, "episodes_lost");
+    }
     if (!keep) {
       if (is_step) rewound.trained_after_checkpoint += count_of(value, "trajectories");
       moved += line + "\n";

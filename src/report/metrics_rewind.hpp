@@ -24,6 +24,9 @@ struct RewoundMetrics {
   // out) and those left queued in replay at the last step line written.
   int64_t trained_after_checkpoint = 0;
   int64_t queued_at_last_step = 0;
+  // The "episodes_lost" of the last step line written (lost after the
+  // checkpoint too: a cluster node's in-flight batch, a timed-out env).
+  int64_t lost_at_last_step = 0;
 };
 
 // Rewrites `metrics_path` (atomically) to hold only the lines of steps

@@ -30,6 +30,10 @@ namespace {
 
 using Json = nlohmann::json;
 
+// Ids index a table of that many entries, so a hostile file must not name
+// id 2^31. Real vocabularies stay far below (Gemma 3: 262,144).
+constexpr uint64_t kMaxTokenIds = 1u << 20;
+
 // ---- small helpers ---------------------------------------------------------
 
 // Length of the UTF-8 character starting at s[i] (valid UTF-8 assumed).
@@ -39,26 +43,6 @@ std::size_t char_length(std::string_view s, std::size_t i) {
   if (lead < 0xE0) return 2;
   if (lead < 0xF0) return 3;
   return 4;
-}
-
-std::string encode_code_point(uint32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
 }
 
 void replace_all(std::string& text, std::string_view from, std::string_view to) {
@@ -144,7 +128,7 @@ struct ByteMap {
     for (uint32_t b = 0; b < 256; ++b) {
       const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       const uint32_t cp = printable ? b : shifted++;
-      to_char[b] = encode_code_point(cp);
+      to_char[b] = base::encode_utf8(cp);
       to_byte[cp] = static_cast<uint8_t>(b);
     }
   }
@@ -286,8 +270,8 @@ PreTokenizer make_byte_level(const Json& config, const std::string& where) {
   };
 }
 
-PreTokenizer make_metaspace(const Json& config, const std::string& where) {
-  const std::string replacement = string_at(config, "replacement", where);
+// Metaspace's prepend_scheme, or what the older add_prefix_space key meant.
+std::string metaspace_scheme(const Json& config, const std::string& where) {
   std::string scheme = "always";
   if (config.contains("prepend_scheme")) {
     scheme = string_at(config, "prepend_scheme", where);
@@ -296,6 +280,13 @@ PreTokenizer make_metaspace(const Json& config, const std::string& where) {
   }
   if (scheme != "always" && scheme != "first" && scheme != "never")
     throw Error(where + ".prepend_scheme: expected \"always\", \"first\" or \"never\", got \"" + scheme + "\"");
+  return scheme;
+}
+
+PreTokenizer make_metaspace(const Json& config, const std::string& where) {
+  const std::string replacement = string_at(config, "replacement", where);
+  if (replacement.empty()) throw Error(where + ".replacement: must not be empty");
+  const std::string scheme = metaspace_scheme(config, where);
   const bool split = bool_or(config, "split", true, where);
   return [replacement, scheme, split](std::vector<Piece> pieces) {
     std::vector<Piece> out;
@@ -480,6 +471,7 @@ Decoder make_decoder(const Json& config, const std::string& where) {
   }
   if (type == "Strip") {
     const std::string content = string_at(config, "content", where);
+    if (content.empty()) throw Error(where + ".content: must not be empty");
     const auto& start_value = require_key(config, "start", where);
     const auto& stop_value = require_key(config, "stop", where);
     if (!start_value.is_number_unsigned() || !stop_value.is_number_unsigned())
@@ -500,12 +492,8 @@ Decoder make_decoder(const Json& config, const std::string& where) {
   }
   if (type == "Metaspace") {
     const std::string replacement = string_at(config, "replacement", where);
-    std::string scheme = "always";
-    if (config.contains("prepend_scheme")) {
-      scheme = string_at(config, "prepend_scheme", where);
-    } else if (config.contains("add_prefix_space")) {
-      scheme = bool_or(config, "add_prefix_space", true, where) ? "always" : "never";
-    }
+    if (replacement.empty()) throw Error(where + ".replacement: must not be empty");
+    const std::string scheme = metaspace_scheme(config, where);
     return [replacement, scheme](std::vector<DecodeToken> tokens) {
       for (std::size_t i = 0; i < tokens.size(); ++i) {
         replace_all(tokens[i].text, replacement, " ");
@@ -740,8 +728,9 @@ void load_bpe_model(const Json& model, HfTokenizer::Impl& impl, const std::strin
   const Json& vocab = require_key(model, "vocab", where);
   if (!vocab.is_object()) throw Error(where + ".vocab: expected an object of token -> id");
   for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_unsigned() || id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
-      throw Error(where + ".vocab[\"" + base::truncate_utf8(token, 40) + "\"]: expected an id in [0, 2^31)");
+    if (!id.is_number_unsigned() || id.get<uint64_t>() >= kMaxTokenIds)
+      throw Error(where + ".vocab[\"" + base::truncate_utf8(token, 40) + "\"]: expected an id in [0, " +
+                  std::to_string(kMaxTokenIds) + ")");
     impl.vocab[token] = id.get<int64_t>();
   }
   impl.ignore_merges = bool_or(model, "ignore_merges", false, where);
@@ -810,8 +799,8 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& tokenizer_json, const
       AddedToken token;
       token.content = string_at(entry, "content", at);
       const Json& id = require_key(entry, "id", at);
-      if (!id.is_number_unsigned() || id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
-        throw Error(at + ".id: expected an id in [0, 2^31)");
+      if (!id.is_number_unsigned() || id.get<uint64_t>() >= kMaxTokenIds)
+        throw Error(at + ".id: expected an id in [0, " + std::to_string(kMaxTokenIds) + ")");
       token.id = id.get<int64_t>();
       token.special = bool_or(entry, "special", false, at);
       token.lstrip = bool_or(entry, "lstrip", false, at);

@@ -2,6 +2,7 @@
 //   config     a run config (JSON text) through the depth-limited parser and the config reader
 //   safetensors a weights file through the header reader and the loader
 //   env_reply  one reply line of an external environment, through the client
+//   tokenizer  a tokenizer.json (of a Hugging Face model directory), loaded, then encoding and decoding
 //   http       a raw HTTP request to the console server
 //   join       a cluster join request (node, role, fingerprint, secret) to the gatekeeper
 //   tls_frames raw bytes (BASP headers, broken ClientHellos) to a learner's TLS port
@@ -19,6 +20,7 @@
 // written to --out DIR as <surface>-<case>.bin.
 //
 //   sao_fuzz [--surface NAME|all] [--cases N] [--seed S] [--out DIR]
+#include "../test_tiny_tokenizer.hpp"
 #include "actors/cluster.hpp"
 #include "actors/console_server.hpp"
 #include "actors/protocol.hpp"
@@ -28,6 +30,7 @@
 #include "env/external_env.hpp"
 #include "model/safetensors.hpp"
 #include "model/transformer.hpp"
+#include "tokenizer/hf_tokenizer.hpp"
 
 #include <caf/all.hpp>
 
@@ -280,6 +283,28 @@ class OneReplyServer {
   int port_ = 0;
   std::thread thread_;
 };
+
+// A tokenizer.json comes with a model directory from anywhere: it must be
+// refused by name or work, including its regexes (PCRE2's match limit turns
+// a catastrophic pattern into an error, not a hang).
+Surface tokenizer_surface() {
+  Surface surface;
+  surface.name = "tokenizer";
+  surface.seeds = {sao_test::byte_level_json().dump(), sao_test::sentencepiece_json().dump()};
+  surface.run = [](const std::string& input, const fs::path&) {
+    const auto tokenizer = sao::tokenizer::HfTokenizer::from_json_text(input, "", "fuzz");
+    for (const std::string text : {"hello world", "a <tool> b<|special|>", "\xC3\xA9\xE2\x82 \xFF 123", ""}) {
+      const auto ids = tokenizer.encode_with_special_tokens(text);
+      tokenizer.decode(ids);
+      tokenizer.decode(tokenizer.encode(text), true);
+    }
+    std::vector<int64_t> every_id;
+    for (int64_t id = 0; id < std::min<int64_t>(tokenizer.vocab_size(), 4096); ++id) every_id.push_back(id);
+    tokenizer.decode(every_id);
+    return Outcome::kAccepted;
+  };
+  return surface;
+}
 
 Surface env_reply_surface() {
   Surface surface;
@@ -661,15 +686,17 @@ int main(int argc, char** argv) {
     } else if (arg == "--out") {
       out = value();
     } else {
-      std::fprintf(stderr,
-                   "usage: sao_fuzz [--surface config|safetensors|env_reply|http|join|tls_frames|all] [--cases N] "
-                   "[--seed S] [--out DIR]\n");
+      std::fprintf(
+          stderr,
+          "usage: sao_fuzz [--surface config|safetensors|env_reply|tokenizer|http|join|tls_frames|all] [--cases N] "
+          "[--seed S] [--out DIR]\n");
       return 2;
     }
   }
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
-  const std::vector<std::string> all = {"config", "safetensors", "env_reply", "http", "join", "tls_frames"};
+  const std::vector<std::string> all = {"config", "safetensors", "env_reply", "tokenizer",
+                                        "http",   "join",        "tls_frames"};
   int64_t failures = 0;
   bool known = false;
   for (const auto& name : all) {
@@ -680,6 +707,7 @@ int main(int argc, char** argv) {
     if (name == "config") counts = fuzz_isolated(config_surface(), cases, seed, scratch, out);
     if (name == "safetensors") counts = fuzz_isolated(safetensors_surface(scratch), cases, seed, scratch, out);
     if (name == "env_reply") counts = fuzz_isolated(env_reply_surface(), cases, seed, scratch, out);
+    if (name == "tokenizer") counts = fuzz_isolated(tokenizer_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
     if (name == "tls_frames") counts = fuzz_tls_frames(cases, seed, scratch, out);
