@@ -4,9 +4,9 @@
 #include "actors/introspection.hpp"
 
 #include "algo/learner.hpp"
+#include "base/error.hpp"
 #include "model/checkpoint.hpp"
 #include "model/tensor_blob.hpp"
-#include "base/error.hpp"
 #include "report/metrics_schema.hpp"
 #include "train/task_runner.hpp"
 
@@ -74,12 +74,13 @@ std::string save_checkpoint(Self self) {
   report::WorkTimer timer(state.counters.work[report::kWorkCheckpoint]);
   model::write_directory_atomically(dir, [&](const std::string& staging) {
     state.learner->save(model::checkpoint_learner_dir(staging));
-    model::save_policy_checkpoint(model::checkpoint_policy_dir(staging), state.learner->policy(),
-                                  {{"tokenizer", "byte"},
-                                   {"stage", "rl"},
-                                   {"step", state.learner->steps()},
-                                   {"policy_version", state.learner->policy_version()},
-                                   {"run_config", state.config.run.document}});
+    model::save_policy_checkpoint(
+        model::checkpoint_policy_dir(staging), state.learner->policy(),
+        {{"tokenizer", state.config.run.model_path.empty() ? "byte" : state.config.run.model_path},
+         {"stage", "rl"},
+         {"step", state.learner->steps()},
+         {"policy_version", state.learner->policy_version()},
+         {"run_config", state.config.run.document}});
   });
   return dir;
 }

@@ -9,7 +9,7 @@
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
 #include "rollout/episode_batch.hpp"
-#include "tokenizer/byte_tokenizer.hpp"
+#include "tokenizer/load_tokenizer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -35,7 +35,6 @@ struct EpisodeIds {
 
 struct RolloutActorState {
   RolloutActorConfig config;
-  tokenizer::ByteTokenizer tokenizer;
   model::CausalLM policy{nullptr};
   int64_t version = -1;
   std::optional<msg::PolicyWeights> pending_weights;
@@ -236,7 +235,7 @@ void start_session(Self self) {
   settings.sampling.top_p = state.config.rollout.top_p;
   settings.sampling.max_new_tokens = state.config.rollout.max_new_tokens;
   settings.max_turns = state.config.rollout.max_turns;
-  state.batch = std::make_unique<rollout::EpisodeBatch>(state.tokenizer, settings, episodes);
+  state.batch = std::make_unique<rollout::EpisodeBatch>(*state.config.tokenizer, settings, episodes);
   state.ids.assign(episodes, EpisodeIds{});
   const int64_t session_id = state.session_id;
   for (size_t index = 0; index < episodes; ++index) {
@@ -370,6 +369,7 @@ RolloutActorConfig rollout_config_from_run(const config::RunConfig& run, std::st
   config.name = std::move(name);
   config.index = index;
   config.model = run.model;
+  config.tokenizer = tokenizer::load_tokenizer(run.model_path, run.prompt_format);
   config.rollout = run.rollout;
   config.group_size = run.replay.group_size;
   config.synchronous = run.replay.synchronous;

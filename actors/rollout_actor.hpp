@@ -10,9 +10,11 @@
 #pragma once
 
 #include "actors/protocol.hpp"
-#include "model/model_config.hpp"
 #include "config/run_config.hpp"
+#include "model/model_config.hpp"
+#include "tokenizer/tokenizer.hpp"
 
+#include <memory>
 #include <string>
 
 namespace sao::actors {
@@ -21,6 +23,8 @@ struct RolloutActorConfig {
   std::string name;  // e.g. "rollout-0"
   int64_t index = 0;
   model::ModelConfig model;
+  // Shared by every rollout actor of the process (encode/decode are const).
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
   config::RolloutSection rollout;
   int64_t group_size = 1;    // G episodes share a prompt (GRPO)
   bool synchronous = false;  // one batch per weight version (batch barrier)

@@ -53,11 +53,9 @@ int run_doctor(const Args& args) {
     std::printf("%-22s %s\n", part.name.c_str(), part.usable ? "ok" : "NOT USABLE");
     for (const auto& line : part.lines) std::printf("  %s\n", line.c_str());
   }
-  std::printf("verdict                %s\n", model.usable() ? "every part above is readable by sao"
-                                                         : "sao cannot use this directory (see the errors above)");
-  std::printf(
-      "note                   sft/train/eval do not take a model directory yet (they run sao's byte-level\n"
-      "                       tokenizer and its own checkpoints); this report is what that will build on\n");
+  std::printf("verdict                %s\n", model.usable()
+                                                 ? "every part above is readable by sao: use it with --model DIR"
+                                                 : "sao cannot use this directory (see the errors above)");
   return model.usable() ? 0 : 1;
 }
 

@@ -27,7 +27,7 @@ int run_sft(const Args& args) {
                static_cast<long long>(config.sft.steps), static_cast<long long>(config.sft.batch_size),
                config.run.dir.c_str());
   train::SftResult result;
-  auto policy = sft_from_scratch(config, &result);
+  auto policy = train_warm_start(config, &result);
   const std::string checkpoint = model::sft_checkpoint_dir(config.run.dir);
   std::printf("sft: %lld steps in %.1f s (%.0f tokens/s), final loss %.4f, saved %s\n",
               static_cast<long long>(result.steps), result.seconds, result.tokens_per_second, result.final_loss,

@@ -16,5 +16,6 @@ int run_train(const Args& args);
 int run_console(const Args& args);
 int run_plot(const Args& args);
 int run_node(const Args& args);
+int run_export(const Args& args);
 
 }  // namespace sao::cli

@@ -21,25 +21,35 @@ namespace sao::cli {
 
 std::vector<FlagSpec> config_flags() {
   return {{"--config", true, false, "run config JSON (default: the embedded config/default.json)"},
+          {"--model", true, false, "Hugging Face model directory (sets model.path; replaces the model section)"},
           {"--set", true, true, "override a config key, e.g. --set sft.steps=100 (repeatable)"},
           {"--run-dir", true, false, "run directory (default: run.dir from the config)"},
           {"--help", false, false, "show this help"}};
 }
 
+namespace {
+// A flag's value as a JSON string, never pasted between quotes: a backslash
+// or "\u0041" in a directory name stays those characters.
+std::string json_string(const std::string& flag, const std::string& value) {
+  try {
+    return base::dump_json(nlohmann::json(value));
+  } catch (const nlohmann::json::type_error&) {
+    throw Error(flag + " '" + value + "': the directory name must be valid UTF-8");
+  }
+}
+}  // namespace
+
 config::RunConfig load_config_from_args(const ParsedArgs& parsed, const std::string& steps_key) {
-  auto overrides = parsed.all("--set");
+  std::vector<std::string> overrides;
+  // First, so that --set model.X can still be checked against the directory.
+  if (parsed.has("--model"))
+    overrides.push_back("model={\"path\": " + json_string("--model", parsed.get("--model")) + "}");
+  for (const auto& assignment : parsed.all("--set")) overrides.push_back(assignment);
   if (!steps_key.empty() && parsed.has("--steps")) {
     overrides.push_back(steps_key + "=" + std::to_string(parsed.get_int("--steps", 0)));
   }
   if (parsed.has("--run-dir")) {
-    // The value goes through the JSON library, never pasted between quotes:
-    // a backslash or "\u0041" in a directory name stays those characters.
-    const auto& run_dir = parsed.get("--run-dir");
-    try {
-      overrides.push_back("run.dir=" + base::dump_json(nlohmann::json(run_dir)));
-    } catch (const nlohmann::json::type_error&) {
-      throw Error("--run-dir '" + run_dir + "': the directory name must be valid UTF-8");
-    }
+    overrides.push_back("run.dir=" + json_string("--run-dir", parsed.get("--run-dir")));
   }
   auto config = config::load_run_config(parsed.get("--config"), overrides);
   report::configure_threads(config.threads.torch_intra_op);
@@ -52,14 +62,20 @@ void write_resolved_config(const config::RunConfig& config) {
   out << base::dump_json(config.document, 2) << "\n";
 }
 
-model::CausalLM sft_from_scratch(const config::RunConfig& config, train::SftResult* result) {
-  model::CausalLM policy(config.model);
-  model::init_weights(*policy, static_cast<uint64_t>(config.run.seed));
+model::CausalLM train_warm_start(const config::RunConfig& config, train::SftResult* result) {
+  model::CausalLM policy{nullptr};
+  if (config.model_path.empty()) {
+    policy = model::CausalLM(config.model);
+    model::init_weights(*policy, static_cast<uint64_t>(config.run.seed));
+  } else {
+    // A model brought by the user starts from its own weights.
+    policy = model::load_policy_checkpoint(config.model_path);
+  }
   const auto run_dir = std::filesystem::path(config.run.dir);
   report::JsonlWriter metrics((run_dir / "sft_metrics.jsonl").string());
   *result = train::run_warm_start(policy, config, &metrics);
   model::save_policy_checkpoint(model::sft_checkpoint_dir(config.run.dir), policy,
-                                {{"tokenizer", "byte"},
+                                {{"tokenizer", config.model_path.empty() ? "byte" : config.model_path},
                                  {"stage", "sft"},
                                  {"step", result->steps},
                                  {"policy_version", 0},
@@ -86,7 +102,7 @@ model::CausalLM warm_start_policy(const config::RunConfig& config, const std::st
   std::fprintf(stderr, "%s: no warm start at %s, running SFT first\n", command.c_str(), sft_dir.c_str());
   train::require_memory(train::estimate_sft_memory(config), train::available_memory_bytes(), config.source);
   train::SftResult result;
-  auto policy = sft_from_scratch(config, &result);
+  auto policy = train_warm_start(config, &result);
   std::fprintf(stderr, "%s: SFT took %.1f s, saved %s\n", command.c_str(), result.seconds, sft_dir.c_str());
   return policy;
 }

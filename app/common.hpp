@@ -22,9 +22,11 @@ std::vector<FlagSpec> config_flags();
 config::RunConfig load_config_from_args(const ParsedArgs& parsed, const std::string& steps_key = "");
 // Writes the resolved config into the run directory.
 void write_resolved_config(const config::RunConfig& config);
-// Trains a fresh policy on the task's demonstrations (SFT) and saves it to
-// RUN_DIR/sft; metrics go to RUN_DIR/sft_metrics.jsonl.
-model::CausalLM sft_from_scratch(const config::RunConfig& config, train::SftResult* result);
+// Trains a policy on the task's demonstrations (SFT) and saves it to
+// RUN_DIR/sft; metrics go to RUN_DIR/sft_metrics.jsonl. The policy starts
+// from model.path's weights when the config names a model directory, else
+// from a seeded random initialisation.
+model::CausalLM train_warm_start(const config::RunConfig& config, train::SftResult* result);
 // config_flags() plus --steps and --resume: what `train` and a learner node take.
 std::vector<FlagSpec> training_flags();
 // What an RL run starts from.

@@ -5,7 +5,8 @@
 # LibTorch matmuls run 20-40x slower (check with `sao doctor`).
 # `--tests` also installs what only the tests need (headless Chromium, which
 # loads the dashboard against a live run; Node.js and npm for the tokenizer
-# parity test).
+# parity test; Debian's python3-torch for the model parity test's
+# independent reference forward pass).
 set -euo pipefail
 
 packages=(
@@ -17,7 +18,7 @@ packages=(
   python3
 )
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(chromium)
+  packages+=(chromium python3-torch)
   # The tokenizer parity test runs Hugging Face's JavaScript tokenizers (it
   # installs them from npm into the build tree). A Node.js from elsewhere
   # (NodeSource ships npm inside its nodejs package) is used as it is.

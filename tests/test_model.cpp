@@ -285,7 +285,7 @@ TEST_CASE("policy_tensor_shapes lists exactly what CausalLM registers, without b
 TEST_CASE("model sizes out of bounds are refused with the allowed range") {
   const auto error_for = [](const nlohmann::json& json) {
     try {
-      sao::model::model_config_from_json(json, "checkpoint c/config.json", /*allow_unknown_keys=*/true);
+      sao::model::model_config_from_json(json, "checkpoint c/config.json", sao::model::ConfigKind::kHuggingFace);
     } catch (const sao::Error& error) {
       return std::string(error.what());
     }

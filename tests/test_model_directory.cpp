@@ -22,6 +22,11 @@
 
 namespace {
 
+// A small chat template: role, content, then the special token as end of turn.
+constexpr const char* kChatTemplate =
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}<|special|>{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}";
+
 namespace fs = std::filesystem;
 using sao::config::inspect_model_directory;
 using sao::config::ModelDirectoryReport;
@@ -42,7 +47,8 @@ struct Directory {
     sao::model::init_weights(*policy, 3);
     sao::model::save_policy_checkpoint(path.string(), policy, {{"stage", "sft"}});
     std::ofstream(path / "tokenizer.json") << sao_test::byte_level_json().dump();
-    std::ofstream(path / "tokenizer_config.json") << R"({"eos_token": "<|special|>", "chat_template": "{{ x }}"})";
+    std::ofstream(path / "tokenizer_config.json")
+        << R"({"eos_token": "<|special|>", "chat_template": ")" << kChatTemplate << R"("})";
     std::ofstream(path / "generation_config.json") << R"({"eos_token_id": [300, 301], "temperature": 0.7})";
   }
   ~Directory() { fs::remove_all(path); }
@@ -100,7 +106,8 @@ TEST_CASE("a Llama-layout directory with a tokenizer.json is readable in every p
   const auto& tokenizer = part(report, "tokenizer");
   CHECK(has_line(tokenizer, "tokenizer.json: 302 ids, 1 special"));
   CHECK(has_line(tokenizer, "bos none, eos \"<|special|>\" (300), pad none"));
-  CHECK(has_line(part(report, "chat template"), "chat_template, 7 characters"));
+  CHECK(has_line(part(report, "chat template"), "chat_template, 127 characters"));
+  CHECK(has_line(part(report, "chat template"), "renders in sao; end of turn \"<|special|>\" (300)"));
   CHECK(has_line(part(report, "generation_config.json"), "eos_token_id [300,301], temperature 0.7"));
 }
 
@@ -119,19 +126,28 @@ TEST_CASE("shards listed by model.safetensors.index.json are read, and a misplac
 }
 
 TEST_CASE("an architecture sao does not compute is refused key by key") {
-  const Directory dir("qwen3");
-  dir.set_config("model_type", "qwen3");
-  dir.set_config("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}});
+  const Directory dir("gemma3");
+  dir.set_config("model_type", "gemma3");
+  dir.set_config("rope_scaling", {{"rope_type", "yarn"}, {"factor", 8.0}});
   dir.set_config("hidden_act", "gelu");
   const auto report = inspect_model_directory(dir.path.string());
   CHECK_FALSE(report.usable());
   const auto& config = part(report, "config.json");
   CHECK_FALSE(config.usable);
-  CHECK(has_line(config, "error: config.json model_type: \"qwen3\" is not implemented"));
-  CHECK(has_line(config, "error: config.json rope_scaling: type \"llama3\" is not implemented"));
+  CHECK(has_line(config, "error: config.json model_type: \"gemma3\" is not implemented"));
+  CHECK(has_line(config, "error: config.json rope_scaling: type \"yarn\" is not implemented"));
   CHECK(has_line(config, "error: config.json hidden_act: \"gelu\" is not implemented (silu only)"));
   CHECK(has_line(config, "layers 2, hidden 32"));  // the sizes are still shown
   CHECK(part(report, "weights").usable);
+}
+
+TEST_CASE("a chat template sao cannot render makes the chat template part unusable") {
+  const Directory dir("bad_template");
+  std::ofstream(dir.path / "tokenizer_config.json")
+      << R"({"eos_token": "<|special|>", "chat_template": "{% macro m() %}{% endmacro %}"})";
+  const auto report = inspect_model_directory(dir.path.string());
+  CHECK_FALSE(part(report, "chat template").usable);
+  CHECK(has_line(part(report, "chat template"), "line 1: statement 'macro' is not supported"));
 }
 
 TEST_CASE("no tokenizer.json, or one larger than config.json's vocabulary, is an error of the tokenizer part") {
@@ -154,10 +170,10 @@ TEST_CASE("sao doctor --model prints the report and exits 1 when the directory i
   CHECK(result.exit_code == 0);
   CHECK(result.output.find("tokenizer              ok") != std::string::npos);
   CHECK(result.output.find("verdict                every part above is readable by sao") != std::string::npos);
-  dir.set_config("model_type", "qwen3");
+  dir.set_config("model_type", "gemma3");
   result = sao_test::run_command(std::string(SAO_BINARY) + " doctor --model " + sao_test::quoted(dir.path.string()) +
                                  " 2>&1");
   CHECK(result.exit_code == 1);
   CHECK(result.output.find("config.json            NOT USABLE") != std::string::npos);
-  CHECK(result.output.find("model_type: \"qwen3\" is not implemented") != std::string::npos);
+  CHECK(result.output.find("model_type: \"gemma3\" is not implemented") != std::string::npos);
 }

@@ -6,6 +6,8 @@
 #include "model/model_config.hpp"
 #include "model/regular_file.hpp"
 #include "model/safetensors.hpp"
+#include "model/weight_files.hpp"
+#include "tokenizer/chat_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 
 #include <nlohmann/json.hpp>
@@ -46,8 +48,12 @@ ModelDirectoryPart inspect_config(const fs::path& dir) {
     part.lines.push_back("architecture " + architecture);
     const auto problems = model::unsupported_hf_config_keys(json);
     // The sizes are worth showing even for a layout sao cannot compute yet.
-    if (!problems.empty() && json.is_object()) json["model_type"] = "llama";
-    const auto config = model::model_config_from_json(json, (dir / "config.json").string(), true);
+    if (!problems.empty() && json.is_object()) {
+      json["model_type"] = "llama";
+      json.erase("rope_scaling");
+    }
+    const auto config =
+        model::model_config_from_json(json, (dir / "config.json").string(), model::ConfigKind::kHuggingFace);
     part.lines.push_back(
         "layers " + std::to_string(config.num_hidden_layers) + ", hidden " + std::to_string(config.hidden_size) +
         ", intermediate " + std::to_string(config.intermediate_size) + ", heads " +
@@ -74,61 +80,24 @@ ModelDirectoryPart inspect_config(const fs::path& dir) {
 ModelDirectoryPart inspect_weights(const fs::path& dir) {
   ModelDirectoryPart part{"weights", true, {}};
   try {
-    std::vector<fs::path> shards;
-    std::map<std::string, std::string> index;  // tensor -> shard file, when sharded
-    if (fs::exists(dir / "model.safetensors.index.json")) {
-      const auto json = read_json(dir / "model.safetensors.index.json");
-      if (!json.is_object() || !json.contains("weight_map") || !json["weight_map"].is_object())
-        throw Error((dir / "model.safetensors.index.json").string() + ": missing object 'weight_map'");
-      std::set<std::string> files;
-      for (const auto& [tensor, file] : json["weight_map"].items()) {
-        if (!file.is_string())
-          throw Error((dir / "model.safetensors.index.json").string() + ": weight_map[\"" + tensor +
-                      "\"]: expected a file name");
-        const auto name = file.get<std::string>();
-        if (name.find('/') != std::string::npos || name == "..")
-          throw Error((dir / "model.safetensors.index.json").string() + ": weight_map[\"" + tensor + "\"]: \"" + name +
-                      "\" is not a file in the directory");
-        index[tensor] = name;
-        files.insert(name);
-      }
-      for (const auto& file : files) shards.push_back(dir / file);
-      part.lines.push_back("sharded: " + std::to_string(shards.size()) + " files (model.safetensors.index.json)");
-    } else if (fs::exists(dir / "model.safetensors")) {
-      shards.push_back(dir / "model.safetensors");
-      part.lines.push_back("single file model.safetensors");
-    } else {
-      throw Error(dir.string() + ": neither model.safetensors nor model.safetensors.index.json");
-    }
+    const auto weights = model::read_weight_files(dir.string());
+    part.lines.push_back(weights.sharded ? "sharded: " + std::to_string(weights.files.size()) +
+                                               " files (model.safetensors.index.json)"
+                                         : std::string("single file model.safetensors"));
     std::map<std::string, int64_t> count_by_dtype;
     int64_t parameters = 0;
-    std::uint64_t file_bytes = 0;
-    std::size_t tensors = 0;
-    for (const auto& shard : shards) {
-      const auto header = model::read_safetensors_header(shard.string());
-      file_bytes += fs::file_size(shard);
-      for (const auto& [name, info] : header.tensors) {
-        if (!index.empty()) {
-          const auto listed = index.find(name);
-          if (listed == index.end() || dir / listed->second != shard)
-            throw Error(shard.string() + ": tensor \"" + name + "\" is not listed for this file in the index");
-          index.erase(listed);
-        }
-        int64_t elements = 1;
-        for (const auto size : info.shape) elements *= size;
-        parameters += elements;
-        count_by_dtype[model::safetensors_dtype_name(info.dtype)] += 1;
-        ++tensors;
-      }
+    for (const auto& [name, info] : weights.header.tensors) {
+      int64_t elements = 1;
+      for (const auto size : info.shape) elements *= size;
+      parameters += elements;
+      count_by_dtype[model::safetensors_dtype_name(info.dtype)] += 1;
     }
-    if (!index.empty())
-      throw Error("model.safetensors.index.json lists \"" + index.begin()->first + "\" in " + index.begin()->second +
-                  ", which does not hold it (" + std::to_string(index.size()) + " such tensors)");
     std::string dtypes;
     for (const auto& [dtype, count] : count_by_dtype)
       dtypes += (dtypes.empty() ? "" : ", ") + dtype + " x" + std::to_string(count);
-    part.lines.push_back(std::to_string(tensors) + " tensors (" + dtypes + "), " + std::to_string(parameters) +
-                         " values, " + gigabytes(static_cast<double>(file_bytes)) + " on disk, " +
+    part.lines.push_back(std::to_string(weights.header.tensors.size()) + " tensors (" + dtypes + "), " +
+                         std::to_string(parameters) + " values, " +
+                         gigabytes(static_cast<double>(weights.bytes_on_disk)) + " on disk, " +
                          gigabytes(4.0 * static_cast<double>(parameters)) + " as fp32");
   } catch (const std::exception& error) {
     part.usable = false;
@@ -200,7 +169,16 @@ ModelDirectoryPart inspect_chat_template(const fs::path& dir) {
     } else {
       throw Error((dir / "tokenizer_config.json").string() + ": chat_template: expected a string or a list");
     }
-    part.lines.push_back("note: sao does not render chat templates yet; prompts are encoded as plain text");
+    // Parsing and one rendered turn show whether sao can use it as it stands.
+    auto chat_template = tokenizer::load_chat_template(dir.string());
+    if (chat_template) {
+      const tokenizer::ChatTokenizer chat(
+          std::make_shared<const tokenizer::HfTokenizer>(tokenizer::HfTokenizer::load(dir.string())),
+          std::move(*chat_template), dir.string());
+      part.lines.push_back("renders in sao; end of turn \"" + chat.decode({chat.end_of_turn_id()}) + "\" (" +
+                           std::to_string(chat.end_of_turn_id()) +
+                           "); runs use it unless model.prompt_format is plain");
+    }
   } catch (const std::exception& error) {
     part.usable = false;
     part.lines.push_back(std::string("error: ") + error.what());

@@ -6,8 +6,10 @@
 #include "base/json_reader.hpp"
 #include "env/arithmetic_env.hpp"
 #include "env/environment.hpp"
+#include "model/checkpoint.hpp"
 #include "sao/build_info.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
+#include "tokenizer/load_tokenizer.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -285,6 +287,55 @@ void derive_dependent_settings(RunConfig& config) {
   config.learner.validate(config.source + ".learner");
 }
 
+// "model": sao's own architecture keys, or "path" to a Hugging Face
+// directory whose config.json and tokenizer.json define the model. Keys
+// beside "path" may only repeat what the directory says: a run config that
+// disagrees with its weights would build actors of another shape.
+void read_model(nlohmann::json section, const std::string& source, RunConfig& config) {
+  if (section.is_object() && section.contains("prompt_format")) {
+    const auto& format = section["prompt_format"];
+    if (!format.is_string() || (format != "auto" && format != "chat" && format != "plain"))
+      throw Error(source + ": model.prompt_format must be \"auto\", \"chat\" or \"plain\", got " +
+                  base::dump_json(format));
+    config.prompt_format = format.get<std::string>();
+    section.erase("prompt_format");
+  }
+  if (!section.contains("path")) {
+    if (config.prompt_format == "chat")
+      throw Error(source + ": model.prompt_format \"chat\" needs model.path (sao's byte model has no chat template)");
+    config.model = model::model_config_from_json(section, source + ": model", model::ConfigKind::kRunConfig);
+    if (config.model.vocab_size < tokenizer::ByteTokenizer::kVocabSize) {
+      throw Error(source + ": model.vocab_size " + std::to_string(config.model.vocab_size) +
+                  " is smaller than the byte tokenizer's " + std::to_string(tokenizer::ByteTokenizer::kVocabSize));
+    }
+    return;
+  }
+  const auto& path = section["path"];
+  if (!path.is_string() || path.get<std::string>().empty())
+    throw Error(source + ": model.path must be a directory name, got " + base::dump_json(path));
+  config.model_path = path.get<std::string>();
+  if (!std::filesystem::is_directory(config.model_path))
+    throw Error(source + ": model.path " + config.model_path + ": no such directory");
+  config.model = model::load_checkpoint_config(config.model_path);
+  const auto from_directory = model::model_config_settings_to_json(config.model);
+  for (const auto& [key, value] : section.items()) {
+    if (key == "path") continue;
+    if (!from_directory.contains(key) || from_directory[key] != value)
+      throw Error(source + ": model." + key + " is " + base::dump_json(value) + " but " + config.model_path +
+                  "/config.json says " +
+                  (from_directory.contains(key) ? base::dump_json(from_directory[key]) : "nothing") +
+                  " (with model.path the architecture comes from the directory; remove model." + key + ")");
+  }
+  const auto tokenizer = tokenizer::load_tokenizer(config.model_path, config.prompt_format);
+  if (tokenizer->vocab_size() > config.model.vocab_size)
+    throw Error(source + ": model.path " + config.model_path + ": the tokenizer has " +
+                std::to_string(tokenizer->vocab_size()) + " ids but config.json's vocab_size is " +
+                std::to_string(config.model.vocab_size));
+  if (tokenizer->eos_id() < 0)
+    throw Error(source + ": model.path " + config.model_path +
+                ": tokenizer_config.json names no eos_token, so generation could never stop");
+}
+
 }  // namespace
 
 RunConfig parse_run_config(const nlohmann::json& document, const std::string& source) {
@@ -295,12 +346,7 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   read_run(root.section("run"), config.run);
   read_threads(root.section("threads"), config.threads);
   root.section("model");  // marks the key as known and checks it is an object
-  config.model = model::model_config_from_json(document.value("model", nlohmann::json::object()), source + ": model",
-                                               /*allow_unknown_keys=*/false);
-  if (config.model.vocab_size < tokenizer::ByteTokenizer::kVocabSize) {
-    throw Error(source + ": model.vocab_size " + std::to_string(config.model.vocab_size) +
-                " is smaller than the byte tokenizer's " + std::to_string(tokenizer::ByteTokenizer::kVocabSize));
-  }
+  read_model(document.value("model", nlohmann::json::object()), source, config);
   root.section("task");  // marks the key as known and checks it is an object
   root.section("env");
   read_env(JsonReader(document.value("env", nlohmann::json::object()), source + ".env"), config.env);
@@ -330,6 +376,8 @@ nlohmann::json run_config_to_json(const RunConfig& config) {
   run_keys(config.run, base::WriteKeys{document["run"]});
   threads_keys(config.threads, base::WriteKeys{document["threads"]});
   document["model"] = model::model_config_settings_to_json(config.model);
+  if (!config.model_path.empty()) document["model"] = {{"path", config.model_path}};
+  if (config.prompt_format != "auto") document["model"]["prompt_format"] = config.prompt_format;
   document["task"] = config.is_arithmetic() ? env::arithmetic_config_to_json(config.task) : config.task_document;
   env_keys(config.env, base::WriteKeys{document["env"]});
   sft_keys(config.sft, base::WriteKeys{document["sft"]});

@@ -109,6 +109,13 @@ struct RunConfig {
   RunSection run;
   ThreadsSection threads;
   model::ModelConfig model;
+  // "model.path": a Hugging Face model directory. When set, the architecture
+  // is its config.json, the tokenizer its tokenizer.json, and the warm start
+  // begins from its weights; "" means sao's own byte-level model.
+  std::string model_path;
+  // "model.prompt_format": "auto" (the model's chat template when it has
+  // one), "chat" (its template, required) or "plain" (BOS + text, EOS).
+  std::string prompt_format = "auto";
   env::ArithmeticConfig task;    // parsed "task" section when env.name is "arithmetic"
   nlohmann::json task_document;  // the raw "task" section: the environment's config
   bool is_arithmetic() const { return env.name == "arithmetic"; }

@@ -11,6 +11,7 @@
 #include "base/json_parse.hpp"
 #include "model/regular_file.hpp"
 #include "model/safetensors.hpp"
+#include "model/weight_files.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -348,15 +349,24 @@ void save_policy_checkpoint(const std::string& dir, const CausalLM& policy, cons
 
 ModelConfig load_checkpoint_config(const std::string& dir) {
   const fs::path path = fs::path(dir) / "config.json";
-  // Real HF configs carry keys this runtime does not use; they are ignored here.
-  return model_config_from_json(read_json(path), "checkpoint " + path.string(), /*allow_unknown_keys=*/true);
+  const auto json = read_json(path);
+  // Real HF configs carry keys this runtime does not use; they are ignored,
+  // but one that would make sao compute another model than the file
+  // describes (a sliding window, another rope scaling) stops the load.
+  const auto problems = unsupported_hf_config_keys(json);
+  if (!problems.empty()) {
+    std::string text;
+    for (const auto& problem : problems) text += (text.empty() ? "" : "; ") + problem;
+    throw Error("checkpoint " + path.string() + ": " + text);
+  }
+  return model_config_from_json(json, "checkpoint " + path.string(), ConfigKind::kHuggingFace);
 }
 
 CausalLM load_policy_checkpoint(const std::string& dir, nlohmann::json* info) {
   if (!fs::is_directory(dir)) throw Error("checkpoint " + dir + ": no such directory");
   const auto config = load_checkpoint_config(dir);
-  const auto weights_path = (fs::path(dir) / "model.safetensors").string();
-  check_weights_match_config(dir, config, read_safetensors_header(weights_path));
+  const auto weights = read_weight_files(dir);
+  check_weights_match_config(dir, config, weights.header);
   nlohmann::json stored_info = nlohmann::json::object();
   const fs::path sao_path = fs::path(dir) / "sao.json";
   std::error_code ec;
@@ -368,7 +378,7 @@ CausalLM load_policy_checkpoint(const std::string& dir, nlohmann::json* info) {
   // Only now is the model built: its size is what config.json says, and the
   // weights file has been shown to hold exactly that many tensors of those shapes.
   CausalLM policy(config);
-  load_into_module(*policy, weights_path, /*strict=*/true);
+  load_weight_files(*policy, weights);
   if (info != nullptr) *info = std::move(stored_info);
   return policy;
 }

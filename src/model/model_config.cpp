@@ -22,9 +22,35 @@ void require_in_range(const std::string& source, const char* key, int64_t value,
 }
 }  // namespace
 
+bool RopeScaling::operator==(const RopeScaling& other) const {
+  return type == other.type && factor == other.factor && low_freq_factor == other.low_freq_factor &&
+         high_freq_factor == other.high_freq_factor &&
+         original_max_position_embeddings == other.original_max_position_embeddings;
+}
+
+namespace {
+bool known_model_type(const std::string& type) {
+  return type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3";
+}
+
+void validate_rope_scaling(const RopeScaling& scaling, const std::string& source) {
+  if (scaling.type.empty()) return;
+  require(scaling.type == "linear" || scaling.type == "llama3", source,
+          "rope_scaling type must be \"linear\" or \"llama3\", got \"" + scaling.type + "\"");
+  require(std::isfinite(scaling.factor) && scaling.factor > 0 && scaling.factor <= 1e6, source,
+          "rope_scaling.factor must be in (0, 1e6]");
+  if (scaling.type != "llama3") return;
+  require(std::isfinite(scaling.low_freq_factor) && std::isfinite(scaling.high_freq_factor) &&
+              scaling.low_freq_factor > 0 && scaling.high_freq_factor > scaling.low_freq_factor,
+          source, "rope_scaling needs 0 < low_freq_factor < high_freq_factor");
+  require_in_range(source, "rope_scaling.original_max_position_embeddings", scaling.original_max_position_embeddings,
+                   kMaxPositionEmbeddings);
+}
+}  // namespace
+
 void ModelConfig::validate(const std::string& source) const {
-  require(model_type == "llama" || model_type == "qwen2", source,
-          "model_type must be \"llama\" or \"qwen2\", got \"" + model_type + "\"");
+  require(known_model_type(model_type), source,
+          "model_type must be \"llama\", \"mistral\", \"qwen2\" or \"qwen3\", got \"" + model_type + "\"");
   require_in_range(source, "vocab_size", vocab_size, kMaxVocabSize);
   require_in_range(source, "hidden_size", hidden_size, kMaxHiddenSize);
   require_in_range(source, "intermediate_size", intermediate_size, kMaxIntermediateSize);
@@ -32,22 +58,28 @@ void ModelConfig::validate(const std::string& source) const {
   require_in_range(source, "num_attention_heads", num_attention_heads, kMaxAttentionHeads);
   require_in_range(source, "num_key_value_heads", num_key_value_heads, kMaxAttentionHeads);
   require_in_range(source, "max_position_embeddings", max_position_embeddings, kMaxPositionEmbeddings);
-  require(hidden_size % num_attention_heads == 0, source,
-          "hidden_size (" + std::to_string(hidden_size) + ") must be a multiple of num_attention_heads (" +
-              std::to_string(num_attention_heads) + ")");
+  if (explicit_head_dim == 0) {
+    require(hidden_size % num_attention_heads == 0, source,
+            "hidden_size (" + std::to_string(hidden_size) + ") must be a multiple of num_attention_heads (" +
+                std::to_string(num_attention_heads) + ")");
+  } else {
+    require_in_range(source, "head_dim", explicit_head_dim, kMaxHeadDim);
+  }
   require(head_dim() % 2 == 0, source,
-          "head_dim (hidden_size / num_attention_heads) must be even for rotary embeddings");
+          "head_dim must be even for rotary embeddings, got " + std::to_string(head_dim()));
   require(num_attention_heads % num_key_value_heads == 0, source,
           "num_attention_heads (" + std::to_string(num_attention_heads) +
               ") must be a multiple of num_key_value_heads (" + std::to_string(num_key_value_heads) + ")");
   require(std::isfinite(rms_norm_eps) && rms_norm_eps > 0, source, "rms_norm_eps must be positive and finite");
   require(std::isfinite(rope_theta) && rope_theta > 0, source, "rope_theta must be positive and finite");
+  validate_rope_scaling(rope_scaling, source);
 }
 
 int64_t ModelConfig::parameter_count() const {
+  const int64_t q_dim = num_attention_heads * head_dim();
   const int64_t kv_dim = num_key_value_heads * head_dim();
-  const int64_t attention =
-      hidden_size * hidden_size * 2 + hidden_size * kv_dim * 2 + (attention_bias ? hidden_size + 2 * kv_dim : 0);
+  const int64_t attention = hidden_size * q_dim * 2 + hidden_size * kv_dim * 2 +
+                            (attention_bias ? q_dim + 2 * kv_dim : 0) + (qk_norm() ? 2 * head_dim() : 0);
   const int64_t mlp = 3 * hidden_size * intermediate_size;
   const int64_t norms = 2 * hidden_size;
   const int64_t embedding = vocab_size * hidden_size;
@@ -75,14 +107,53 @@ void model_keys(Config& config, Visit visit) {
 }
 }  // namespace
 
-ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source, bool allow_unknown_keys) {
+namespace {
+RopeScaling read_rope_scaling(base::JsonReader reader, ConfigKind kind) {
+  RopeScaling scaling;
+  std::string type;
+  reader.read("rope_type", type);
+  if (type.empty()) reader.read("type", type);  // the older spelling
+  scaling.type = type == "default" ? "" : type;
+  reader.read("factor", scaling.factor);
+  reader.read("low_freq_factor", scaling.low_freq_factor);
+  reader.read("high_freq_factor", scaling.high_freq_factor);
+  reader.read("original_max_position_embeddings", scaling.original_max_position_embeddings);
+  if (kind == ConfigKind::kRunConfig) reader.reject_unknown_keys();
+  return scaling;
+}
+
+nlohmann::json rope_scaling_to_json(const RopeScaling& scaling) {
+  nlohmann::json json = {{"rope_type", scaling.type}, {"factor", scaling.factor}};
+  if (scaling.type == "llama3") {
+    json["low_freq_factor"] = scaling.low_freq_factor;
+    json["high_freq_factor"] = scaling.high_freq_factor;
+    json["original_max_position_embeddings"] = scaling.original_max_position_embeddings;
+  }
+  return json;
+}
+}  // namespace
+
+ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source, ConfigKind kind) {
   ModelConfig config;
-  base::JsonReader reader(json, source);
+  // transformers writes `null` for a key at its default.
+  nlohmann::json present = json;
+  if (present.is_object()) {
+    for (const char* key : {"rope_scaling", "head_dim", "tie_word_embeddings", "num_key_value_heads"})
+      if (present.contains(key) && present[key].is_null()) present.erase(key);
+  }
+  base::JsonReader reader(present, source);
   model_keys(config, base::ReadKeys{reader});
+  reader.read("head_dim", config.explicit_head_dim);
+  if (reader.has("rope_scaling")) config.rope_scaling = read_rope_scaling(reader.section("rope_scaling"), kind);
   // Hugging Face's defaults for configs that leave these out.
   if (!reader.has("num_key_value_heads")) config.num_key_value_heads = config.num_attention_heads;
   if (!reader.has("attention_bias") && config.model_type == "qwen2") config.attention_bias = true;
-  if (!allow_unknown_keys) reader.reject_unknown_keys();
+  if (kind == ConfigKind::kHuggingFace && !reader.has("tie_word_embeddings")) config.tie_word_embeddings = false;
+  // An explicit head_dim equal to the ratio is the same model; keeping 0
+  // makes configs that spell it and configs that do not compare equal.
+  if (config.num_attention_heads > 0 && config.explicit_head_dim * config.num_attention_heads == config.hidden_size)
+    config.explicit_head_dim = 0;
+  if (kind == ConfigKind::kRunConfig) reader.reject_unknown_keys();
   config.validate(source);
   return config;
 }
@@ -103,29 +174,28 @@ std::vector<std::string> unsupported_hf_config_keys(const nlohmann::json& json) 
     return json.contains(key) && json.at(key).is_boolean() ? json.at(key).get<bool>() : fallback;
   };
   const std::string model_type = text(json, "model_type", "llama");
-  if (model_type != "llama" && model_type != "qwen2") {
+  if (!known_model_type(model_type)) {
     problems.push_back("model_type: \"" + model_type +
-                       "\" is not implemented (sao computes llama and qwen2; qwen3 needs q/k RMSNorm, mistral a "
-                       "sliding window)");
+                       "\" is not implemented (sao computes llama, mistral, qwen2 and qwen3)");
   }
   if (present("rope_scaling")) {
     const auto& scaling = json.at("rope_scaling");
     const std::string type = text(scaling, "rope_type", text(scaling, "type", "?"));
-    problems.push_back("rope_scaling: type \"" + type +
-                       "\" is not implemented (positions would be rotated differently)");
+    if (type != "default" && type != "linear" && type != "llama3")
+      problems.push_back("rope_scaling: type \"" + type +
+                         "\" is not implemented (sao rotates positions as default, linear and llama3 do)");
   }
-  // Qwen2 configs carry a window that use_sliding_window leaves off.
-  const bool window_on = flag("use_sliding_window", model_type != "qwen2");
+  if (present("partial_rotary_factor") && number("partial_rotary_factor", 1.0) != 1.0)
+    problems.push_back("partial_rotary_factor: " + base::dump_json(json.at("partial_rotary_factor")) +
+                       " is not implemented (sao rotates every dimension of a head)");
+  // Qwen2/Qwen3 configs carry a window that use_sliding_window leaves off.
+  const bool window_on = flag("use_sliding_window", model_type != "qwen2" && model_type != "qwen3");
   if (present("sliding_window") && window_on && json.at("sliding_window").is_number() &&
       number("sliding_window", 0) < number("max_position_embeddings", 0))
     problems.push_back("sliding_window: " + base::dump_json(json.at("sliding_window")) +
                        " is active and not implemented (attention would see more than the model was trained on)");
   if (present("hidden_act") && json.at("hidden_act") != "silu")
     problems.push_back("hidden_act: " + base::dump_json(json.at("hidden_act")) + " is not implemented (silu only)");
-  const double heads = number("num_attention_heads", 0);
-  if (present("head_dim") && heads > 0 && number("head_dim", 0) * heads != number("hidden_size", 0))
-    problems.push_back("head_dim: " + base::dump_json(json.at("head_dim")) +
-                       " differs from hidden_size / num_attention_heads, which is not implemented");
   if (flag("mlp_bias", false)) problems.push_back("mlp_bias: true is not implemented");
   return problems;
 }
@@ -133,13 +203,24 @@ std::vector<std::string> unsupported_hf_config_keys(const nlohmann::json& json) 
 nlohmann::json model_config_settings_to_json(const ModelConfig& config) {
   nlohmann::json json = nlohmann::json::object();
   model_keys(config, base::WriteKeys{json});
+  // Written only when set, so a config without them stays the one it was.
+  if (config.explicit_head_dim > 0) json["head_dim"] = config.explicit_head_dim;
+  if (!config.rope_scaling.type.empty()) json["rope_scaling"] = rope_scaling_to_json(config.rope_scaling);
   return json;
 }
 
 nlohmann::json model_config_to_json(const ModelConfig& config) {
   auto json = model_config_settings_to_json(config);
-  json["architectures"] =
-      nlohmann::json::array({config.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"});
+  const char* architecture = config.model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                             : config.model_type == "qwen3"   ? "Qwen3ForCausalLM"
+                             : config.model_type == "mistral" ? "MistralForCausalLM"
+                                                              : "LlamaForCausalLM";
+  json["architectures"] = nlohmann::json::array({architecture});
+  // transformers reads head_dim as hidden / heads only when the key is absent
+  // or null; an explicit value keeps exports unambiguous.
+  json["head_dim"] = config.head_dim();
+  if (config.model_type == "qwen3" || config.model_type == "qwen2") json["use_sliding_window"] = false;
+  if (config.model_type == "mistral") json["sliding_window"] = nullptr;
   json["hidden_act"] = "silu";
   json["torch_dtype"] = "float32";
   return json;
@@ -150,11 +231,15 @@ void require_same_model(const ModelConfig& configured, const std::string& config
   const auto want = model_config_settings_to_json(configured);
   const auto have = model_config_settings_to_json(loaded);
   std::string differences;
-  for (const auto& [key, value] : have.items()) {
-    if (want.contains(key) && want[key] == value) continue;
+  auto keys = want;
+  keys.update(have);  // head_dim and rope_scaling appear only where set
+  for (const auto& item : keys.items()) {
+    const auto& key = item.key();
+    if (want.contains(key) && have.contains(key) && want[key] == have[key]) continue;
     if (!differences.empty()) differences += ", ";
     differences += "model." + key + " is " + (want.contains(key) ? base::dump_json(want[key]) : "unset") + " in " +
-                   configured_where + " but " + base::dump_json(value) + " in " + loaded_where;
+                   configured_where + " but " + (have.contains(key) ? base::dump_json(have[key]) : "unset") + " in " +
+                   loaded_where;
   }
   if (!differences.empty()) {
     throw Error("the run's model does not match its weights: " + differences +

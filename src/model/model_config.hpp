@@ -22,9 +22,31 @@ inline constexpr int64_t kMaxIntermediateSize = 65536;
 inline constexpr int64_t kMaxHiddenLayers = 256;
 inline constexpr int64_t kMaxAttentionHeads = 256;
 inline constexpr int64_t kMaxPositionEmbeddings = 1 << 20;
+inline constexpr int64_t kMaxHeadDim = 1024;
+
+// Rotary frequency scaling for long contexts ("rope_scaling" in config.json).
+// Only the kinds whose frequencies sao reproduces exactly are accepted.
+struct RopeScaling {
+  std::string type;  // "" (none), "linear" or "llama3"
+  double factor = 1.0;
+  // llama3 only: the band of wavelengths that is interpolated smoothly.
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+
+  bool operator==(const RopeScaling& other) const;
+};
+
+// Where a config comes from decides the defaults of keys it leaves out: a
+// run config's "model" section keeps sao's (tied embeddings, no unknown
+// keys), a Hugging Face config.json gets the transformers library's (untied
+// unless it says so) and may carry keys sao does not use.
+enum class ConfigKind { kRunConfig, kHuggingFace };
 
 struct ModelConfig {
-  std::string model_type = "llama";  // "llama" or "qwen2" (qwen2 = attention_bias)
+  // "llama", "mistral" (the llama layout), "qwen2" (attention bias) or
+  // "qwen3" (RMSNorm on each head's queries and keys).
+  std::string model_type = "llama";
   int64_t vocab_size = 264;
   int64_t hidden_size = 128;
   int64_t intermediate_size = 352;
@@ -36,8 +58,13 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   bool tie_word_embeddings = true;
   bool attention_bias = false;
+  // "head_dim" in config.json; 0 means hidden_size / num_attention_heads.
+  // Qwen3 sets it apart from that ratio (1024 hidden, 16 heads, head_dim 128).
+  int64_t explicit_head_dim = 0;
+  RopeScaling rope_scaling;
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
+  bool qk_norm() const { return model_type == "qwen3"; }
 
   // Throws sao::Error naming `source` and the offending key; sizes out of
   // [1, kMax...] name the allowed range.
@@ -46,13 +73,14 @@ struct ModelConfig {
   int64_t parameter_count() const;
 };
 
-// Reads HF-style keys; unknown keys are an error unless `allow_unknown_keys`
-// (real HF configs carry many keys this runtime does not use).
-ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source, bool allow_unknown_keys);
+// Reads HF-style keys. For kRunConfig unknown keys are an error; for
+// kHuggingFace they are ignored (real configs carry many keys this runtime
+// does not use), so callers check unsupported_hf_config_keys first.
+ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source, ConfigKind kind);
 // What in a Hugging Face config.json would make sao compute a different
 // model than the one the file describes: one "key: reason" line per such
-// key (an unsupported model_type, rope_scaling, an active sliding window,
-// another activation, an explicit head_dim that differs, biases in the MLP).
+// key (an unsupported model_type or rope_scaling type, an active sliding
+// window, another activation, biases in the MLP, partial rotary embeddings).
 // Empty when model_config_from_json's fields describe the model fully.
 std::vector<std::string> unsupported_hf_config_keys(const nlohmann::json& json);
 

@@ -24,6 +24,8 @@ class RegularFile {
 
   const std::string& path() const { return path_; }
   std::uint64_t size() const { return size_; }
+  // The open descriptor (for mmap); owned by this object.
+  int descriptor() const { return fd_; }
   // Reads exactly `bytes` at `offset`; throws sao::Error naming the file
   // when it is shorter than that (changed while being read).
   void read_at(std::uint64_t offset, void* out, std::size_t bytes) const;

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -275,6 +276,8 @@ std::string value_text(double value) {
 
 // NaN or infinite weights mean a diverged run or a corrupt file; loading
 // them would only show up later as a policy that emits garbage.
+}  // namespace
+
 void check_finite(const std::string& path, const std::string& name, const torch::Tensor& tensor) {
   if (!c10::isFloatingType(tensor.scalar_type()) || tensor.numel() == 0) return;
   const auto not_finite = torch::logical_not(torch::isfinite(tensor)).flatten();
@@ -285,6 +288,8 @@ void check_finite(const std::string& path, const std::string& name, const torch:
        " values are not finite (first: element " + std::to_string(first) + " is " +
        value_text(tensor.flatten()[first].item<double>()) + "); the weights are corrupt or from a diverged run");
 }
+
+namespace {
 
 // --- writing ---------------------------------------------------------------
 
@@ -397,6 +402,49 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   result.metadata = header.metadata;
   for (const auto& entry : header.entries) result.tensors[entry.name] = {entry.dtype, entry.shape};
   return result;
+}
+
+namespace {
+// Unmaps on every exit path, exceptions from `visit` included.
+class ReadOnlyMapping {
+ public:
+  explicit ReadOnlyMapping(const RegularFile& file) : bytes_(static_cast<size_t>(file.size())) {
+    if (bytes_ == 0) return;
+    void* address = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, file.descriptor(), 0);
+    if (address == MAP_FAILED) fail(where(file.path()) + "cannot map the file: " + std::strerror(errno));
+    address_ = static_cast<const unsigned char*>(address);
+    ::madvise(address, bytes_, MADV_SEQUENTIAL);
+  }
+  ~ReadOnlyMapping() {
+    if (address_ != nullptr) ::munmap(const_cast<unsigned char*>(address_), bytes_);
+  }
+  ReadOnlyMapping(const ReadOnlyMapping&) = delete;
+  ReadOnlyMapping& operator=(const ReadOnlyMapping&) = delete;
+  const unsigned char* data() const { return address_; }
+
+ private:
+  const unsigned char* address_ = nullptr;
+  size_t bytes_;
+};
+}  // namespace
+
+void visit_safetensors_mapped(const std::string& path,
+                              const std::function<void(const std::string&, const torch::Tensor&)>& visit) {
+  const RegularFile file(path);
+  auto header = validate_header(file);
+  std::sort(header.entries.begin(), header.entries.end(),
+            [](const TensorEntry& a, const TensorEntry& b) { return a.begin < b.begin; });
+  const ReadOnlyMapping mapping(file);
+  for (const auto& entry : header.entries) {
+    if (entry.end == entry.begin) {
+      visit(entry.name, torch::empty(entry.shape, torch::TensorOptions().dtype(entry.dtype)));
+      continue;
+    }
+    // from_blob never frees or writes the memory; the view is read only.
+    auto* data = const_cast<unsigned char*>(mapping.data() + header.data_start + entry.begin);
+    const auto view = torch::from_blob(data, entry.shape, torch::TensorOptions().dtype(entry.dtype));
+    visit(entry.name, view);
+  }
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,

@@ -8,6 +8,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -50,6 +51,19 @@ struct SafetensorsHeader {
 // reading tensor data: lets a loader check names and shapes against what it
 // expects before allocating anything.
 SafetensorsHeader read_safetensors_header(const std::string& path);
+
+// Throws sao::Error "checkpoint PATH: tensor 'NAME': K of N values are not
+// finite (first: ...)" when a floating `tensor` holds NaN or infinity.
+void check_finite(const std::string& path, const std::string& name, const torch::Tensor& tensor);
+
+// Validates the header exactly as read_safetensors_header does, then maps
+// the file read-only and calls `visit(name, view)` for every tensor in data
+// order. `view` is a CPU tensor over the mapped bytes in the file's dtype:
+// valid only during the call and never to be written. Loading a large
+// checkpoint this way converts one tensor at a time, so memory peaks near
+// the destination's size rather than the destination plus the file.
+void visit_safetensors_mapped(const std::string& path,
+                              const std::function<void(const std::string&, const torch::Tensor&)>& visit);
 
 // Writes to `path + ".tmp"`, fsyncs, then renames over `path`, so a crash
 // leaves either the old file or the new one, never a torn one.

@@ -51,11 +51,8 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, double theta) {
-  // x [B, H, T, hd]; positions [B, T]
-  const int64_t head_dim = x.size(-1);
-  auto inv_freq = torch::pow(theta, -torch::arange(0, head_dim, 2, torch::kFloat64) / static_cast<double>(head_dim))
-                      .to(torch::kFloat32);
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& inv_freq) {
+  // x [B, H, T, hd]; positions [B, T]; inv_freq [hd/2]
   auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
   auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);            // [B, 1, T, hd]
   return x * angles.cos() + rotate_half(x) * angles.sin();
@@ -63,18 +60,46 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& position
 
 }  // namespace
 
+torch::Tensor rotary_inverse_frequencies(const ModelConfig& config) {
+  const int64_t head_dim = config.head_dim();
+  // transformers: 1 / theta^(2i / d), the exponent formed in float32.
+  auto inv_freq = 1.0 / torch::pow(config.rope_theta, torch::arange(0, head_dim, 2, torch::kInt64).to(torch::kFloat32) /
+                                                          static_cast<double>(head_dim));
+  inv_freq = inv_freq.to(torch::kFloat32);
+  const auto& scaling = config.rope_scaling;
+  if (scaling.type == "linear") return inv_freq / scaling.factor;  // positions divided by the factor
+  if (scaling.type != "llama3") return inv_freq;
+  // Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, and
+  // the band between interpolated smoothly.
+  const double old_context = static_cast<double>(scaling.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context / scaling.low_freq_factor;
+  const double high_freq_wavelen = old_context / scaling.high_freq_factor;
+  const auto wavelen = 2 * M_PI / inv_freq;
+  auto scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq);
+  const auto smooth =
+      (old_context / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor);
+  const auto smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled;
+  const auto medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  return torch::where(medium, smoothed, scaled).to(torch::kFloat32);
+}
+
 AttentionImpl::AttentionImpl(const ModelConfig& config)
     : num_heads_(config.num_attention_heads),
       num_kv_heads_(config.num_key_value_heads),
       head_dim_(config.head_dim()),
-      rope_theta_(config.rope_theta) {
+      inv_freq_(rotary_inverse_frequencies(config)) {
   const int64_t d = config.hidden_size;
+  const int64_t q_dim = num_heads_ * head_dim_;
   const int64_t kv_dim = num_kv_heads_ * head_dim_;
   const bool bias = config.attention_bias;
-  q_proj = register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(d, d).bias(bias)));
+  q_proj = register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(d, q_dim).bias(bias)));
   k_proj = register_module("k_proj", torch::nn::Linear(torch::nn::LinearOptions(d, kv_dim).bias(bias)));
   v_proj = register_module("v_proj", torch::nn::Linear(torch::nn::LinearOptions(d, kv_dim).bias(bias)));
-  o_proj = register_module("o_proj", torch::nn::Linear(torch::nn::LinearOptions(d, d).bias(false)));
+  o_proj = register_module("o_proj", torch::nn::Linear(torch::nn::LinearOptions(q_dim, d).bias(false)));
+  if (config.qk_norm()) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, config.rms_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, config.rms_norm_eps));
+  }
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
@@ -82,11 +107,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                      torch::Tensor* cache_values) {
   const int64_t batch = x.size(0);
   const int64_t steps = x.size(1);
-  auto q = q_proj(x).view({batch, steps, num_heads_, head_dim_}).transpose(1, 2);     // [B, H, T, hd]
-  auto k = k_proj(x).view({batch, steps, num_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
+  auto q = q_proj(x).view({batch, steps, num_heads_, head_dim_});     // [B, T, H, hd]
+  auto k = k_proj(x).view({batch, steps, num_kv_heads_, head_dim_});  // [B, T, KV, hd]
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = q.transpose(1, 2);  // [B, H, T, hd]
+  k = k.transpose(1, 2);  // [B, KV, T, hd]
   auto v = v_proj(x).view({batch, steps, num_kv_heads_, head_dim_}).transpose(1, 2);
-  q = apply_rotary(q, positions, rope_theta_);
-  k = apply_rotary(k, positions, rope_theta_);
+  q = apply_rotary(q, positions, inv_freq_);
+  k = apply_rotary(k, positions, inv_freq_);
   if (cache_keys != nullptr) {
     k = cache_keys->defined() ? torch::cat({*cache_keys, k}, 2) : k;
     v = cache_values->defined() ? torch::cat({*cache_values, v}, 2) : v;
@@ -203,10 +234,15 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> policy_tensor_shapes(c
       shapes.push_back({layer + name + ".weight", {out, in}});
       if (bias) shapes.push_back({layer + name + ".bias", {out}});
     };
-    linear("self_attn.q_proj", d, d, config.attention_bias);
+    const int64_t q_dim = config.num_attention_heads * config.head_dim();
+    linear("self_attn.q_proj", d, q_dim, config.attention_bias);
     linear("self_attn.k_proj", d, kv_dim, config.attention_bias);
     linear("self_attn.v_proj", d, kv_dim, config.attention_bias);
-    linear("self_attn.o_proj", d, d, false);
+    linear("self_attn.o_proj", q_dim, d, false);
+    if (config.qk_norm()) {
+      shapes.push_back({layer + "self_attn.q_norm.weight", {config.head_dim()}});
+      shapes.push_back({layer + "self_attn.k_norm.weight", {config.head_dim()}});
+    }
     linear("mlp.gate_proj", d, f, false);
     linear("mlp.up_proj", d, f, false);
     linear("mlp.down_proj", f, d, false);
@@ -296,9 +332,11 @@ ParamGroup param_group_from_name(const std::string& name) {
 }
 
 ParamGroup param_group_of(const std::string& parameter_name) {
+  // Norms first: Qwen3's per-head q_norm/k_norm sit inside self_attn but
+  // are gains (initialised to 1), not projections.
+  if (parameter_name.find("norm.") != std::string::npos) return ParamGroup::kNorm;
   if (parameter_name.find(".self_attn.") != std::string::npos) return ParamGroup::kAttention;
   if (parameter_name.find(".mlp.") != std::string::npos) return ParamGroup::kMlp;
-  if (parameter_name.find("norm.") != std::string::npos) return ParamGroup::kNorm;
   if (parameter_name.find("embed_tokens.") != std::string::npos) return ParamGroup::kEmbedding;
   if (parameter_name.rfind("lm_head.", 0) == 0 || parameter_name.rfind("score.", 0) == 0) return ParamGroup::kHead;
   throw Error("parameter '" + parameter_name + "' belongs to no known parameter group");

@@ -36,6 +36,10 @@ struct KVCache {
   void select_rows(const torch::Tensor& row_indices);
 };
 
+// The rotary inverse frequencies [head_dim / 2] (float32) of `config`, with
+// its rope_scaling applied as transformers computes them.
+torch::Tensor rotary_inverse_frequencies(const ModelConfig& config);
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
@@ -55,10 +59,12 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& visible,
                         torch::Tensor* cache_keys, torch::Tensor* cache_values);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  // Qwen3: RMSNorm over each head's query and key before rotation; null otherwise.
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
   int64_t num_heads_, num_kv_heads_, head_dim_;
-  double rope_theta_;
+  torch::Tensor inv_freq_;  // [head_dim / 2] float32 rotary frequencies, rope_scaling applied
 };
 TORCH_MODULE(Attention);
 

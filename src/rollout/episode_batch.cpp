@@ -2,6 +2,7 @@
 #include "rollout/episode_batch.hpp"
 
 #include "base/error.hpp"
+#include "tokenizer/load_tokenizer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -45,19 +46,8 @@ EpisodeBatch::EpisodeBatch(const tokenizer::Tokenizer& tokenizer, EpisodeSetting
     : tokenizer_(tokenizer), settings_(std::move(settings)), rows_(rows) {
   if (settings_.max_turns < 1) throw Error("episode batch: max_turns must be >= 1");
   auto& stops = settings_.sampling.stop_tokens;
-  if (std::find(stops.begin(), stops.end(), tokenizer_.eos_id()) == stops.end()) stops.push_back(tokenizer_.eos_id());
-}
-
-std::vector<int64_t> EpisodeBatch::observation_tokens(const std::string& text) const {
-  auto ids = tokenizer_.encode(text);
-  if (ids.empty()) {
-    // A turn needs at least one environment token between two actions (and
-    // a prompt needs one after BOS), so an empty observation is marked.
-    const auto obs = tokenizer_.special_id("<|obs|>");
-    if (!obs) throw Error("episode: an empty observation needs an <|obs|> token, which this tokenizer lacks");
-    ids.push_back(*obs);
-  }
-  return ids;
+  for (const auto id : tokenizer_.stop_ids())
+    if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
 }
 
 void EpisodeBatch::lose(EpisodeRow& row, const std::string& reason) {
@@ -75,10 +65,7 @@ void EpisodeBatch::reset_done(size_t index, const EnvOutcome& first) {
     return;
   }
   try {
-    const auto ids = observation_tokens(first.observation);
-    row.prompt.reserve(ids.size() + 1);
-    row.prompt.push_back(tokenizer_.bos_id());
-    row.prompt.insert(row.prompt.end(), ids.begin(), ids.end());
+    row.prompt = tokenizer_.first_turn(first.observation);
   } catch (const std::exception& error) {
     lose(row, error.what());
     return;
@@ -136,7 +123,7 @@ std::vector<TurnEnd> EpisodeBatch::decode_step(model::CausalLM& policy, int64_t 
     std::vector<int64_t> answer(row.current.action_tokens);
     const auto& stops = settings_.sampling.stop_tokens;
     answer.erase(std::find_first_of(answer.begin(), answer.end(), stops.begin(), stops.end()), answer.end());
-    std::string text = tokenizer_.decode(answer, /*skip_special=*/true);
+    std::string text = tokenizer::decode_generated(tokenizer_, answer);
     if (settings_.keep_transcripts) row.transcript += " | " + text;
     row.state = RowState::kWaitingEnv;
     ended.push_back({index, std::move(text)});
@@ -165,7 +152,10 @@ void EpisodeBatch::step_done(size_t index, const EnvOutcome& outcome) {
     return;
   }
   try {
-    row.current.observation = observation_tokens(outcome.observation);
+    const auto closer = tokenizer_.action_end();
+    const auto& action = row.current.action_tokens;
+    const bool closed = !action.empty() && std::find(closer.begin(), closer.end(), action.back()) != closer.end();
+    row.current.observation = tokenizer_.next_turn(outcome.observation, closed);
   } catch (const std::exception& error) {
     lose(row, error.what());
     return;

@@ -133,7 +133,6 @@ class EpisodeBatch {
   algo::Trajectory trajectory(size_t index, int64_t group_id) const;
 
  private:
-  std::vector<int64_t> observation_tokens(const std::string& text) const;
   void lose(EpisodeRow& row, const std::string& reason);
 
   const tokenizer::Tokenizer& tokenizer_;

@@ -560,6 +560,7 @@ struct HfTokenizer::Impl {
 
   bool clean_up_spaces = false;
   int64_t bos = -1, eos = -1, pad = -1;
+  std::vector<int64_t> stop;  // generation_config.json's eos_token_id, when read
 
   static uint64_t pair_key(int64_t left, int64_t right) {
     return (static_cast<uint64_t>(left) << 32) | static_cast<uint64_t>(right);
@@ -883,7 +884,30 @@ HfTokenizer HfTokenizer::load(const std::string& directory) {
     throw Error(directory + ": no tokenizer.json (a Hugging Face model directory has one)");
   const auto config_path = dir / "tokenizer_config.json";
   const std::string config = std::filesystem::exists(config_path, error) ? read_file(config_path) : std::string();
-  return from_json_text(read_file(dir / "tokenizer.json"), config, directory);
+  auto tokenizer = from_json_text(read_file(dir / "tokenizer.json"), config, directory);
+  const auto generation_path = dir / "generation_config.json";
+  if (!std::filesystem::exists(generation_path, error)) return tokenizer;
+  const auto generation = base::parse_json_limited(read_file(generation_path), generation_path.string());
+  if (!generation.is_object()) throw Error(generation_path.string() + ": expected a JSON object");
+  auto impl = std::make_shared<Impl>(*tokenizer.impl_);
+  const auto add_stop = [&](const Json& id) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokenizer.vocab_size())
+      throw Error(generation_path.string() + ": eos_token_id " + base::dump_json(id) +
+                  " is not an id of the tokenizer (0 to " + std::to_string(tokenizer.vocab_size() - 1) + ")");
+    if (std::find(impl->stop.begin(), impl->stop.end(), id.get<int64_t>()) == impl->stop.end())
+      impl->stop.push_back(id.get<int64_t>());
+  };
+  if (generation.contains("eos_token_id") && !generation.at("eos_token_id").is_null()) {
+    const auto& ids = generation.at("eos_token_id");
+    if (ids.is_array()) {
+      for (const auto& id : ids) add_stop(id);
+    } else {
+      add_stop(ids);
+    }
+  }
+  // A tokenizer_config.json without eos_token: the first stop id is EOS.
+  if (impl->eos < 0 && !impl->stop.empty()) impl->eos = impl->stop.front();
+  return HfTokenizer(std::move(impl));
 }
 
 std::vector<int64_t> HfTokenizer::encode(std::string_view text) const {
@@ -925,6 +949,13 @@ int64_t HfTokenizer::eos_id() const {
 }
 int64_t HfTokenizer::pad_id() const {
   return impl_->pad;
+}
+std::vector<int64_t> HfTokenizer::stop_ids() const {
+  if (impl_->eos < 0) return impl_->stop;
+  std::vector<int64_t> ids = {impl_->eos};
+  for (const auto id : impl_->stop)
+    if (id != impl_->eos) ids.push_back(id);
+  return ids;
 }
 
 std::optional<int64_t> HfTokenizer::special_id(std::string_view name) const {

@@ -22,8 +22,9 @@ class HfTokenizer final : public Tokenizer {
  public:
   // Reads DIRECTORY/tokenizer.json and, when present,
   // DIRECTORY/tokenizer_config.json (bos/eos/pad tokens,
-  // clean_up_tokenization_spaces). Throws sao::Error naming the file and the
-  // key of anything malformed or unsupported.
+  // clean_up_tokenization_spaces) and DIRECTORY/generation_config.json
+  // (eos_token_id). Throws sao::Error naming the file and the key of
+  // anything malformed or unsupported.
   static HfTokenizer load(const std::string& directory);
 
   // The same from the two files' texts; `config_json` may be empty. `where`
@@ -52,6 +53,9 @@ class HfTokenizer final : public Tokenizer {
   int64_t bos_id() const override;
   int64_t eos_id() const override;
   int64_t pad_id() const override;
+  // EOS, then generation_config.json's eos_token_id (one id or a list) when
+  // load() found that file.
+  std::vector<int64_t> stop_ids() const override;
 
   // Id of an added token by its content ("<|im_start|>").
   std::optional<int64_t> special_id(std::string_view name) const override;

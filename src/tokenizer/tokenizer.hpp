@@ -31,6 +31,28 @@ class Tokenizer {
   virtual int64_t bos_id() const = 0;
   virtual int64_t eos_id() const = 0;
   virtual int64_t pad_id() const = 0;
+  // Every id that ends a generated turn: EOS, plus what a model directory's
+  // generation_config.json adds (Qwen instruct models stop at <|im_end|> and
+  // <|endoftext|>).
+  virtual std::vector<int64_t> stop_ids() const { return {eos_id()}; }
+
+  // Turns: how a conversation becomes ids, one turn at a time, so that a
+  // trajectory holds exactly the ids the policy saw and produced and
+  // nothing is re-tokenized between turns. The defaults are sao's plain
+  // format: BOS where the vocabulary has one, then the observation's text;
+  // an action ends with EOS; the next observation's text follows it.
+  // ChatTokenizer renders a model's chat template instead.
+  //
+  // Ids of the prompt before the first action (never empty).
+  virtual std::vector<int64_t> first_turn(std::string_view observation) const;
+  // Ids between one action and the next (never empty): the observation,
+  // plus whatever the format puts around it. `action_closed` says the
+  // action's last id is action_end()'s (else it stopped on another stop id
+  // or was cut at its length limit, and the format closes the turn).
+  virtual std::vector<int64_t> next_turn(std::string_view observation, bool action_closed) const;
+  // What closes an action in a demonstration (SFT): the id the policy must
+  // learn to stop with.
+  virtual std::vector<int64_t> action_end() const { return {eos_id()}; }
 
   // Id of a special token by its full name ("<|user|>"), or nullopt if this
   // vocabulary has no such token.

@@ -2,6 +2,7 @@
 #include "train/episode_sft.hpp"
 
 #include "base/error.hpp"
+#include "tokenizer/load_tokenizer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -14,20 +15,13 @@ TokenizedEpisode tokenize_episode(const tokenizer::Tokenizer& tokenizer, const e
     result.tokens.insert(result.tokens.end(), ids.begin(), ids.end());
     result.trained.insert(result.trained.end(), ids.size(), trained ? 1 : 0);
   };
-  append({tokenizer.bos_id()}, false);
-  append(tokenizer.encode(episode.prompt), false);
+  append(tokenizer.first_turn(episode.prompt), false);
   for (size_t t = 0; t < episode.turns.size(); ++t) {
     const auto& turn = episode.turns[t];
     append(tokenizer.encode(turn.action), turn.train);
-    append({tokenizer.eos_id()}, turn.train);
+    append(tokenizer.action_end(), turn.train);
     if (t + 1 == episode.turns.size()) break;  // the episode ended: its last observation is never shown
-    if (turn.observation.empty()) {
-      const auto obs = tokenizer.special_id("<|obs|>");
-      if (!obs) throw Error("tokenize_episode: empty observation needs an <|obs|> token, which this tokenizer lacks");
-      append({*obs}, false);
-    } else {
-      append(tokenizer.encode(turn.observation), false);
-    }
+    append(tokenizer.next_turn(turn.observation, /*action_closed=*/true), false);
   }
   return result;
 }
@@ -48,7 +42,7 @@ SftBatch make_episode_sft_batch(const tokenizer::Tokenizer& tokenizer, const std
   }
   const auto batch = static_cast<int64_t>(tokenized.size());
   SftBatch result;
-  result.input_ids = torch::full({batch, static_cast<int64_t>(width)}, tokenizer.pad_id(), torch::kInt64);
+  result.input_ids = torch::full({batch, static_cast<int64_t>(width)}, tokenizer::padding_id(tokenizer), torch::kInt64);
   result.target_mask = torch::zeros({batch, static_cast<int64_t>(width) - 1}, torch::kBool);
   auto ids = result.input_ids.accessor<int64_t, 2>();
   auto mask = result.target_mask.accessor<bool, 2>();

@@ -2,6 +2,7 @@
 #include "train/evaluation.hpp"
 
 #include "model/generation.hpp"
+#include "tokenizer/load_tokenizer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,15 +10,13 @@
 namespace sao::train {
 
 std::vector<int64_t> encode_prompt(const tokenizer::Tokenizer& tokenizer, const env::ArithmeticProblem& problem) {
-  std::vector<int64_t> ids = {tokenizer.bos_id()};
-  const auto text = tokenizer.encode(problem.prompt());
-  ids.insert(ids.end(), text.begin(), text.end());
-  return ids;
+  return tokenizer.first_turn(problem.prompt());
 }
 
 std::string answer_text(const tokenizer::Tokenizer& tokenizer, const std::vector<int64_t>& generated) {
-  const auto end = std::find(generated.begin(), generated.end(), tokenizer.eos_id());
-  return tokenizer.decode(std::vector<int64_t>(generated.begin(), end), /*skip_special=*/true);
+  const auto stops = tokenizer.stop_ids();
+  const auto end = std::find_first_of(generated.begin(), generated.end(), stops.begin(), stops.end());
+  return tokenizer::decode_generated(tokenizer, std::vector<int64_t>(generated.begin(), end));
 }
 
 EvalResult evaluate_arithmetic(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
@@ -29,7 +28,7 @@ EvalResult evaluate_arithmetic(model::CausalLM& policy, const tokenizer::Tokeniz
   model::SamplingConfig sampling;
   sampling.temperature = options.temperature;
   sampling.max_new_tokens = options.max_new_tokens;
-  sampling.stop_tokens = {tokenizer.eos_id()};
+  sampling.stop_tokens = tokenizer.stop_ids();
   EvalResult result;
   int64_t new_tokens = 0;
   for (size_t begin = 0; begin < problems.size(); begin += static_cast<size_t>(options.batch_size)) {

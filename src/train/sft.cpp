@@ -1,6 +1,7 @@
 // Supervised warm start; see sft.hpp.
 #include "train/sft.hpp"
 
+#include "tokenizer/load_tokenizer.hpp"
 #include "train/evaluation.hpp"
 
 #include <cmath>
@@ -18,13 +19,14 @@ SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector
     prompt_lengths.push_back(ids.size());
     const auto answer = tokenizer.encode(env::ArithmeticTask::target_text(problem, answer_format));
     ids.insert(ids.end(), answer.begin(), answer.end());
-    ids.push_back(tokenizer.eos_id());
+    const auto end = tokenizer.action_end();
+    ids.insert(ids.end(), end.begin(), end.end());
     width = std::max(width, ids.size());
     sequences.push_back(std::move(ids));
   }
   const auto batch = static_cast<int64_t>(sequences.size());
   SftBatch result;
-  result.input_ids = torch::full({batch, static_cast<int64_t>(width)}, tokenizer.pad_id(), torch::kInt64);
+  result.input_ids = torch::full({batch, static_cast<int64_t>(width)}, tokenizer::padding_id(tokenizer), torch::kInt64);
   result.target_mask = torch::zeros({batch, static_cast<int64_t>(width) - 1}, torch::kBool);
   auto ids = result.input_ids.accessor<int64_t, 2>();
   auto mask = result.target_mask.accessor<bool, 2>();

@@ -1,9 +1,9 @@
 // Task dispatch for warm start and evaluation; see task_runner.hpp.
 #include "train/task_runner.hpp"
 
-#include "env/environment.hpp"
 #include "base/error.hpp"
-#include "tokenizer/byte_tokenizer.hpp"
+#include "env/environment.hpp"
+#include "tokenizer/load_tokenizer.hpp"
 #include "train/episode_eval.hpp"
 #include "train/episode_sft.hpp"
 #include "train/evaluation.hpp"
@@ -13,7 +13,8 @@
 namespace sao::train {
 
 HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig& config, int64_t learner_step) {
-  const tokenizer::ByteTokenizer tokenizer;
+  const auto loaded_tokenizer = tokenizer::load_tokenizer(config.model_path, config.prompt_format);
+  const auto& tokenizer = *loaded_tokenizer;
   const auto seed = static_cast<uint64_t>(config.run.seed);
   HeldoutResult result;
   if (config.is_arithmetic()) {
@@ -49,7 +50,8 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
 }
 
 SftResult run_warm_start(model::CausalLM& policy, const config::RunConfig& config, report::JsonlWriter* metrics) {
-  const tokenizer::ByteTokenizer tokenizer;
+  const auto loaded_tokenizer = tokenizer::load_tokenizer(config.model_path, config.prompt_format);
+  const auto& tokenizer = *loaded_tokenizer;
   const auto seed = static_cast<uint64_t>(config.run.seed);
   if (config.is_arithmetic()) {
     const env::ArithmeticTask task(config.task);

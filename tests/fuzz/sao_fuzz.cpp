@@ -3,6 +3,7 @@
 //   safetensors a weights file through the header reader and the loader
 //   env_reply  one reply line of an external environment, through the client
 //   tokenizer  a tokenizer.json (of a Hugging Face model directory), loaded, then encoding and decoding
+//   chat_template  a tokenizer_config.json chat template, parsed, rendered and used for chat turns
 //   http       a raw HTTP request to the console server
 //   join       a cluster join request (node, role, fingerprint, secret) to the gatekeeper
 //   tls_frames raw bytes (BASP headers, broken ClientHellos) to a learner's TLS port
@@ -30,6 +31,8 @@
 #include "env/external_env.hpp"
 #include "model/safetensors.hpp"
 #include "model/transformer.hpp"
+#include "tokenizer/chat_template.hpp"
+#include "tokenizer/chat_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 
 #include <caf/all.hpp>
@@ -301,6 +304,42 @@ Surface tokenizer_surface() {
     std::vector<int64_t> every_id;
     for (int64_t id = 0; id < std::min<int64_t>(tokenizer.vocab_size(), 4096); ++id) every_id.push_back(id);
     tokenizer.decode(every_id);
+    return Outcome::kAccepted;
+  };
+  return surface;
+}
+
+// A chat template is a program shipped in a model directory: parsing and
+// rendering it must end in text or a named error, whatever it holds
+// (nesting, loops over range(), huge output are bounded).
+Surface chat_template_surface() {
+  Surface surface;
+  surface.name = "chat_template";
+  surface.seeds = {
+      "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}<|special|>{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}",
+      "{%- set ns = namespace(last=-1) %}{%- for m in messages[::-1] %}{%- if m.role == 'user' and ns.last < 0 %}"
+      "{%- set ns.last = (messages|length - 1) - loop.index0 %}{%- endif %}{%- endfor %}"
+      "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\n' + m.content.split('</think>')[-1].lstrip('\n') "
+      "+ '<|im_end|>\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}",
+      "{{ bos_token }}{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+      "{{ raise_exception('roles must alternate') }}{% endif %}{{ m['content'] | tojson(indent=2) }}{% endfor %}"};
+  surface.run = [](const std::string& input, const fs::path&) {
+    const auto chat_template = sao::tokenizer::ChatTemplate::parse(input, "fuzz");
+    const nlohmann::ordered_json variables = {{"messages",
+                                               {{{"role", "system"}, {"content", "s"}},
+                                                {{"role", "user"}, {"content", " hi <|special|>"}},
+                                                {{"role", "assistant"}, {"content", "<think>x</think>\n\nok"}}}},
+                                              {"add_generation_prompt", true},
+                                              {"bos_token", ""},
+                                              {"eos_token", "<|special|>"}};
+    chat_template.render(variables);
+    const auto tokenizer =
+        std::make_shared<const sao::tokenizer::HfTokenizer>(sao::tokenizer::HfTokenizer::from_json_text(
+            sao_test::byte_level_json().dump(), R"({"eos_token": "<|special|>"})", "fuzz"));
+    const sao::tokenizer::ChatTokenizer chat(tokenizer, chat_template, "fuzz");
+    chat.first_turn("hello");
+    chat.next_turn("again", true);
     return Outcome::kAccepted;
   };
   return surface;
@@ -688,15 +727,16 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: sao_fuzz [--surface config|safetensors|env_reply|tokenizer|http|join|tls_frames|all] [--cases N] "
+          "usage: sao_fuzz [--surface config|safetensors|env_reply|tokenizer|chat_template|http|join|tls_frames|all] "
+          "[--cases N] "
           "[--seed S] [--out DIR]\n");
       return 2;
     }
   }
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
-  const std::vector<std::string> all = {"config", "safetensors", "env_reply", "tokenizer",
-                                        "http",   "join",        "tls_frames"};
+  const std::vector<std::string> all = {"config",        "safetensors", "env_reply", "tokenizer",
+                                        "chat_template", "http",        "join",      "tls_frames"};
   int64_t failures = 0;
   bool known = false;
   for (const auto& name : all) {
@@ -708,6 +748,7 @@ int main(int argc, char** argv) {
     if (name == "safetensors") counts = fuzz_isolated(safetensors_surface(scratch), cases, seed, scratch, out);
     if (name == "env_reply") counts = fuzz_isolated(env_reply_surface(), cases, seed, scratch, out);
     if (name == "tokenizer") counts = fuzz_isolated(tokenizer_surface(), cases, seed, scratch, out);
+    if (name == "chat_template") counts = fuzz_isolated(chat_template_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
     if (name == "tls_frames") counts = fuzz_tls_frames(cases, seed, scratch, out);

@@ -1,0 +1,91 @@
+// `sao export CHECKPOINT --out DIR`: a sao checkpoint as a Hugging Face model
+// directory. The tokenizer files come from the model directory the run was
+// started from (recorded in the checkpoint's sao.json) or --tokenizer-from.
+#include "app/commands.hpp"
+
+#include "app/args.hpp"
+#include "base/error.hpp"
+#include "model/checkpoint.hpp"
+#include "model/hf_export.hpp"
+#include "tokenizer/hf_tokenizer.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+
+namespace sao::cli {
+
+namespace {
+namespace fs = std::filesystem;
+
+// What transformers reads a tokenizer and its generation settings from.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",
+                                           "tokenizer_config.json",
+                                           "special_tokens_map.json",
+                                           "generation_config.json",
+                                           "chat_template.jinja",
+                                           "vocab.json",
+                                           "merges.txt",
+                                           "tokenizer.model"};
+
+// eos/bos from the tokenizer, for a directory that ships no generation_config.json.
+nlohmann::json generation_config_of(const std::string& tokenizer_dir) {
+  const auto tokenizer = tokenizer::HfTokenizer::load(tokenizer_dir);
+  nlohmann::json config = {{"do_sample", true}, {"temperature", 1.0}, {"top_p", 1.0}, {"top_k", 0}};
+  if (tokenizer.bos_id() >= 0) config["bos_token_id"] = tokenizer.bos_id();
+  if (tokenizer.eos_id() >= 0) config["eos_token_id"] = tokenizer.eos_id();
+  if (tokenizer.pad_id() >= 0) config["pad_token_id"] = tokenizer.pad_id();
+  return config;
+}
+}  // namespace
+
+int run_export(const Args& args) {
+  const std::vector<FlagSpec> specs = {
+      {"--out", true, false, "directory to write (replaced whole if it exists)"},
+      {"--dtype", true, false, "dtype of the weights on disk: fp32 (default), bf16 or fp16"},
+      {"--shard-size-mb", true, false, "shard the weights above this many MB (default 5000, as save_pretrained)"},
+      {"--tokenizer-from", true, false, "copy tokenizer files from this directory (default: the run's model.path)"},
+      {"--help", false, false, "show this help"}};
+  const auto parsed = parse_args("export", specs, args);
+  if (parsed.has("--help")) {
+    std::printf("usage: sao export CHECKPOINT_DIR --out DIR [options]\n%s", flags_help(specs).c_str());
+    return 0;
+  }
+  if (parsed.positional.size() != 1) throw Error("expected one checkpoint directory (see sao export --help)");
+  if (!parsed.has("--out")) throw Error("--out DIR is required");
+  const auto& checkpoint = parsed.positional[0];
+  nlohmann::json info;
+  const auto policy = model::load_policy_checkpoint(checkpoint, &info);
+
+  model::HfExportOptions options;
+  options.dtype = model::export_dtype_from_name(parsed.get("--dtype", "fp32"));
+  const auto shard_mb = parsed.get_int("--shard-size-mb", 5000);
+  if (shard_mb < 1 || shard_mb > 1000000) throw Error("--shard-size-mb must be in [1, 1000000]");
+  options.max_shard_bytes = static_cast<std::uint64_t>(shard_mb) * 1000 * 1000;
+  std::string tokenizer_dir = parsed.get("--tokenizer-from");
+  if (tokenizer_dir.empty() && info.contains("tokenizer") && info["tokenizer"].is_string() &&
+      info["tokenizer"] != "byte")
+    tokenizer_dir = info["tokenizer"].get<std::string>();
+  if (tokenizer_dir.empty()) {
+    std::fprintf(stderr,
+                 "export: the checkpoint uses sao's byte tokenizer, which has no Hugging Face files; none copied\n");
+  } else {
+    for (const char* name : kTokenizerFiles) {
+      const auto path = fs::path(tokenizer_dir) / name;
+      if (fs::is_regular_file(path)) options.copy_files.push_back(path.string());
+    }
+    if (!fs::is_regular_file(fs::path(tokenizer_dir) / "tokenizer.json"))
+      throw Error("export: " + tokenizer_dir + " has no tokenizer.json to copy");
+    if (!fs::is_regular_file(fs::path(tokenizer_dir) / "generation_config.json"))
+      options.generation_config = generation_config_of(tokenizer_dir);
+  }
+  const auto& out = parsed.get("--out");
+  const auto report = model::export_hf_directory(policy, out, options);
+  std::printf("export: wrote %s: %zu weight file(s), %.1f MB of %s weights, %zu tokenizer file(s) copied\n",
+              out.c_str(), report.weight_files.size(), static_cast<double>(report.weight_bytes) / 1e6,
+              parsed.get("--dtype", "fp32").c_str(), options.copy_files.size());
+  return 0;
+}
+
+}  // namespace sao::cli

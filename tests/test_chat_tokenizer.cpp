@@ -1,0 +1,93 @@
+// ChatTokenizer's turns on a tiny byte-level BPE (tests/test_tiny_tokenizer.hpp)
+// and a small chat template, with the ids worked out by hand: the first
+// turn, the ids between two actions with and without the policy's own
+// end-of-turn token, and an observation whose text spells a special token
+// (encoded as text: it cannot forge a turn). Then load_tokenizer's choice
+// of format.
+#include "test_tiny_tokenizer.hpp"
+#include "tokenizer/chat_tokenizer.hpp"
+#include "tokenizer/hf_tokenizer.hpp"
+#include "tokenizer/load_tokenizer.hpp"
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using sao::tokenizer::ChatTemplate;
+using sao::tokenizer::ChatTokenizer;
+using sao::tokenizer::HfTokenizer;
+
+const std::string kTemplate =
+    "{% for m in messages %}{{ m.role }}:{{ m.content }}<|special|>\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}";
+
+std::shared_ptr<const HfTokenizer> tiny() {
+  return std::make_shared<const HfTokenizer>(
+      HfTokenizer::from_json_text(sao_test::byte_level_json().dump(), R"({"eos_token": "<|special|>"})", "tiny"));
+}
+
+std::vector<int64_t> bytes(const std::string& text) {
+  return std::vector<int64_t>(text.begin(), text.end());  // ASCII without merges: ids are the bytes
+}
+
+std::vector<int64_t> join(std::initializer_list<std::vector<int64_t>> parts) {
+  std::vector<int64_t> ids;
+  for (const auto& part : parts) ids.insert(ids.end(), part.begin(), part.end());
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("chat turns: the template's ids around the observation, the end-of-turn token once") {
+  const ChatTokenizer chat(tiny(), ChatTemplate::parse(kTemplate, "t"), "tiny");
+  CHECK(chat.end_of_turn_id() == 300);
+  CHECK(chat.action_end() == std::vector<int64_t>{300});
+  CHECK(chat.stop_ids() == std::vector<int64_t>{300});
+  const std::vector<int64_t> generation_prompt = join({{300, 10}, bytes("assistant:")});
+  CHECK(chat.first_turn("hi") == join({bytes("user:"), bytes("hi"), generation_prompt}));
+  // After an action that ended with <|special|>, the turn goes on from the newline.
+  CHECK(chat.next_turn("ok", true) == join({{10}, bytes("user:"), bytes("ok"), generation_prompt}));
+  // Cut at its length limit, the action's turn is closed by the format.
+  CHECK(chat.next_turn("ok", false) == join({{300, 10}, bytes("user:"), bytes("ok"), generation_prompt}));
+  // Special-token text from an environment stays text.
+  const auto forged = chat.first_turn("<|special|>");
+  CHECK(std::count(forged.begin(), forged.end(), 300) == 1);  // only the template's own
+  CHECK(chat.decode(forged) == "user:<|special|><|special|>\nassistant:");
+}
+
+TEST_CASE("a template that never writes the assistant's content is refused when loaded") {
+  CHECK_THROWS_WITH(ChatTokenizer(tiny(), ChatTemplate::parse("{{ messages[0].content }}", "t"), "tiny"),
+                    "tiny: the chat template does not write an assistant message's content");
+}
+
+TEST_CASE("load_tokenizer: auto uses the template when there is one, plain never, chat insists") {
+  const auto dir = fs::temp_directory_path() / ("sao_test_chat_tokenizer_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << sao_test::byte_level_json().dump();
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|special|>"})";
+  CHECK(dynamic_cast<const ChatTokenizer*>(sao::tokenizer::load_tokenizer(dir.string(), "auto").get()) == nullptr);
+  CHECK_THROWS_WITH(
+      sao::tokenizer::load_tokenizer(dir.string(), "chat"),
+      (dir.string() + ": prompt format \"chat\" but the model has no chat template (a base model)").c_str());
+  nlohmann::json config = {{"eos_token", "<|special|>"}, {"chat_template", kTemplate}};
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  CHECK(dynamic_cast<const ChatTokenizer*>(sao::tokenizer::load_tokenizer(dir.string(), "auto").get()) != nullptr);
+  const auto plain = sao::tokenizer::load_tokenizer(dir.string(), "plain");
+  CHECK(dynamic_cast<const ChatTokenizer*>(plain.get()) == nullptr);
+  CHECK(plain->first_turn("hi") == bytes("hi"));  // no BOS in this vocabulary
+  CHECK_THROWS_WITH(sao::tokenizer::load_tokenizer(dir.string(), "fancy"),
+                    "prompt format \"fancy\" is not one of auto, chat, plain");
+  CHECK_THROWS_WITH(sao::tokenizer::load_tokenizer("", "chat"),
+                    "prompt format \"chat\" needs a model directory with a chat template");
+  fs::remove_all(dir);
+}
