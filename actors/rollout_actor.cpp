@@ -300,6 +300,8 @@ RolloutActor::behavior_type rollout_behavior(Self self, RolloutActorConfig confi
   auto& state = self->state;
   state.config = std::move(config);
   if (state.config.group_size < 1) state.config.group_size = 1;
+  // A config built by hand without a tokenizer means sao's own byte model.
+  if (!state.config.tokenizer) state.config.tokenizer = tokenizer::load_tokenizer("");
   state.policy = model::CausalLM(state.config.model);
   state.policy->eval();
   // Ask for the current weights; generation starts when they arrive.

@@ -23,7 +23,8 @@ struct RolloutActorConfig {
   std::string name;  // e.g. "rollout-0"
   int64_t index = 0;
   model::ModelConfig model;
-  // Shared by every rollout actor of the process (encode/decode are const).
+  // Shared by every rollout actor of the process (encode/decode are const);
+  // null means sao's byte tokenizer.
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
   config::RolloutSection rollout;
   int64_t group_size = 1;    // G episodes share a prompt (GRPO)

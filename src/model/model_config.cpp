@@ -216,9 +216,6 @@ nlohmann::json model_config_to_json(const ModelConfig& config) {
                              : config.model_type == "mistral" ? "MistralForCausalLM"
                                                               : "LlamaForCausalLM";
   json["architectures"] = nlohmann::json::array({architecture});
-  // transformers reads head_dim as hidden / heads only when the key is absent
-  // or null; an explicit value keeps exports unambiguous.
-  json["head_dim"] = config.head_dim();
   if (config.model_type == "qwen3" || config.model_type == "qwen2") json["use_sliding_window"] = false;
   if (config.model_type == "mistral") json["sliding_window"] = nullptr;
   json["hidden_act"] = "silu";

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <variant>
 #include <vector>
 
@@ -745,9 +746,13 @@ class Parser {
         return literal(Value::of(text));
       }
       case Token::Type::kInt:
-        return literal(Value::of(static_cast<int64_t>(std::stoll(token.text))));
       case Token::Type::kFloat:
-        return literal(Value::of_float(std::stod(token.text)));
+        try {
+          if (token.type == Token::Type::kFloat) return literal(Value::of_float(std::stod(token.text)));
+          return literal(Value::of(static_cast<int64_t>(std::stoll(token.text))));
+        } catch (const std::out_of_range&) {
+          Failure(where_, token.line)("number " + token.text + " is out of range");
+        }
       case Token::Type::kName: {
         if (token.text == "true" || token.text == "True") return literal(Value::of(true));
         if (token.text == "false" || token.text == "False") return literal(Value::of(false));
