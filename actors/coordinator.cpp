@@ -13,6 +13,7 @@
 #include "algo/learner.hpp"
 #include "base/error.hpp"
 #include "config/live_knobs.hpp"
+#include "tokenizer/load_tokenizer.hpp"
 
 #include <chrono>
 #include <map>
@@ -111,8 +112,9 @@ void start(Self self) {
     state.envs.push_back(spawn_env(self, static_cast<size_t>(i)));
     state.env_started.push_back(std::chrono::steady_clock::time_point{});
   }
+  const auto shared_tokenizer = tokenizer::load_tokenizer(run.model_path, run.prompt_format);
   for (int64_t i = 0; i < local_rollouts; ++i) {
-    auto config = rollout_config_from_run(run, "rollout-" + std::to_string(i), i);
+    auto config = rollout_config_from_run(run, "rollout-" + std::to_string(i), i, shared_tokenizer);
     config.replay = state.replay;
     config.weight_sync = state.weight_sync;
     config.coordinator = caf::actor_cast<CoordinatorActor>(self);

@@ -10,6 +10,7 @@
 #include "actors/system_config.hpp"
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
+#include "tokenizer/load_tokenizer.hpp"
 
 #include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
@@ -117,10 +118,11 @@ NodeSession start_session(caf::actor_system& system, caf::scoped_actor& self, co
     self->send(coordinator, atoms::join_atom_v, atoms::env_atom_v, name, session.envs.back(), from_env_node);
   }
   const int64_t rollouts = options.role == "rollout" ? options.rollouts : 0;
+  const auto shared_tokenizer = rollouts > 0 ? tokenizer::load_tokenizer(run.model_path, run.prompt_format) : nullptr;
   for (int64_t r = 0; r < rollouts; ++r) {
     const std::string name = options.name + "/rollout-" + std::to_string(r);
     // Node numbers are unique per learner, so these indices are unique across the run.
-    auto config = rollout_config_from_run(run, name, session.grant.node_number * 1000 + r);
+    auto config = rollout_config_from_run(run, name, session.grant.node_number * 1000 + r, shared_tokenizer);
     const bool needs_env = session.envs.empty();  // the coordinator assigns an env node's env
     if (!needs_env) config.env = session.envs[static_cast<size_t>(r % options.envs)];
     config.replay = session.grant.replay;

@@ -366,12 +366,13 @@ RolloutActor::behavior_type rollout_behavior(Self self, RolloutActorConfig confi
   };
 }
 
-RolloutActorConfig rollout_config_from_run(const config::RunConfig& run, std::string name, int64_t index) {
+RolloutActorConfig rollout_config_from_run(const config::RunConfig& run, std::string name, int64_t index,
+                                           std::shared_ptr<const tokenizer::Tokenizer> tokenizer) {
   RolloutActorConfig config;
   config.name = std::move(name);
   config.index = index;
   config.model = run.model;
-  config.tokenizer = tokenizer::load_tokenizer(run.model_path, run.prompt_format);
+  config.tokenizer = std::move(tokenizer);
   config.rollout = run.rollout;
   config.group_size = run.replay.group_size;
   config.synchronous = run.replay.synchronous;

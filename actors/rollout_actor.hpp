@@ -39,7 +39,10 @@ struct RolloutActorConfig {
 // A rollout actor's settings from the run config; the caller fills in the
 // actors it talks to. `index` must be unique across the run (it keys episode
 // and group ids and the sampling seed).
-RolloutActorConfig rollout_config_from_run(const config::RunConfig& run, std::string name, int64_t index);
+// `tokenizer` is loaded once per process (tokenizer::load_tokenizer with the
+// run's model.path and prompt_format) and shared by its rollout actors.
+RolloutActorConfig rollout_config_from_run(const config::RunConfig& run, std::string name, int64_t index,
+                                           std::shared_ptr<const tokenizer::Tokenizer> tokenizer);
 
 // Spawns the actor (state and behaviour are private to the .cpp).
 RolloutActor spawn_rollout_actor(caf::actor_system& system, RolloutActorConfig config);

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -124,5 +125,10 @@ TEST_CASE("load_chat_template reads tokenizer_config.json, a named list, or chat
                     doctest::Contains("a list of named templates without one named \"default\""));
   std::ofstream(dir / "chat_template.jinja") << "J{{ messages[0].role }}";
   CHECK(sao::tokenizer::load_chat_template(dir.string())->render(kConversation) == "Jsystem");
+  // A FIFO in a template's place is refused by name, not read (which would block).
+  fs::remove(dir / "chat_template.jinja");
+  REQUIRE(::mkfifo((dir / "chat_template.jinja").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(sao::tokenizer::load_chat_template(dir.string()),
+                    ((dir / "chat_template.jinja").string() + ": not a regular file").c_str());
   fs::remove_all(dir);
 }

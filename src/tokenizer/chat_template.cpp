@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
+#include "base/small_file.hpp"
 #include "base/utf8.hpp"
 
 #include <algorithm>
@@ -16,7 +17,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -1861,17 +1861,12 @@ std::optional<ChatTemplate> load_chat_template(const std::string& model_director
   namespace fs = std::filesystem;
   const fs::path dir(model_directory);
   std::error_code error;
-  const auto read = [](const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cannot read " + path.string());
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-  };
-  if (fs::is_regular_file(dir / "chat_template.jinja", error))
+  const auto read = [](const fs::path& path) { return base::read_small_file(path); };
+  // Present (a FIFO included) means it is read, and refused if not a regular file.
+  if (fs::exists(fs::symlink_status(dir / "chat_template.jinja", error)))
     return ChatTemplate::parse(read(dir / "chat_template.jinja"), (dir / "chat_template.jinja").string());
   const auto config_path = dir / "tokenizer_config.json";
-  if (!fs::is_regular_file(config_path, error)) return std::nullopt;
+  if (!fs::exists(fs::symlink_status(config_path, error))) return std::nullopt;
   const auto config = base::parse_json_limited(read(config_path), config_path.string());
   if (!config.is_object() || !config.contains("chat_template") || config["chat_template"].is_null())
     return std::nullopt;

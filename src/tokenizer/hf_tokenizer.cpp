@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
+#include "base/small_file.hpp"
 #include "base/utf8.hpp"
 #include "tokenizer/unicode_regex.hpp"
 
@@ -16,11 +17,9 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -854,40 +853,18 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& tokenizer_json, const
   return HfTokenizer(std::move(impl));
 }
 
-namespace {
-
-// A FIFO or device in a file's place would block or never end, so only a
-// regular file of at most the JSON size limit is read.
-std::string read_file(const std::filesystem::path& path) {
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) throw Error(path.string() + ": not a regular file");
-  const auto size = std::filesystem::file_size(path, error);
-  if (error || size > base::kDefaultJsonMaxBytes)
-    throw Error(
-        path.string() + ": " +
-        (error ? "cannot read its size"
-               : std::to_string(size) + " bytes, over the limit of " + std::to_string(base::kDefaultJsonMaxBytes)));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read " + path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error("cannot read " + path.string());
-  return text.str();
-}
-
-}  // namespace
-
 HfTokenizer HfTokenizer::load(const std::string& directory) {
   const std::filesystem::path dir(directory);
   std::error_code error;
   if (!std::filesystem::exists(dir / "tokenizer.json", error))
     throw Error(directory + ": no tokenizer.json (a Hugging Face model directory has one)");
   const auto config_path = dir / "tokenizer_config.json";
-  const std::string config = std::filesystem::exists(config_path, error) ? read_file(config_path) : std::string();
-  auto tokenizer = from_json_text(read_file(dir / "tokenizer.json"), config, directory);
+  const std::string config =
+      std::filesystem::exists(config_path, error) ? base::read_small_file(config_path) : std::string();
+  auto tokenizer = from_json_text(base::read_small_file(dir / "tokenizer.json"), config, directory);
   const auto generation_path = dir / "generation_config.json";
   if (!std::filesystem::exists(generation_path, error)) return tokenizer;
-  const auto generation = base::parse_json_limited(read_file(generation_path), generation_path.string());
+  const auto generation = base::parse_json_limited(base::read_small_file(generation_path), generation_path.string());
   if (!generation.is_object()) throw Error(generation_path.string() + ": expected a JSON object");
   auto impl = std::make_shared<Impl>(*tokenizer.impl_);
   const auto add_stop = [&](const Json& id) {
