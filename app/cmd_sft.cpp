@@ -14,12 +14,15 @@ namespace sao::cli {
 int run_sft(const Args& args) {
   auto specs = config_flags();
   specs.push_back({"--steps", true, false, "override sft.steps"});
+  specs.push_back({"--data", true, false, "demonstrations from a JSON-lines file (sets sft.data)"});
   const auto parsed = parse_args("sft", specs, args);
   if (parsed.has("--help")) {
     std::printf("usage: sao sft [options]\n%s", flags_help(specs).c_str());
     return 0;
   }
-  auto config = load_config_from_args(parsed, "sft.steps");
+  std::vector<std::string> extra;
+  if (parsed.has("--data")) extra.push_back("sft.data=" + json_string("--data", parsed.get("--data")));
+  auto config = load_config_from_args(parsed, "sft.steps", extra);
   train::require_memory(train::estimate_sft_memory(config), train::available_memory_bytes(), config.source);
   write_resolved_config(config);
   std::fprintf(stderr, "sft: %lld parameters, task %s, %lld steps of batch %lld, run dir %s\n",

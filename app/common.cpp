@@ -27,19 +27,18 @@ std::vector<FlagSpec> config_flags() {
           {"--help", false, false, "show this help"}};
 }
 
-namespace {
 // A flag's value as a JSON string, never pasted between quotes: a backslash
 // or "\u0041" in a directory name stays those characters.
 std::string json_string(const std::string& flag, const std::string& value) {
   try {
     return base::dump_json(nlohmann::json(value));
   } catch (const nlohmann::json::type_error&) {
-    throw Error(flag + " '" + value + "': the directory name must be valid UTF-8");
+    throw Error(flag + " '" + value + "': the path must be valid UTF-8");
   }
 }
-}  // namespace
 
-config::RunConfig load_config_from_args(const ParsedArgs& parsed, const std::string& steps_key) {
+config::RunConfig load_config_from_args(const ParsedArgs& parsed, const std::string& steps_key,
+                                        const std::vector<std::string>& extra_overrides) {
   std::vector<std::string> overrides;
   // First, so that --set model.X can still be checked against the directory.
   if (parsed.has("--model"))
@@ -51,6 +50,7 @@ config::RunConfig load_config_from_args(const ParsedArgs& parsed, const std::str
   if (parsed.has("--run-dir")) {
     overrides.push_back("run.dir=" + json_string("--run-dir", parsed.get("--run-dir")));
   }
+  overrides.insert(overrides.end(), extra_overrides.begin(), extra_overrides.end());
   auto config = config::load_run_config(parsed.get("--config"), overrides);
   report::configure_threads(config.threads.torch_intra_op);
   return config;

@@ -19,7 +19,12 @@ std::vector<FlagSpec> config_flags();
 // --set overrides and --run-dir, and configures threads.
 // `steps_key`, when given, is the config key a `--steps N` flag sets; the
 // flag goes in as an override, so it is validated like the key itself.
-config::RunConfig load_config_from_args(const ParsedArgs& parsed, const std::string& steps_key = "");
+// `extra_overrides` (a command's own flags, as key=value) apply last.
+config::RunConfig load_config_from_args(const ParsedArgs& parsed, const std::string& steps_key = "",
+                                        const std::vector<std::string>& extra_overrides = {});
+// `value` as a JSON string literal for an override; throws sao::Error naming
+// `flag` when it is not valid UTF-8.
+std::string json_string(const std::string& flag, const std::string& value);
 // Writes the resolved config into the run directory.
 void write_resolved_config(const config::RunConfig& config);
 // Trains a policy on the task's demonstrations (SFT) and saves it to

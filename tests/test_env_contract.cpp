@@ -21,8 +21,12 @@ using sao::env::make_environment;
 namespace {
 
 // Every built-in runs on an empty config except the external one, which needs
-// a program: the shipped example.
+// a program (the shipped example), and the dataset task, which needs data
+// (the shipped two-turn example).
 nlohmann::json config_for(const std::string& name) {
+  if (name == "dataset") {
+    return {{"train", std::string(SAO_SOURCE_DIR) + "/examples/datasets/reverse.jsonl"}, {"heldout_fraction", 0.1}};
+  }
   if (name == "external") {
     return {{"command", {"python3", std::string(SAO_SOURCE_DIR) + "/deploy/envs/guess_number.py"}},
             {"heldout_size", 50},
@@ -65,7 +69,7 @@ std::string key_of(const EnvStep& reset) {
 
 TEST_CASE("the built-in environments are registered") {
   const auto names = sao::env::registered_environments();
-  for (const char* expected : {"arithmetic", "example", "maze", "drift", "external"}) {
+  for (const char* expected : {"arithmetic", "example", "maze", "drift", "external", "dataset"}) {
     CHECK(std::find(names.begin(), names.end(), expected) != names.end());
   }
   try {

@@ -68,9 +68,10 @@ fs::path temp_dir() {
 
 ExternalConfig bad_env(const std::string& mode, int64_t timeout_ms = 5000) {
   ExternalConfig config;
-  config.command = {"python3", (temp_dir() / "bad_env.py").string(), mode, (temp_dir() / ("marker_" + mode)).string()};
+  config.channel.command = {"python3", (temp_dir() / "bad_env.py").string(), mode,
+                            (temp_dir() / ("marker_" + mode)).string()};
   config.label = "bad_env.py";
-  config.timeout_ms = timeout_ms;
+  config.channel.timeout_ms = timeout_ms;
   return config;
 }
 
@@ -135,7 +136,7 @@ TEST_CASE("external: the python example over TCP") {
   }  // closing the connection ends the --once server
   CHECK(::pclose(server) == 0);
   ExternalConfig nobody;
-  nobody.address = address;  // nothing listens there any more
+  nobody.channel.address = address;  // nothing listens there any more
   ExternalEnvironment refused(nobody);
   CHECK_THROWS_WITH_AS(refused.reset(1), doctest::Contains("cannot connect"), sao::Error);
 }
@@ -161,7 +162,7 @@ TEST_CASE("external: each malformed reply is a clear error naming the env, the c
   check("error", "the environment reported an error: boom");
 
   ExternalConfig missing;
-  missing.command = {"/no/such/program"};
+  missing.channel.command = {"/no/such/program"};
   ExternalEnvironment env(missing);
   CHECK_THROWS_WITH_AS(env.reset(1), doctest::Contains("cannot run '/no/such/program'"), sao::Error);
   CHECK_THROWS_WITH_AS(sao::env::make_environment("external", {{"command", {"x"}}, {"address", "h:1"}}, "cfg.task"),

@@ -84,6 +84,7 @@ void threads_keys(Threads& threads, Visit visit) {
 
 template <typename Sft, typename Visit>
 void sft_keys(Sft& sft, Visit visit) {
+  visit("data", sft.data);
   visit("steps", sft.steps);
   visit("batch_size", sft.batch_size);
   visit("learning_rate", sft.learning_rate);

@@ -37,6 +37,9 @@ struct ThreadsSection {
 };
 
 struct SftSection {
+  // Demonstrations from a JSON-lines file (env/data_file.hpp) for any task;
+  // "" uses the environment's own demonstrations.
+  std::string data;
   int64_t steps = 1200;
   int64_t batch_size = 64;
   double learning_rate = 2e-3;

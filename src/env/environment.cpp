@@ -4,6 +4,7 @@
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "env/arithmetic_env.hpp"
+#include "env/dataset_env.hpp"
 #include "env/drift_env.hpp"
 #include "env/example_env.hpp"
 #include "env/external_env.hpp"
@@ -34,6 +35,7 @@ Registry& registry() {
     created->factories["maze"] = make_maze_environment;
     created->factories["drift"] = make_drift_environment;
     created->factories["external"] = make_external_environment;
+    created->factories["dataset"] = make_dataset_environment;
     return created;
   }();
   return *instance;

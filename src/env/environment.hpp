@@ -25,7 +25,8 @@
 // intermediate turns and an outcome reward on the final turn both work.
 // Report task success in info["accuracy"] (0 or 1, or a fraction) on the final
 // step: the runtime logs it as accuracy, and episode_eval counts success from
-// info["success"] or info["accuracy"].
+// info["success"] or info["accuracy"]. info["reason"] (a short string) is
+// quoted in held-out transcripts.
 //
 // Errors. Bad config, an action after the episode ended, or a misbehaving
 // external process throw sao::Error naming the environment and the problem;
@@ -129,7 +130,7 @@ using EnvironmentFactory =
     std::function<std::unique_ptr<Environment>(const nlohmann::json& config, const std::string& where)>;
 
 // A registry so a config names an environment by string. Built-ins:
-// arithmetic, example, maze, drift, external.
+// arithmetic, example, maze, drift, external, dataset.
 void register_environment(const std::string& name, EnvironmentFactory factory);
 // Throws sao::Error for an unknown name, listing the known ones.
 std::unique_ptr<Environment> make_environment(const std::string& name, const nlohmann::json& config,
@@ -137,8 +138,9 @@ std::unique_ptr<Environment> make_environment(const std::string& name, const nlo
 std::vector<std::string> registered_environments();
 // True for the built-in environments that run entirely inside this process
 // from their config section (arithmetic, example, maze, drift). Any other
-// name (external: a program to run or an address to connect to, or one
-// registered at run time) acts outside the process, so its config must come
+// name (external: a program to run or an address to connect to; dataset:
+// files to read and perhaps a verifier program; one registered at run time)
+// acts outside the process, so its config must come
 // from the user, never from an untrusted file such as a checkpoint.
 bool is_self_contained_environment(const std::string& name);
 

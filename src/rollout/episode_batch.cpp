@@ -1,6 +1,8 @@
 // The episode state machine; see episode_batch.hpp.
 #include "rollout/episode_batch.hpp"
 
+#include "base/utf8.hpp"
+
 #include "base/error.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 
@@ -26,6 +28,9 @@ EnvOutcome outcome_of(std::string observation, double reward, bool terminated, b
   }
   if (const auto it = info.find("regime_index"); it != info.end() && it->is_number()) {
     outcome.regime_index = it->get<double>();
+  }
+  if (const auto it = info.find("reason"); it != info.end() && it->is_string()) {
+    outcome.reason = base::truncate_utf8(it->get<std::string>(), 200);
   }
   return outcome;
 }
@@ -148,7 +153,10 @@ void EpisodeBatch::step_done(size_t index, const EnvOutcome& outcome) {
     row.success = outcome.done() && episode_succeeded(outcome);
     row.accuracy = episode_accuracy(outcome);
     row.state = RowState::kFinished;
-    if (settings_.keep_transcripts) row.transcript += row.success ? " => success" : " => failure";
+    if (settings_.keep_transcripts) {
+      row.transcript += row.success ? " => success" : " => failure";
+      if (!outcome.reason.empty()) row.transcript += " (" + outcome.reason + ")";
+    }
     return;
   }
   try {

@@ -46,9 +46,10 @@ struct EnvOutcome {
   double reward = 0.0;
   bool terminated = false;
   bool truncated = false;
-  double accuracy = std::numeric_limits<double>::quiet_NaN();  // info "accuracy"; NaN when absent
-  int8_t success = -1;                                         // info "success": 1 / 0; -1 when absent
+  double accuracy = std::numeric_limits<double>::quiet_NaN();      // info "accuracy"; NaN when absent
+  int8_t success = -1;                                             // info "success": 1 / 0; -1 when absent
   double regime_index = std::numeric_limits<double>::quiet_NaN();  // info "regime_index" (drifting envs)
+  std::string reason;  // info "reason" (a verifier's explanation), at most 200 bytes
 
   bool done() const { return terminated || truncated; }
 };

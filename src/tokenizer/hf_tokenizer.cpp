@@ -8,7 +8,7 @@
 #include "base/json_parse.hpp"
 #include "base/small_file.hpp"
 #include "base/utf8.hpp"
-#include "tokenizer/unicode_regex.hpp"
+#include "base/unicode_regex.hpp"
 
 #include <utf8proc.h>
 #include <nlohmann/json.hpp>
@@ -90,7 +90,7 @@ bool bool_or(const Json& object, const char* key, bool fallback, const std::stri
 // A "pattern" object: {"String": s} (literal) or {"Regex": r}.
 struct Pattern {
   std::string literal;
-  std::shared_ptr<UnicodeRegex> regex;
+  std::shared_ptr<base::UnicodeRegex> regex;
 
   static Pattern from_json(const Json& value, const std::string& where) {
     Pattern pattern;
@@ -98,7 +98,7 @@ struct Pattern {
       pattern.literal = value.at("String").get<std::string>();
       if (pattern.literal.empty()) throw Error(where + ".String: an empty pattern matches nowhere useful");
     } else if (value.is_object() && value.contains("Regex") && value.at("Regex").is_string()) {
-      pattern.regex = std::make_shared<UnicodeRegex>(value.at("Regex").get<std::string>(), where + ".Regex");
+      pattern.regex = std::make_shared<base::UnicodeRegex>(value.at("Regex").get<std::string>(), where + ".Regex");
     } else {
       throw Error(where + ": expected {\"String\": ...} or {\"Regex\": ...}");
     }
@@ -248,7 +248,7 @@ PreTokenizer make_byte_level(const Json& config, const std::string& where) {
   std::optional<PreTokenizer> split;
   if (use_regex) {
     Pattern gpt2;
-    gpt2.regex = std::make_shared<UnicodeRegex>(kGpt2Pattern, where + " (GPT-2 pattern)");
+    gpt2.regex = std::make_shared<base::UnicodeRegex>(kGpt2Pattern, where + " (GPT-2 pattern)");
     split = make_split(gpt2, true, false);
   }
   return [add_prefix_space, split](std::vector<Piece> pieces) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 
 namespace sao::train {
 
@@ -68,6 +69,23 @@ SftResult run_episode_sft(model::CausalLM& policy, const env::Environment& envir
         const auto episodes = environment.demonstrations(options.batch_size, seed + static_cast<uint64_t>(step) * 7919);
         if (episodes.empty()) throw Error("sft: environment '" + environment.name() + "' has no demonstrations");
         return make_episode_sft_batch(tokenizer, episodes, max_length);
+      },
+      metrics);
+}
+
+SftResult run_demonstration_sft(model::CausalLM& policy, const std::vector<env::SftEpisode>& episodes,
+                                const std::string& label, const tokenizer::Tokenizer& tokenizer,
+                                const config::SftSection& options, uint64_t seed, report::JsonlWriter* metrics) {
+  if (episodes.empty()) throw Error("sft: " + label + ": no demonstrations");
+  const int64_t max_length = policy->config().max_position_embeddings;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<size_t> pick(0, episodes.size() - 1);
+  return run_sft_loop(
+      policy, options, "sft " + label,
+      [&](int64_t) {
+        std::vector<env::SftEpisode> batch;
+        for (int64_t i = 0; i < options.batch_size; ++i) batch.push_back(episodes[pick(rng)]);
+        return make_episode_sft_batch(tokenizer, batch, max_length);
       },
       metrics);
 }

@@ -7,10 +7,10 @@
 // for turns marked train; prompts and observations are context.
 #pragma once
 
+#include "config/run_config.hpp"
 #include "env/environment.hpp"
 #include "model/transformer.hpp"
 #include "report/progress.hpp"
-#include "config/run_config.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/sft.hpp"
 
@@ -41,5 +41,12 @@ SftBatch make_episode_sft_batch(const tokenizer::Tokenizer& tokenizer, const std
 SftResult run_episode_sft(model::CausalLM& policy, const env::Environment& environment,
                           const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
                           report::JsonlWriter* metrics);
+
+// Trains `policy` in place on `episodes` (demonstrations from a file), a
+// batch of batch_size drawn at random every step. Throws sao::Error when
+// `episodes` is empty. `label` names the data in progress and metrics.
+SftResult run_demonstration_sft(model::CausalLM& policy, const std::vector<env::SftEpisode>& episodes,
+                                const std::string& label, const tokenizer::Tokenizer& tokenizer,
+                                const config::SftSection& options, uint64_t seed, report::JsonlWriter* metrics);
 
 }  // namespace sao::train

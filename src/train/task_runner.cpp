@@ -2,15 +2,24 @@
 #include "train/task_runner.hpp"
 
 #include "base/error.hpp"
+#include "env/data_file.hpp"
 #include "env/environment.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 #include "train/episode_eval.hpp"
 #include "train/episode_sft.hpp"
 #include "train/evaluation.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <limits>
+#include <unordered_set>
 
 namespace sao::train {
+
+namespace {
+// Checking more held-out prompts than this would cost more than the warm start.
+constexpr int64_t kMaxHeldoutPromptsChecked = 100000;
+}  // namespace
 
 HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig& config, int64_t learner_step) {
   const auto loaded_tokenizer = tokenizer::load_tokenizer(config.model_path, config.prompt_format);
@@ -49,10 +58,39 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
   return result;
 }
 
+std::vector<env::SftEpisode> demonstrations_apart_from_heldout(const config::RunConfig& config, int64_t* dropped) {
+  auto episodes = env::read_demonstration_file(config.sft.data);
+  const auto environment = env::make_environment(config.env.name, config.task_document, config.source + ".task");
+  // Held-out prompts, so that no demonstration teaches an evaluation problem.
+  std::unordered_set<std::string> heldout_prompts;
+  const int64_t heldout = std::min<int64_t>(environment->heldout_size(), kMaxHeldoutPromptsChecked);
+  for (int64_t i = 0; i < heldout; ++i) heldout_prompts.insert(environment->reset_heldout(i).observation);
+  const auto before = episodes.size();
+  episodes.erase(
+      std::remove_if(episodes.begin(), episodes.end(),
+                     [&](const env::SftEpisode& episode) { return heldout_prompts.count(episode.prompt) > 0; }),
+      episodes.end());
+  *dropped = static_cast<int64_t>(before - episodes.size());
+  if (episodes.empty()) {
+    throw Error(config.sft.data + ": every demonstration's prompt is a held-out problem of task '" + config.env.name +
+                "' (" + std::to_string(before) + " dropped); nothing is left to train on");
+  }
+  return episodes;
+}
+
 SftResult run_warm_start(model::CausalLM& policy, const config::RunConfig& config, report::JsonlWriter* metrics) {
   const auto loaded_tokenizer = tokenizer::load_tokenizer(config.model_path, config.prompt_format);
   const auto& tokenizer = *loaded_tokenizer;
   const auto seed = static_cast<uint64_t>(config.run.seed);
+  if (!config.sft.data.empty()) {
+    int64_t dropped = 0;
+    const auto episodes = demonstrations_apart_from_heldout(config, &dropped);
+    std::fprintf(stderr, "sft: %zu demonstrations from %s", episodes.size(), config.sft.data.c_str());
+    if (dropped > 0)
+      std::fprintf(stderr, " (%lld dropped: prompt of a held-out problem)", static_cast<long long>(dropped));
+    std::fprintf(stderr, "\n");
+    return run_demonstration_sft(policy, episodes, "data", tokenizer, config.sft, seed, metrics);
+  }
   if (config.is_arithmetic()) {
     const env::ArithmeticTask task(config.task);
     return run_sft(policy, task, tokenizer, config.sft, seed, metrics);

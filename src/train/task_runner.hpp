@@ -4,9 +4,10 @@
 // its held-out split for evaluation).
 #pragma once
 
+#include "config/run_config.hpp"
+#include "env/environment.hpp"
 #include "model/transformer.hpp"
 #include "report/progress.hpp"
-#include "config/run_config.hpp"
 #include "train/sft.hpp"
 
 #include <string>
@@ -25,7 +26,12 @@ struct HeldoutResult {
 // `learner_step` >= 0 tells a drifting environment where training is. An
 // environment without a held-out split gives accuracy NaN and total 0.
 HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig& config, int64_t learner_step);
-// Trains `policy` from its current weights on the task's demonstrations.
+// The demonstrations of sft.data without those whose prompt is one of the
+// task's held-out problems (their count in `dropped`). Throws sao::Error
+// naming file:line for a bad line, or when nothing is left.
+std::vector<env::SftEpisode> demonstrations_apart_from_heldout(const config::RunConfig& config, int64_t* dropped);
+// Trains `policy` from its current weights on the task's demonstrations, or
+// on sft.data's when set.
 SftResult run_warm_start(model::CausalLM& policy, const config::RunConfig& config, report::JsonlWriter* metrics);
 
 }  // namespace sao::train

@@ -4,6 +4,7 @@
 //   env_reply  one reply line of an external environment, through the client
 //   tokenizer  a tokenizer.json (of a Hugging Face model directory), loaded, then encoding and decoding
 //   chat_template  a tokenizer_config.json chat template, parsed, rendered and used for chat turns
+//   data_file  a JSON-lines data file: a dataset task's problems (each verifier), played; and demonstrations
 //   http       a raw HTTP request to the console server
 //   join       a cluster join request (node, role, fingerprint, secret) to the gatekeeper
 //   tls_frames raw bytes (BASP headers, broken ClientHellos) to a learner's TLS port
@@ -28,6 +29,8 @@
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
 #include "config/run_config.hpp"
+#include "env/data_file.hpp"
+#include "env/environment.hpp"
 #include "env/external_env.hpp"
 #include "model/safetensors.hpp"
 #include "model/transformer.hpp"
@@ -345,6 +348,47 @@ Surface chat_template_surface() {
   return surface;
 }
 
+Surface data_file_surface() {
+  Surface surface;
+  surface.name = "data_file";
+  surface.seeds = {
+      "{\"prompt\":\"Add 7 and 12.\",\"answer\":19}\n{\"prompt\":\"Add 1 and 2.\",\"answer\":[3,\"3.0\"]}\n",
+      "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Reverse "
+      "ab.\"},{\"role\":\"assistant\",\"content\":\"ba\"},{\"role\":\"user\",\"content\":\"Caps.\"}],\"answer\":\"BA\"}"
+      "\n"
+      "{\"turns\":[{\"prompt\":\"a\",\"answer\":\"b\",\"response\":\"b\"},{\"prompt\":\"c\",\"answer\":\"d\"}]}\n",
+      "{\"prompt\":\"Phone?\",\"answer\":\"\\\\d{3}-\\\\d{4}\",\"response\":\"555-1234\"}\n"};
+  surface.run = [](const std::string& input, const fs::path& dir) {
+    const auto file = (dir / "case.jsonl").string();
+    std::ofstream(file, std::ios::binary) << input;
+    bool any = false;
+    std::string first_error;
+    for (const char* verifier : {"exact", "numeric", "last_number", "regex"}) {
+      try {
+        auto env = sao::env::make_environment(
+            "dataset", {{"name", "dataset"}, {"train", file}, {"heldout_fraction", 0}, {"verifier", verifier}}, "fuzz");
+        for (uint64_t seed = 0; seed < 3; ++seed) {
+          auto step = env->reset(seed);
+          for (int turn = 0; turn < 8 && !step.done(); ++turn) step = env->step(turn % 2 == 0 ? "19" : "b\xff");
+        }
+        env->demonstrations(4, 1);
+        any = true;
+      } catch (const sao::Error& error) {
+        if (first_error.empty()) first_error = error.what();
+      }
+    }
+    try {
+      sao::env::read_demonstration_file(file);
+      any = true;
+    } catch (const sao::Error& error) {
+      if (first_error.empty()) first_error = error.what();
+    }
+    if (!any) throw sao::Error(first_error);
+    return Outcome::kAccepted;
+  };
+  return surface;
+}
+
 Surface env_reply_surface() {
   Surface surface;
   surface.name = "env_reply";
@@ -355,10 +399,10 @@ Surface env_reply_surface() {
   surface.run = [](const std::string& input, const fs::path&) {
     OneReplyServer server(input);
     sao::env::ExternalConfig config;
-    config.address = "127.0.0.1:" + std::to_string(server.port());
-    config.timeout_ms = 300;
-    config.startup_timeout_ms = 300;
-    config.max_restarts = 1;
+    config.channel.address = "127.0.0.1:" + std::to_string(server.port());
+    config.channel.timeout_ms = 300;
+    config.channel.startup_timeout_ms = 300;
+    config.channel.max_restarts = 1;
     sao::env::ExternalEnvironment env(config);
     const auto step = env.reset(1);
     if (!step.done()) env.step("4");
@@ -725,18 +769,18 @@ int main(int argc, char** argv) {
     } else if (arg == "--out") {
       out = value();
     } else {
-      std::fprintf(
-          stderr,
-          "usage: sao_fuzz [--surface config|safetensors|env_reply|tokenizer|chat_template|http|join|tls_frames|all] "
-          "[--cases N] "
-          "[--seed S] [--out DIR]\n");
+      std::fprintf(stderr,
+                   "usage: sao_fuzz [--surface "
+                   "config|safetensors|env_reply|tokenizer|chat_template|data_file|http|join|tls_frames|all] "
+                   "[--cases N] "
+                   "[--seed S] [--out DIR]\n");
       return 2;
     }
   }
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
-  const std::vector<std::string> all = {"config",        "safetensors", "env_reply", "tokenizer",
-                                        "chat_template", "http",        "join",      "tls_frames"};
+  const std::vector<std::string> all = {"config",    "safetensors", "env_reply", "tokenizer", "chat_template",
+                                        "data_file", "http",        "join",      "tls_frames"};
   int64_t failures = 0;
   bool known = false;
   for (const auto& name : all) {
@@ -749,6 +793,7 @@ int main(int argc, char** argv) {
     if (name == "env_reply") counts = fuzz_isolated(env_reply_surface(), cases, seed, scratch, out);
     if (name == "tokenizer") counts = fuzz_isolated(tokenizer_surface(), cases, seed, scratch, out);
     if (name == "chat_template") counts = fuzz_isolated(chat_template_surface(), cases, seed, scratch, out);
+    if (name == "data_file") counts = fuzz_isolated(data_file_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
     if (name == "tls_frames") counts = fuzz_tls_frames(cases, seed, scratch, out);

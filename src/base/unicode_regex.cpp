@@ -1,12 +1,12 @@
 // PCRE2 behind UnicodeRegex; see unicode_regex.hpp.
-#include "tokenizer/unicode_regex.hpp"
+#include "base/unicode_regex.hpp"
 
 #include "base/error.hpp"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-namespace sao::tokenizer {
+namespace sao::base {
 
 namespace {
 
@@ -70,13 +70,17 @@ struct UnicodeRegex::Compiled {
   ~Compiled() { pcre2_code_free(code); }
 };
 
-UnicodeRegex::UnicodeRegex(std::string_view pattern, const std::string& where) : where_(where) {
-  const std::string translated = translate_oniguruma_pattern(pattern, where);
+UnicodeRegex::UnicodeRegex(std::string_view pattern, const std::string& where, RegexSyntax syntax) : where_(where) {
+  // A user's pattern is checked for valid UTF-8 by PCRE2; a translated one
+  // came from a JSON string, which is valid already.
+  const bool translate = syntax == RegexSyntax::kOniguruma;
+  const std::string translated = translate ? translate_oniguruma_pattern(pattern, where) : std::string(pattern);
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   auto compiled = std::make_shared<Compiled>();
-  compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                                 PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error_code, &error_offset, nullptr);
+  compiled->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                    PCRE2_UTF | PCRE2_UCP | (translate ? PCRE2_NO_UTF_CHECK : 0u), &error_code, &error_offset, nullptr);
   if (compiled->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
@@ -119,4 +123,19 @@ std::vector<std::pair<std::size_t, std::size_t>> UnicodeRegex::find_all(std::str
   return matches;
 }
 
-}  // namespace sao::tokenizer
+bool UnicodeRegex::matches_whole(std::string_view text) const {
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
+      pcre2_match_data_create_from_pattern(compiled_->code, nullptr), &pcre2_match_data_free);
+  if (!data) throw Error(where_ + ": out of memory for regex match data");
+  const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
+                             PCRE2_ANCHORED | PCRE2_ENDANCHORED, data.get(), nullptr);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(rc, message, sizeof(message));
+    throw Error(where_ + ": matching failed (" + std::string(reinterpret_cast<const char*>(message)) + ")");
+  }
+  return true;
+}
+
+}  // namespace sao::base

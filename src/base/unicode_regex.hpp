@@ -1,5 +1,5 @@
-// Regular expressions over UTF-8 with Unicode properties, for the split
-// patterns of Hugging Face tokenizer.json files. Why PCRE2 (Debian
+// Regular expressions over UTF-8 with Unicode properties: the split patterns
+// of Hugging Face tokenizer.json files, and the dataset task's regex verifier. Why PCRE2 (Debian
 // libpcre2-dev) rather than std::regex: std::regex has no \p{L}, no Unicode
 // classes and no lookahead over code points, and hand-writing a regex engine
 // is exactly what the project prefers a library for (docs/decisions.md).
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-namespace sao::tokenizer {
+namespace sao::base {
 
 // `pattern` with Oniguruma's meanings made explicit for PCRE2: \s and \S are
 // Unicode White_Space (PCRE2's \s lacks U+0085), \h and \H are hexadecimal
@@ -23,12 +23,22 @@ namespace sao::tokenizer {
 // for a construct it cannot translate (\S inside a bracket class).
 std::string translate_oniguruma_pattern(std::string_view pattern, const std::string& where);
 
+enum class RegexSyntax {
+  kOniguruma,  // tokenizer.json patterns (translated first)
+  kPcre2,      // patterns users write (docs/environments.md: PCRE2 = Perl syntax)
+};
+
 class UnicodeRegex {
  public:
-  // Compiles `pattern` (Oniguruma syntax) in PCRE2's UTF and UCP modes,
-  // JIT-compiled where the platform allows. Throws sao::Error naming `where`
-  // and the position PCRE2 reports when the pattern does not compile.
-  UnicodeRegex(std::string_view pattern, const std::string& where);
+  // Compiles `pattern` in PCRE2's UTF and UCP modes, JIT-compiled where the
+  // platform allows. Throws sao::Error naming `where` and the position PCRE2
+  // reports when the pattern does not compile (or is not valid UTF-8).
+  UnicodeRegex(std::string_view pattern, const std::string& where, RegexSyntax syntax = RegexSyntax::kOniguruma);
+
+  // True when the pattern matches all of `text` (valid UTF-8). PCRE2's match
+  // limit bounds a pattern that backtracks catastrophically: exceeding it
+  // throws sao::Error naming `where` rather than running for hours.
+  bool matches_whole(std::string_view text) const;
 
   // Byte ranges [begin, end) of the successive non-overlapping matches in
   // `text`, which must be valid UTF-8 (callers replace invalid bytes first).
@@ -42,4 +52,4 @@ class UnicodeRegex {
   std::string where_;
 };
 
-}  // namespace sao::tokenizer
+}  // namespace sao::base
