@@ -10,6 +10,8 @@
 #include "env/verifier.hpp"
 #include "train/task_runner.hpp"
 
+#include "test_process_helpers.hpp"
+
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -22,6 +24,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using sao::env::DataLine;
 using sao::env::make_verifier;
+
+using sao_test::error_of;
 
 namespace {
 
@@ -38,15 +42,6 @@ std::string write_file(const std::string& name, const std::string& text) {
   const auto path = temp_dir() / name;
   std::ofstream(path, std::ios::binary) << text;
   return path.string();
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const sao::Error& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 sao::env::Verdict verify(const json& verifier, const json& answer, const std::string& response) {

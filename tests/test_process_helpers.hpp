@@ -1,7 +1,10 @@
 // What the end-to-end tests share: running a command and reading its
-// output, reading a file whole, quoting for the shell, and a loopback TCP
-// connection. Header-only; each test executable includes what it uses.
+// output, reading a file whole, quoting for the shell, a loopback TCP
+// connection, and the message of the sao::Error an action throws. Header-only; each test executable includes what it
+// uses.
 #pragma once
+
+#include "base/error.hpp"
 
 #include <doctest/doctest.h>
 
@@ -15,10 +18,21 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
 namespace sao_test {
+
+// The message of the sao::Error `action` throws; "(no error)" when it throws none.
+inline std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const sao::Error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
 
 struct CommandResult {
   int exit_code = -1;

@@ -6,6 +6,7 @@
 #include "base/json_reader.hpp"
 #include "env/arithmetic_env.hpp"
 #include "env/environment.hpp"
+#include "env/plugin_loader.hpp"
 #include "model/checkpoint.hpp"
 #include "sao/build_info.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
@@ -139,6 +140,7 @@ void console_keys(Console& console, Visit visit) {
 template <typename Env, typename Visit>
 void env_keys(Env& env, Visit visit) {
   visit("name", env.name);
+  visit("plugin", env.plugin);
 }
 
 // group_size and synchronous are not keys: derive_dependent_settings sets them.
@@ -351,6 +353,8 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   root.section("task");  // marks the key as known and checks it is an object
   root.section("env");
   read_env(JsonReader(document.value("env", nlohmann::json::object()), source + ".env"), config.env);
+  // Before the name is looked up: the plugin is what registers it.
+  if (!config.env.plugin.empty()) env::load_environment_plugin(config.env.plugin, source + ".env.plugin");
   config.task_document = document.value("task", nlohmann::json::object());
   if (config.env.name == "arithmetic") {
     config.task = env::arithmetic_config_from_json(config.task_document, source + ".task");

@@ -74,6 +74,10 @@ struct RolloutSection {
 // so the built-in arithmetic environment and held-out evaluation share it.
 struct EnvSection {
   std::string name = "arithmetic";  // a name in the environment registry
+  // A shared library of C++ environments (env/env_plugin.hpp), loaded when
+  // the config is parsed, so `name` may be one it registers. Every process
+  // that parses the config loads it (an env node of a cluster too).
+  std::string plugin;
 };
 
 struct TrainSection {

@@ -15,11 +15,6 @@
 
 namespace sao::env {
 
-EnvStep Environment::reset_heldout(int64_t index) {
-  throw Error("environment '" + name() + "' has no held-out split (reset_heldout(" + std::to_string(index) +
-              ") called)");
-}
-
 namespace {
 struct Registry {
   std::mutex mutex;
@@ -75,18 +70,6 @@ std::unique_ptr<Environment> make_environment(const std::string& name, const nlo
     throw Error(where + ": unknown environment '" + name + "' (known: " + known + ")");
   }
   return factory(config, where);
-}
-
-uint64_t hash_text(const std::string& text) {
-  return base::splitmix64(base::fnv1a64(text));
-}
-
-std::string trim_ascii(const std::string& text) {
-  const char* space = " \t\r\n\f\v";
-  const auto begin = text.find_first_not_of(space);
-  if (begin == std::string::npos) return "";
-  const auto end = text.find_last_not_of(space);
-  return text.substr(begin, end - begin + 1);
 }
 
 }  // namespace sao::env

@@ -41,6 +41,7 @@
 // and run tests/test_env_contract.cpp, which checks every registered one.
 #pragma once
 
+#include "base/error.hpp"
 #include "base/hash.hpp"
 
 #include <nlohmann/json.hpp>
@@ -109,7 +110,11 @@ class Environment {
   // produce. heldout_size() == 0 means the environment has none, and then
   // reset_heldout throws sao::Error.
   virtual int64_t heldout_size() const { return 0; }
-  virtual EnvStep reset_heldout(int64_t index);
+  // Inline, like every member here: a plugin (env_plugin.hpp) needs no symbol of sao's.
+  virtual EnvStep reset_heldout(int64_t index) {
+    throw Error("environment '" + name() + "' has no held-out split (reset_heldout(" + std::to_string(index) +
+                ") called)");
+  }
 
   // Called by the runtime with the learner's step count whenever it advances
   // (and once on a freshly made environment, before its first reset), so a
@@ -130,7 +135,8 @@ using EnvironmentFactory =
     std::function<std::unique_ptr<Environment>(const nlohmann::json& config, const std::string& where)>;
 
 // A registry so a config names an environment by string. Built-ins:
-// arithmetic, example, maze, drift, external, dataset.
+// arithmetic, example, maze, drift, external, dataset; plugins
+// (env_plugin.hpp, env.plugin) add theirs at run time.
 void register_environment(const std::string& name, EnvironmentFactory factory);
 // Throws sao::Error for an unknown name, listing the known ones.
 std::unique_ptr<Environment> make_environment(const std::string& name, const nlohmann::json& config,
@@ -147,8 +153,16 @@ bool is_self_contained_environment(const std::string& name);
 // Shared helpers for implementations.
 // Seeds and split hashes use base::splitmix64 and base::hash_unit (base/hash.hpp).
 // FNV-1a over the bytes, then splitmix64: a portable hash of a text key.
-uint64_t hash_text(const std::string& text);
+inline uint64_t hash_text(const std::string& text) {
+  return base::splitmix64(base::fnv1a64(text));
+}
 // ASCII whitespace trimmed at both ends.
-std::string trim_ascii(const std::string& text);
+inline std::string trim_ascii(const std::string& text) {
+  const char* space = " \t\r\n\f\v";
+  const auto begin = text.find_first_not_of(space);
+  if (begin == std::string::npos) return "";
+  const auto end = text.find_last_not_of(space);
+  return text.substr(begin, end - begin + 1);
+}
 
 }  // namespace sao::env

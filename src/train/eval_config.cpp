@@ -60,6 +60,10 @@ config::RunConfig eval_run_config(const EvalConfigSources& sources) {
   // command, its cwd, an address) may survive into what runs. An empty
   // object rather than none, so --set task.command=... still finds a section.
   if (stored_env_untrusted) document["task"] = nlohmann::json::object();
+  // A plugin is code: a checkpoint's own is loaded only when trusted (the
+  // user names one with --set env.plugin=... or a config file otherwise).
+  if (has_stored && !sources.trust_checkpoint_env && document.contains("env") && document["env"].is_object())
+    document["env"].erase("plugin");
 
   document.merge_patch(user_file);
   for (const auto& assignment : sources.overrides) config::apply_override(document, assignment);
