@@ -22,7 +22,9 @@ std::string quote(const std::string& text) {
   return "'" + base::truncate_utf8(text, 80) + "'";
 }
 
-std::string string_field(const nlohmann::json& object, const char* key, const std::string& where) {
+}  // namespace
+
+std::string required_string(const nlohmann::json& object, const char* key, const std::string& where) {
   const auto it = object.find(key);
   if (it == object.end()) throw Error(where + ": missing \"" + key + "\"");
   if (!it->is_string()) {
@@ -30,7 +32,10 @@ std::string string_field(const nlohmann::json& object, const char* key, const st
   }
   return it->get<std::string>();
 }
-}  // namespace
+
+std::string optional_string(const nlohmann::json& object, const char* key, const std::string& where) {
+  return object.contains(key) ? required_string(object, key, where) : std::string();
+}
 
 std::vector<DataLine> read_jsonl_file(const std::string& path) {
   struct stat info {};
@@ -85,8 +90,8 @@ std::vector<ChatTurn> chat_turns_of(const nlohmann::json& messages, bool ends_wi
     const std::string at = where + ": messages[" + std::to_string(i) + "]";
     const auto& message = messages[i];
     if (!message.is_object()) throw Error(at + ": must be an object {\"role\", \"content\"}");
-    const std::string role = string_field(message, "role", at);
-    const std::string content = string_field(message, "content", at);
+    const std::string role = required_string(message, "role", at);
+    const std::string content = required_string(message, "content", at);
     if (role == "system") {
       if (i != 0) throw Error(at + ": a system message may only come first");
       system = content;
@@ -139,10 +144,10 @@ SftEpisode demonstration_of(const DataLine& line) {
   if (!value.contains("prompt")) {
     throw Error(line.where + ": needs \"prompt\" with \"response\" (or \"answer\"), or \"messages\"");
   }
-  episode.prompt = string_field(value, "prompt", line.where);
+  episode.prompt = required_string(value, "prompt", line.where);
   SftTurn turn;
   if (value.contains("response")) {
-    turn.action = string_field(value, "response", line.where);
+    turn.action = required_string(value, "response", line.where);
   } else if (value.contains("answer") && (value["answer"].is_string() || value["answer"].is_number())) {
     turn.action = value["answer"].is_string() ? value["answer"].get<std::string>() : base::dump_json(value["answer"]);
   } else if (value.contains("answer") && value["answer"].is_array() && !value["answer"].empty() &&

@@ -32,6 +32,12 @@ struct DataLine {
 // not an object, and naming `path` when it cannot be read or has no lines.
 std::vector<DataLine> read_jsonl_file(const std::string& path);
 
+// A line's string field; throws sao::Error naming `where` and the key when it
+// is missing (required_string) or not a string (both). optional_string gives
+// "" for a missing key.
+std::string required_string(const nlohmann::json& object, const char* key, const std::string& where);
+std::string optional_string(const nlohmann::json& object, const char* key, const std::string& where);
+
 // One chat turn: the prompt (user / tool text) and the assistant's reply.
 struct ChatTurn {
   std::string prompt;

@@ -21,18 +21,6 @@ namespace sao::env {
 
 namespace {
 
-std::string string_of(const nlohmann::json& object, const char* key, const std::string& where) {
-  const auto it = object.find(key);
-  if (it == object.end()) throw Error(where + ": missing \"" + key + "\"");
-  if (!it->is_string()) throw Error(where + ": \"" + key + "\" must be a string, got " + it->type_name());
-  return it->get<std::string>();
-}
-
-std::string optional_string(const nlohmann::json& object, const char* key, const std::string& where) {
-  if (!object.contains(key)) return "";
-  return string_of(object, key, where);
-}
-
 const nlohmann::json& answer_of(const nlohmann::json& object, const std::string& where) {
   const auto it = object.find("answer");
   if (it == object.end()) throw Error(where + ": missing \"answer\"");
@@ -58,7 +46,7 @@ DatasetProblem parse_problem(const DataLine& line, const Verifier& verifier) {
                 (formats > 1 ? " (it has several)" : ""));
   }
   if (value.contains("prompt")) {
-    problem.turns.push_back(make_turn(string_of(value, "prompt", line.where), answer_of(value, line.where),
+    problem.turns.push_back(make_turn(required_string(value, "prompt", line.where), answer_of(value, line.where),
                                       optional_string(value, "response", line.where), verifier, line.where));
   } else if (value.contains("messages")) {
     const auto turns = chat_turns_of(value["messages"], /*ends_with_reply=*/false, line.where);
@@ -76,7 +64,7 @@ DatasetProblem parse_problem(const DataLine& line, const Verifier& verifier) {
     for (size_t t = 0; t < turns.size(); ++t) {
       const std::string at = line.where + ": turns[" + std::to_string(t) + "]";
       if (!turns[t].is_object()) throw Error(at + ": must be an object {\"prompt\", \"answer\"}");
-      problem.turns.push_back(make_turn(string_of(turns[t], "prompt", at), answer_of(turns[t], at),
+      problem.turns.push_back(make_turn(required_string(turns[t], "prompt", at), answer_of(turns[t], at),
                                         optional_string(turns[t], "response", at), verifier, at));
     }
   }
@@ -313,11 +301,16 @@ std::unique_ptr<Environment> make_dataset_environment(const nlohmann::json& conf
     verifier = make_verifier(parsed.verifier, where + ".verifier");
     verifiers[verifier_key] = verifier;
   }
+  // The latest data set stays loaded even when no environment holds it: a run
+  // builds one environment to check its config and then the real ones, and
+  // would otherwise read and parse every file twice.
+  static std::shared_ptr<const DatasetSplit> latest;
   auto split = splits[split_key].lock();
   if (!split) {
     split = load_dataset(parsed, *verifier);
     splits[split_key] = split;
   }
+  latest = split;
   return std::make_unique<DatasetEnvironment>(std::move(split), std::move(verifier));
 }
 
