@@ -73,7 +73,7 @@ typename Inspector::result_type inspect(Inspector& f, EnvOutcome& x) {
   std::memcpy(&accuracy_bits, &x.accuracy, sizeof(accuracy_bits));
   std::memcpy(&regime_bits, &x.regime_index, sizeof(regime_bits));
   return f(caf::meta::type_name("EnvOutcome"), x.observation, x.reward, x.terminated, x.truncated, accuracy_bits,
-           x.success, regime_bits, x.reason, caf::meta::load_callback([&]() -> caf::error {
+           x.success, regime_bits, x.reason, x.role, x.tools, caf::meta::load_callback([&]() -> caf::error {
              std::memcpy(&x.accuracy, &accuracy_bits, sizeof(accuracy_bits));
              std::memcpy(&x.regime_index, &regime_bits, sizeof(regime_bits));
              return caf::none;

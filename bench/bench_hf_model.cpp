@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   auto prompt = [&] {
     const auto a = random() % 900 + 100;
     const auto b = random() % 900 + 100;
-    return tokenizer->first_turn(std::to_string(a) + "+" + std::to_string(b) + "=");
+    return tokenizer->first_turn(std::to_string(a) + "+" + std::to_string(b) + "=", "");
   };
   for (const int64_t rows : {int64_t{1}, batch}) {
     sao::model::SamplingConfig sampling;

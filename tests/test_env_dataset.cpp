@@ -174,8 +174,27 @@ TEST_CASE("demonstrations: prompt/response, dataset lines and chat transcripts")
   REQUIRE(transcript.turns.size() == 2);
   CHECK(transcript.turns[0].action == "ba");
   CHECK(transcript.turns[0].observation == "ok");
+  CHECK(transcript.turns[0].observation_role == "tool");  // a chat template renders it as a tool turn
   CHECK(transcript.turns[1].action == "done");
   CHECK(transcript.turns[1].observation.empty());
+  CHECK(transcript.tools.empty());
+  json with_tools = chat;
+  with_tools["tools"] = {{{"type", "function"}, {"function", {{"name", "calc"}}}}};
+  CHECK(sao::env::demonstration_of({with_tools, "d:10"}).tools ==
+        R"([{"function":{"name":"calc"},"type":"function"}])");
+  with_tools["tools"] = "calc";
+  CHECK(error_of([&] {
+          sao::env::demonstration_of({with_tools, "d:11"});
+        }) == "d:11: \"tools\" must be a list of tool schemas");
+  with_tools["tools"] = {1};
+  CHECK(error_of([&] {
+          sao::env::demonstration_of({with_tools, "d:12"});
+        }) == "d:12: every entry of \"tools\" must be an object");
+  CHECK(error_of([] {
+          sao::env::demonstration_of(
+              {json{{"messages", {{{"role", "tool"}, {"content", "1"}}, {{"role", "assistant"}, {"content", "a"}}}}},
+               "d:13"});
+        }) == "d:13: messages[0]: a tool message cannot open the conversation");
   CHECK(error_of([] {
           sao::env::demonstration_of({json{{"prompt", "p"}}, "d:5"});
         }) == "d:5: needs \"response\" (a string), or an \"answer\" that is a string or a number");

@@ -7,7 +7,8 @@
 //     last one);
 //   - a whole SAO run (run_training) on the maze finishes on budget, writes
 //     step lines and leaves no actor running;
-//   - the same for an external environment (deploy/envs/guess_number.py).
+//   - the same for an external environment (deploy/envs/guess_number.py) and
+//     for OpenEnv servers (tests/openenv/guess_server.py, WebSocket sessions).
 #include "actors/env_actor.hpp"
 #include "actors/protocol.hpp"
 #include "actors/rollout_actor.hpp"
@@ -16,6 +17,7 @@
 #include "config/run_config.hpp"
 #include "env/environment.hpp"
 #include "model/tensor_blob.hpp"
+#include "test_openenv_server.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/task_runner.hpp"
 
@@ -313,6 +315,37 @@ TEST_CASE("an external environment process (guess_number.py) through the actors 
   overrides.push_back("rollout.max_turns=6");
   overrides.push_back("rollout.episodes_per_actor=4");
   overrides.push_back("rollout.env_timeout_ms=10000");
+  overrides.push_back("train.steps=4");
+  const auto config = sao::config::load_run_config("", overrides);
+  sao::model::CausalLM policy(config.model);  // no warm start: the run only has to work, not to win
+  sao::model::init_weights(*policy, 1);
+  const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
+  CHECK(outcome.reason == "budget");
+  CHECK(outcome.steps == 4);
+  CHECK(outcome.actors_left_running == 0);
+  CHECK(step_lines(dir).size() == 4);
+  const auto summary = nlohmann::json::parse(outcome.summary_json);
+  MESSAGE("summary: " << summary.dump());
+  CHECK(summary["episodes_lost"].get<int64_t>() == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("OpenEnv servers through the actors: WebSocket sessions spread over two servers, on budget") {
+  const auto dir = fresh_dir("openenv");
+  std::vector<std::unique_ptr<sao_test::OpenEnvServer>> servers;
+  nlohmann::json urls = nlohmann::json::array();
+  for (int i = 0; i < 2; ++i) {  // four sessions at once (rollout.episodes_per_actor), spread over both
+    servers.push_back(std::make_unique<sao_test::OpenEnvServer>());
+    urls.push_back(servers.back()->url());
+  }
+  auto overrides = tiny_model_overrides(dir.string());
+  overrides.push_back("env.name=\"openenv\"");
+  overrides.push_back("task={\"name\":\"openenv\",\"urls\":" + urls.dump() +
+                      ",\"action_key\":\"guess\",\"observation_key\":\"text\",\"success_key\":\"won\","
+                      "\"max_turns\":6}");
+  overrides.push_back("rollout.max_turns=6");
+  overrides.push_back("rollout.episodes_per_actor=4");
+  overrides.push_back("rollout.env_timeout_ms=60000");
   overrides.push_back("train.steps=4");
   const auto config = sao::config::load_run_config("", overrides);
   sao::model::CausalLM policy(config.model);  // no warm start: the run only has to work, not to win

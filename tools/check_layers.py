@@ -28,8 +28,16 @@ RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folder
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>')
 # Third-party headers that only some layers may see: CAF only above the core,
-# Cairo only in the plot library, cpp-httplib only in the actors (console).
-RESTRICTED = {"caf/": {"actors", "app"}, "cairo": {"plot"}, "httplib": {"actors", "app"}}
+# Cairo only in the plot library, cpp-httplib only in the actors (console) and
+# the environments (the OpenEnv client, env/openenv_env.cpp), websocketpp and
+# asio only in the environments (env/websocket_client.cpp).
+RESTRICTED = {
+    "caf/": {"actors", "app"},
+    "cairo": {"plot"},
+    "httplib": {"actors", "app", "env"},
+    "websocketpp/": {"env"},
+    "asio": {"env"},
+}
 
 
 def folder_of(path: pathlib.Path, root: pathlib.Path) -> str:

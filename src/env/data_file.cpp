@@ -99,7 +99,8 @@ std::vector<ChatTurn> chat_turns_of(const nlohmann::json& messages, bool ends_wi
     }
     if (role == "user" || role == "tool") {
       if (!expect_user) throw Error(at + ": two " + role + "/user messages in a row (expected assistant)");
-      turns.push_back({content, "", false});
+      if (role == "tool" && turns.empty()) throw Error(at + ": a tool message cannot open the conversation");
+      turns.push_back({content, role, "", false});
       if (turns.size() == 1 && !system.empty()) turns.front().prompt = system + "\n\n" + content;
       expect_user = false;
       continue;
@@ -136,8 +137,18 @@ SftEpisode demonstration_of(const DataLine& line) {
     for (size_t t = 0; t < turns.size(); ++t) {
       SftTurn turn;
       turn.action = turns[t].reply;
-      if (t + 1 < turns.size()) turn.observation = turns[t + 1].prompt;
+      if (t + 1 < turns.size()) {
+        turn.observation = turns[t + 1].prompt;
+        turn.observation_role = turns[t + 1].role;
+      }
       episode.turns.push_back(std::move(turn));
+    }
+    if (const auto tools = value.find("tools"); tools != value.end()) {
+      if (!tools->is_array()) throw Error(line.where + ": \"tools\" must be a list of tool schemas");
+      for (const auto& tool : *tools) {
+        if (!tool.is_object()) throw Error(line.where + ": every entry of \"tools\" must be an object");
+      }
+      episode.tools = base::dump_json(*tools);
     }
     return episode;
   }

@@ -10,7 +10,10 @@
 // first user message, separated by a blank line), then user (or tool) and
 // assistant messages in turn, starting with user and ending with assistant.
 // Each assistant message is a trained action; the user or tool message after
-// it is the environment's observation. Other keys on a line are ignored.
+// it is the environment's observation, rendered in its role by a chat
+// template. "tools" on a transcript line (a JSON list of tool schemas) is what
+// the environment's reset shows (SftEpisode::tools). Other keys on a line are
+// ignored.
 #pragma once
 
 #include "env/environment.hpp"
@@ -41,6 +44,7 @@ std::string optional_string(const nlohmann::json& object, const char* key, const
 // One chat turn: the prompt (user / tool text) and the assistant's reply.
 struct ChatTurn {
   std::string prompt;
+  std::string role = "user";  // the prompt's: "user" or "tool" (a tool's result)
   std::string reply;
   bool has_reply = false;
 };

@@ -57,6 +57,7 @@ DatasetProblem parse_problem(const DataLine& line, const Verifier& verifier) {
       problem.turns.push_back(
           make_turn(turns[t].prompt, last ? answer_of(value, line.where) : nlohmann::json(turns[t].reply),
                     last ? optional_string(value, "response", line.where) : turns[t].reply, verifier, at));
+      problem.turns.back().role = turns[t].role;
     }
   } else {
     const auto& turns = value["turns"];
@@ -227,6 +228,7 @@ EnvStep DatasetEnvironment::step(const std::string& action) {
   if (turn_ < problem.turns.size()) {
     result.observation = problem.turns[turn_].prompt;
     result.info = {{"correct", verdict.correct}, {"reason", verdict.reason}};
+    if (problem.turns[turn_].role != "user") result.info["role"] = problem.turns[turn_].role;
     return result;
   }
   result.terminated = true;
@@ -258,7 +260,10 @@ std::vector<SftEpisode> DatasetEnvironment::demonstrations(int64_t count, uint64
     for (size_t t = 0; t < problem.turns.size(); ++t) {
       SftTurn turn;
       turn.action = problem.turns[t].response;
-      if (t + 1 < problem.turns.size()) turn.observation = problem.turns[t + 1].prompt;
+      if (t + 1 < problem.turns.size()) {
+        turn.observation = problem.turns[t + 1].prompt;
+        turn.observation_role = problem.turns[t + 1].role;
+      }
       episode.turns.push_back(std::move(turn));
     }
     episodes.push_back(std::move(episode));

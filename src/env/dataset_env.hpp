@@ -45,6 +45,7 @@ namespace sao::env {
 
 struct DatasetTurn {
   std::string prompt;
+  std::string role = "user";  // the prompt's chat role ("tool" from a "messages" line)
   PreparedAnswer answer;
   std::string response;  // demonstration text; "" when there is none
 };

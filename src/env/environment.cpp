@@ -9,6 +9,7 @@
 #include "env/example_env.hpp"
 #include "env/external_env.hpp"
 #include "env/maze_env.hpp"
+#include "env/openenv_env.hpp"
 
 #include <map>
 #include <mutex>
@@ -31,6 +32,7 @@ Registry& registry() {
     created->factories["drift"] = make_drift_environment;
     created->factories["external"] = make_external_environment;
     created->factories["dataset"] = make_dataset_environment;
+    created->factories["openenv"] = make_openenv_environment;
     return created;
   }();
   return *instance;

@@ -28,6 +28,16 @@
 // info["success"] or info["accuracy"]. info["reason"] (a short string) is
 // quoted in held-out transcripts.
 //
+// Tools (agentic tasks). An action may be a tool call in the model's own chat
+// format (Qwen's "<tool_call>\n{\"name\": ..., \"arguments\": {...}}\n</tool_call>");
+// the environment runs the tool and answers with its result as the next
+// observation, setting info["role"] = "tool" on that step so a chat template
+// renders it as a tool turn (Qwen: <tool_response> inside a user turn;
+// otherwise "user" is assumed). At reset, info["tools"] (a JSON list of
+// function schemas, {"type": "function", "function": {"name", "description",
+// "parameters"}}) is shown to the policy where the template lists tools.
+// tokenizer::ChatTokenizer renders both; the plain format shows text only.
+//
 // Errors. Bad config, an action after the episode ended, or a misbehaving
 // external process throw sao::Error naming the environment and the problem;
 // the runtime's env actor turns that into one lost (counted) episode.
@@ -86,11 +96,13 @@ struct SftTurn {
   std::string action;
   std::string observation;  // what the environment answered (empty after the final action)
   bool train = true;
+  std::string observation_role = "user";  // "user" or "tool" (info "role" of that step)
 };
 
 struct SftEpisode {
   std::string prompt;  // reset's observation
   std::vector<SftTurn> turns;
+  std::string tools;  // reset's info "tools" as JSON text, "" for none
 };
 
 class Environment {
@@ -135,7 +147,7 @@ using EnvironmentFactory =
     std::function<std::unique_ptr<Environment>(const nlohmann::json& config, const std::string& where)>;
 
 // A registry so a config names an environment by string. Built-ins:
-// arithmetic, example, maze, drift, external, dataset; plugins
+// arithmetic, example, maze, drift, external, dataset, openenv; plugins
 // (env_plugin.hpp, env.plugin) add theirs at run time.
 void register_environment(const std::string& name, EnvironmentFactory factory);
 // Throws sao::Error for an unknown name, listing the known ones.
@@ -145,7 +157,8 @@ std::vector<std::string> registered_environments();
 // True for the built-in environments that run entirely inside this process
 // from their config section (arithmetic, example, maze, drift). Any other
 // name (external: a program to run or an address to connect to; dataset:
-// files to read and perhaps a verifier program; one registered at run time)
+// files to read and perhaps a verifier program; openenv: a server to reach;
+// one registered at run time)
 // acts outside the process, so its config must come
 // from the user, never from an untrusted file such as a checkpoint.
 bool is_self_contained_environment(const std::string& name);

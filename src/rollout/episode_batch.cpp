@@ -4,6 +4,7 @@
 #include "base/utf8.hpp"
 
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 
 #include <algorithm>
@@ -32,6 +33,10 @@ EnvOutcome outcome_of(std::string observation, double reward, bool terminated, b
   if (const auto it = info.find("reason"); it != info.end() && it->is_string()) {
     outcome.reason = base::truncate_utf8(it->get<std::string>(), 200);
   }
+  if (const auto it = info.find("role"); it != info.end()) {
+    outcome.role = it->is_string() ? it->get<std::string>() : base::dump_json(*it);
+  }
+  if (const auto it = info.find("tools"); it != info.end()) outcome.tools = base::dump_json(*it);
   return outcome;
 }
 
@@ -70,7 +75,7 @@ void EpisodeBatch::reset_done(size_t index, const EnvOutcome& first) {
     return;
   }
   try {
-    row.prompt = tokenizer_.first_turn(first.observation);
+    row.prompt = tokenizer_.first_turn(first.observation, first.tools);
   } catch (const std::exception& error) {
     lose(row, error.what());
     return;
@@ -163,7 +168,9 @@ void EpisodeBatch::step_done(size_t index, const EnvOutcome& outcome) {
     const auto closer = tokenizer_.action_end();
     const auto& action = row.current.action_tokens;
     const bool closed = !action.empty() && std::find(closer.begin(), closer.end(), action.back()) != closer.end();
-    row.current.observation = tokenizer_.next_turn(outcome.observation, closed);
+    const auto speaker = outcome.role.empty() ? tokenizer::Speaker::kUser
+                                              : tokenizer::speaker_of(outcome.role, "the environment's info.role");
+    row.current.observation = tokenizer_.next_turn(outcome.observation, speaker, closed);
   } catch (const std::exception& error) {
     lose(row, error.what());
     return;

@@ -6,10 +6,12 @@
 // succeeded, its accuracy - is defined once:
 //
 //   prompt  = [BOS] + tokens of the reset observation (an empty observation
-//             becomes the tokenizer's <|obs|> token);
+//             becomes the tokenizer's <|obs|> token), or the chat template's
+//             first user turn with the reset's tools;
 //   a turn  = generate until a stop token or the turn budget, hand the
 //             decoded text (stop token and special tokens removed) to
-//             env.step, append the next observation (empty -> <|obs|>);
+//             env.step, append the next observation (empty -> <|obs|>; a
+//             chat template's user or tool turn, by info "role");
 //   the end = the env says terminated or truncated, the episode used
 //             max_turns turns, or the model's context is full;
 //   success = episode_succeeded(final step) (below);
@@ -50,6 +52,13 @@ struct EnvOutcome {
   int8_t success = -1;                                             // info "success": 1 / 0; -1 when absent
   double regime_index = std::numeric_limits<double>::quiet_NaN();  // info "regime_index" (drifting envs)
   std::string reason;  // info "reason" (a verifier's explanation), at most 200 bytes
+  // info "role": who speaks the observation, "user" or "tool" ("" when
+  // absent: user; a non-string arrives as its JSON text, which the episode
+  // refuses by name).
+  std::string role;
+  // info "tools" at reset, as JSON text ("" when absent): the tool schemas a
+  // chat template shows the policy (Tokenizer::first_turn).
+  std::string tools;
 
   bool done() const { return terminated || truncated; }
 };

@@ -2,6 +2,7 @@
 #include "tokenizer/chat_tokenizer.hpp"
 
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
 
 #include <algorithm>
 
@@ -34,16 +35,19 @@ ChatTokenizer::ChatTokenizer(std::shared_ptr<const HfTokenizer> tokenizer, ChatT
   stop_ids_ = tokenizer_->stop_ids();
   if (std::find(stop_ids_.begin(), stop_ids_.end(), end_of_turn_) == stop_ids_.end())
     stop_ids_.insert(stop_ids_.begin(), end_of_turn_);
-  first_turn("");  // a template that cannot render one user turn fails here, not mid-run
+  first_turn("", "");  // a template that cannot render one user turn fails here, not mid-run
 }
 
-std::string ChatTokenizer::render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
+std::string ChatTokenizer::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                  const nlohmann::ordered_json* tools) const {
   const auto bos = tokenizer_->bos_id();
   const auto eos = tokenizer_->eos_id();
-  return template_.render({{"messages", messages},
-                           {"add_generation_prompt", add_generation_prompt},
-                           {"bos_token", bos >= 0 ? tokenizer_->token(bos) : ""},
-                           {"eos_token", eos >= 0 ? tokenizer_->token(eos) : ""}});
+  nlohmann::ordered_json variables = {{"messages", messages},
+                                      {"add_generation_prompt", add_generation_prompt},
+                                      {"bos_token", bos >= 0 ? tokenizer_->token(bos) : ""},
+                                      {"eos_token", eos >= 0 ? tokenizer_->token(eos) : ""}};
+  if (tools != nullptr) variables["tools"] = *tools;
+  return template_.render(variables);
 }
 
 std::vector<int64_t> ChatTokenizer::encode_around(const std::string& text, std::string_view observation) const {
@@ -61,17 +65,32 @@ std::vector<int64_t> ChatTokenizer::encode_around(const std::string& text, std::
   return ids;
 }
 
-std::vector<int64_t> ChatTokenizer::first_turn(std::string_view observation) const {
-  const auto text = render({{{"role", "user"}, {"content", kObservation}}}, true);
+std::vector<int64_t> ChatTokenizer::first_turn(std::string_view observation, std::string_view tools_json) const {
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", kObservation}}};
+  std::string text = render(messages, true);
+  if (!tools_json.empty()) {
+    const auto where = where_ + ": the environment's tools";
+    const nlohmann::ordered_json tools = base::parse_json_limited(tools_json, where);
+    if (!tools.is_array()) throw Error(where + ": must be a JSON list of tool schemas, got " + tools.type_name());
+    for (const auto& tool : tools) {
+      if (!tool.is_object()) throw Error(where + ": every tool must be a JSON object, got " + tool.type_name());
+    }
+    auto with_tools = render(messages, true, &tools);
+    // A template without a tools section would drop them silently, and the policy would call tools it was never shown.
+    if (!tools.empty() && with_tools == text) {
+      throw Error(where + ": the chat template ignores `tools`, so the policy would never see them");
+    }
+    text = std::move(with_tools);
+  }
   auto ids = encode_around(text, observation);
   if (ids.empty()) throw Error(where_ + ": the chat template renders an empty first turn");
   return ids;
 }
 
-std::vector<int64_t> ChatTokenizer::next_turn(std::string_view observation, bool action_closed) const {
+std::vector<int64_t> ChatTokenizer::next_turn(std::string_view observation, Speaker speaker, bool action_closed) const {
   const auto text = render({{{"role", "user"}, {"content", kUser}},
                             {{"role", "assistant"}, {"content", kAction}},
-                            {{"role", "user"}, {"content", kObservation}}},
+                            {{"role", speaker == Speaker::kTool ? "tool" : "user"}, {"content", kObservation}}},
                            true);
   const auto after = text.find(kAction);
   if (after == std::string::npos)

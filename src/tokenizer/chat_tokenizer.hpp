@@ -7,10 +7,12 @@
 // text, so an observation that contains "<|im_start|>" cannot forge a turn.
 //
 // The template is rendered around placeholders: the first turn is
-// render([user: OBS], add_generation_prompt); the ids between two actions
-// come from render([user: U, assistant: ACTION, user: OBS],
+// render([user: OBS], add_generation_prompt, tools); the ids between two
+// actions come from render([user: U, assistant: ACTION, user|tool: OBS],
 // add_generation_prompt) after ACTION, less the end-of-turn token when the
-// policy already generated it. The end-of-turn token is the special token
+// policy already generated it. A tool call is the policy's own text (Qwen's
+// "<tool_call>{...}</tool_call>"), so it is kept as generated, exactly what
+// the template writes for an assistant message carrying that call. The end-of-turn token is the special token
 // the template writes right after an assistant's content (<|im_end|>,
 // <|eot_id|>, <end_of_turn>); it becomes a stop id and closes every
 // demonstrated action.
@@ -44,8 +46,11 @@ class ChatTokenizer final : public Tokenizer {
   // The tokenizer's stop ids and the template's end-of-turn token.
   std::vector<int64_t> stop_ids() const override { return stop_ids_; }
 
-  std::vector<int64_t> first_turn(std::string_view observation) const override;
-  std::vector<int64_t> next_turn(std::string_view observation, bool action_closed) const override;
+  // Throws sao::Error when `tools_json` is not a JSON list of objects, or
+  // when the template ignores tools (the policy would never see them).
+  std::vector<int64_t> first_turn(std::string_view observation, std::string_view tools_json) const override;
+  // A tool turn the template cannot render (it raises) throws sao::Error with the template's message.
+  std::vector<int64_t> next_turn(std::string_view observation, Speaker speaker, bool action_closed) const override;
   std::vector<int64_t> action_end() const override { return {end_of_turn_}; }
 
   int64_t end_of_turn_id() const { return end_of_turn_; }
@@ -55,7 +60,8 @@ class ChatTokenizer final : public Tokenizer {
   // `observation` encoded as plain text; the rest (template text) with
   // special tokens matched.
   std::vector<int64_t> encode_around(const std::string& text, std::string_view observation) const;
-  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json* tools = nullptr) const;
 
   std::shared_ptr<const HfTokenizer> tokenizer_;
   ChatTemplate template_;

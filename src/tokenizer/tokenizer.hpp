@@ -14,6 +14,15 @@
 
 namespace sao::tokenizer {
 
+// Who speaks an observation in chat terms: the user (a prompt, a game's
+// answer) or a tool (the result of a call the policy's action made). An
+// environment chooses per step with EnvStep::info "role" ("user" / "tool").
+enum class Speaker { kUser, kTool };
+
+// "user" -> kUser, "tool" -> kTool; anything else throws sao::Error naming
+// `where` and the value.
+Speaker speaker_of(std::string_view role, const std::string& where);
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -43,13 +52,19 @@ class Tokenizer {
   // an action ends with EOS; the next observation's text follows it.
   // ChatTokenizer renders a model's chat template instead.
   //
-  // Ids of the prompt before the first action (never empty).
-  virtual std::vector<int64_t> first_turn(std::string_view observation) const;
+  // Ids of the prompt before the first action (never empty). `tools_json`:
+  // "" or a JSON list of the tool schemas the policy may call (an
+  // environment's reset info "tools"); a chat template lists them where the
+  // model expects them (Qwen's system prompt), and the plain format has no
+  // place for them (an environment for plain models describes its tools in
+  // the prompt text).
+  virtual std::vector<int64_t> first_turn(std::string_view observation, std::string_view tools_json) const;
   // Ids between one action and the next (never empty): the observation,
-  // plus whatever the format puts around it. `action_closed` says the
-  // action's last id is action_end()'s (else it stopped on another stop id
-  // or was cut at its length limit, and the format closes the turn).
-  virtual std::vector<int64_t> next_turn(std::string_view observation, bool action_closed) const;
+  // plus whatever the format puts around it (a chat template's user or tool
+  // turn, by `speaker`). `action_closed` says the action's last id is
+  // action_end()'s (else it stopped on another stop id or was cut at its
+  // length limit, and the format closes the turn).
+  virtual std::vector<int64_t> next_turn(std::string_view observation, Speaker speaker, bool action_closed) const;
   // What closes an action in a demonstration (SFT): the id the policy must
   // learn to stop with.
   virtual std::vector<int64_t> action_end() const { return {eos_id()}; }

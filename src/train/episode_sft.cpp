@@ -16,13 +16,14 @@ TokenizedEpisode tokenize_episode(const tokenizer::Tokenizer& tokenizer, const e
     result.tokens.insert(result.tokens.end(), ids.begin(), ids.end());
     result.trained.insert(result.trained.end(), ids.size(), trained ? 1 : 0);
   };
-  append(tokenizer.first_turn(episode.prompt), false);
+  append(tokenizer.first_turn(episode.prompt, episode.tools), false);
   for (size_t t = 0; t < episode.turns.size(); ++t) {
     const auto& turn = episode.turns[t];
     append(tokenizer.encode(turn.action), turn.train);
     append(tokenizer.action_end(), turn.train);
     if (t + 1 == episode.turns.size()) break;  // the episode ended: its last observation is never shown
-    append(tokenizer.next_turn(turn.observation, /*action_closed=*/true), false);
+    const auto speaker = tokenizer::speaker_of(turn.observation_role, "demonstration turn " + std::to_string(t));
+    append(tokenizer.next_turn(turn.observation, speaker, /*action_closed=*/true), false);
   }
   return result;
 }

@@ -10,7 +10,7 @@
 namespace sao::train {
 
 std::vector<int64_t> encode_prompt(const tokenizer::Tokenizer& tokenizer, const env::ArithmeticProblem& problem) {
-  return tokenizer.first_turn(problem.prompt());
+  return tokenizer.first_turn(problem.prompt(), "");
 }
 
 std::string answer_text(const tokenizer::Tokenizer& tokenizer, const std::vector<int64_t>& generated) {

@@ -2,6 +2,7 @@
 //   config     a run config (JSON text) through the depth-limited parser and the config reader
 //   safetensors a weights file through the header reader and the loader
 //   env_reply  one reply line of an external environment, through the client
+//   openenv_reply  the body of an OpenEnv server's /reset and /step replies, through the HTTP client
 //   tokenizer  a tokenizer.json (of a Hugging Face model directory), loaded, then encoding and decoding
 //   chat_template  a tokenizer_config.json chat template, parsed, rendered and used for chat turns
 //   data_file  a JSON-lines data file: a dataset task's problems (each verifier), played; and demonstrations
@@ -32,6 +33,7 @@
 #include "env/data_file.hpp"
 #include "env/environment.hpp"
 #include "env/external_env.hpp"
+#include "env/openenv_env.hpp"
 #include "model/safetensors.hpp"
 #include "model/transformer.hpp"
 #include "tokenizer/chat_template.hpp"
@@ -341,8 +343,9 @@ Surface chat_template_surface() {
         std::make_shared<const sao::tokenizer::HfTokenizer>(sao::tokenizer::HfTokenizer::from_json_text(
             sao_test::byte_level_json().dump(), R"({"eos_token": "<|special|>"})", "fuzz"));
     const sao::tokenizer::ChatTokenizer chat(tokenizer, chat_template, "fuzz");
-    chat.first_turn("hello");
-    chat.next_turn("again", true);
+    chat.first_turn("hello", "");
+    chat.next_turn("again", sao::tokenizer::Speaker::kUser, true);
+    chat.next_turn("result", sao::tokenizer::Speaker::kTool, false);
     return Outcome::kAccepted;
   };
   return surface;
@@ -404,6 +407,89 @@ Surface env_reply_surface() {
     config.channel.startup_timeout_ms = 300;
     config.channel.max_restarts = 1;
     sao::env::ExternalEnvironment env(config);
+    const auto step = env.reset(1);
+    if (!step.done()) env.step("4");
+    return Outcome::kAccepted;
+  };
+  return surface;
+}
+
+// Answers GET /health with "healthy" and every other request with `body`
+// (HTTP 200), one request per connection as cpp-httplib's client makes them.
+class OpenEnvReplyServer {
+ public:
+  explicit OpenEnvReplyServer(std::string body) : body_(std::move(body)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    ::listen(listener_, 4);
+    socklen_t length = sizeof(address);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~OpenEnvReplyServer() {
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    if (thread_.joinable()) thread_.detach();  // the child process exits right after
+  }
+  int port() const { return port_; }
+
+ private:
+  void serve() {
+    for (;;) {
+      const int fd = ::accept(listener_, nullptr, nullptr);
+      if (fd < 0) return;
+      std::string request;
+      char buffer[4096];
+      size_t header_end = std::string::npos;
+      size_t content_length = 0;
+      for (;;) {
+        if (header_end == std::string::npos && (header_end = request.find("\r\n\r\n")) != std::string::npos) {
+          const auto at = request.find("Content-Length: ");
+          if (at != std::string::npos && at < header_end) content_length = std::stoul(request.substr(at + 16));
+        }
+        if (header_end != std::string::npos && request.size() >= header_end + 4 + content_length) break;
+        const auto n = ::recv(fd, buffer, sizeof(buffer), 0);
+        if (n <= 0) break;
+        request.append(buffer, static_cast<size_t>(n));
+      }
+      const bool health = request.rfind("GET /health ", 0) == 0;
+      const std::string body = health ? std::string(R"({"status":"healthy"})") : body_;
+      const std::string reply =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+          "Content-Length: " +
+          std::to_string(body.size()) + "\r\n\r\n" + body;
+      [[maybe_unused]] auto sent = ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+      ::close(fd);
+    }
+  }
+  std::string body_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+Surface openenv_reply_surface() {
+  Surface surface;
+  surface.name = "openenv_reply";
+  surface.seeds = {
+      R"({"observation":{"text":"17-40?","attempts_left":6,"won":false},"reward":null,"done":false})",
+      R"({"observation":{"text":"higher","won":false,"log":[1,"a",{"b":null}]},"reward":false,"done":false})"};
+  surface.run = [](const std::string& input, const fs::path&) {
+    // The parser alone, as the WebSocket transport uses it, and the 422 reader.
+    (void)sao::env::openenv_validation_message(input);
+    OpenEnvReplyServer server(input);
+    sao::env::OpenEnvConfig config;
+    config.urls = {"http://127.0.0.1:" + std::to_string(server.port())};
+    config.transport = sao::env::OpenEnvTransport::kHttp;
+    config.observation_key = "text";
+    config.success_key = "won";
+    config.timeout_ms = 300;
+    config.startup_timeout_ms = 300;
+    sao::env::OpenEnvEnvironment env(config);
     const auto step = env.reset(1);
     if (!step.done()) env.step("4");
     return Outcome::kAccepted;
@@ -779,8 +865,8 @@ int main(int argc, char** argv) {
   }
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
-  const std::vector<std::string> all = {"config",    "safetensors", "env_reply", "tokenizer", "chat_template",
-                                        "data_file", "http",        "join",      "tls_frames"};
+  const std::vector<std::string> all = {"config",        "safetensors", "env_reply", "openenv_reply", "tokenizer",
+                                        "chat_template", "data_file",   "http",      "join",          "tls_frames"};
   int64_t failures = 0;
   bool known = false;
   for (const auto& name : all) {
@@ -791,6 +877,7 @@ int main(int argc, char** argv) {
     if (name == "config") counts = fuzz_isolated(config_surface(), cases, seed, scratch, out);
     if (name == "safetensors") counts = fuzz_isolated(safetensors_surface(scratch), cases, seed, scratch, out);
     if (name == "env_reply") counts = fuzz_isolated(env_reply_surface(), cases, seed, scratch, out);
+    if (name == "openenv_reply") counts = fuzz_isolated(openenv_reply_surface(), cases, seed, scratch, out);
     if (name == "tokenizer") counts = fuzz_isolated(tokenizer_surface(), cases, seed, scratch, out);
     if (name == "chat_template") counts = fuzz_isolated(chat_template_surface(), cases, seed, scratch, out);
     if (name == "data_file") counts = fuzz_isolated(data_file_surface(), cases, seed, scratch, out);
