@@ -7,6 +7,7 @@
 #include "base/hash.hpp"
 #include "env/environment.hpp"
 #include "env/example_env.hpp"
+#include "test_openenv_server.hpp"
 
 #include <doctest/doctest.h>
 
@@ -21,9 +22,14 @@ using sao::env::make_environment;
 namespace {
 
 // Every built-in runs on an empty config except the external one, which needs
-// a program (the shipped example), and the dataset task, which needs data
-// (the shipped two-turn example).
+// a program (the shipped example), the dataset task, which needs data (the
+// shipped two-turn example), and the OpenEnv one, which needs a server (the
+// test tree's, started once for the whole test binary).
 nlohmann::json config_for(const std::string& name) {
+  if (name == "openenv") {
+    static sao_test::OpenEnvServer server;
+    return {{"url", server.url()}, {"heldout_size", 50}, {"timeout_ms", 10000}};
+  }
   if (name == "dataset") {
     return {{"train", std::string(SAO_SOURCE_DIR) + "/examples/datasets/reverse.jsonl"}, {"heldout_fraction", 0.1}};
   }
@@ -69,7 +75,7 @@ std::string key_of(const EnvStep& reset) {
 
 TEST_CASE("the built-in environments are registered") {
   const auto names = sao::env::registered_environments();
-  for (const char* expected : {"arithmetic", "example", "maze", "drift", "external", "dataset"}) {
+  for (const char* expected : {"arithmetic", "example", "maze", "drift", "external", "dataset", "openenv"}) {
     CHECK(std::find(names.begin(), names.end(), expected) != names.end());
   }
   try {

@@ -440,7 +440,11 @@ EnvStep OpenEnvEnvironment::begin_episode(const nlohmann::json& request_body) {
     }
   }
   if (reply.done) fail("reset", "the episode is over at reset (\"done\": true)");
-  return to_step(reply);
+  auto step = to_step(reply);
+  // Keyed by the seed the server got: training seeds start at heldout_size,
+  // so a training key never equals a held-out one.
+  step.info["episode_key"] = "seed-" + base::dump_json(request_body["seed"]);
+  return step;
 }
 
 EnvStep OpenEnvEnvironment::reset(uint64_t seed) {

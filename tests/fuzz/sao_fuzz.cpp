@@ -327,7 +327,7 @@ Surface chat_template_surface() {
       "{%- set ns.last = (messages|length - 1) - loop.index0 %}{%- endif %}{%- endfor %}"
       "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\n' + m.content.split('</think>')[-1].lstrip('\n') "
       "+ '<|im_end|>\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}",
-      "{{ bos_token }}{% for m in messages %}{% if m['role'] not in ['system', 'user', 'assistant'] %}"
+      "{{ bos_token }}{% for m in messages %}{% if m['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
       "{{ raise_exception('unknown role') }}{% endif %}{{ m['content'] | tojson(indent=2) }}{% endfor %}"};
   surface.run = [](const std::string& input, const fs::path&) {
     const auto chat_template = sao::tokenizer::ChatTemplate::parse(input, "fuzz");
