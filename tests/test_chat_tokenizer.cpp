@@ -3,7 +3,7 @@
 // turn, the ids between two actions with and without the policy's own
 // end-of-turn token, and an observation whose text spells a special token
 // (encoded as text: it cannot forge a turn). Then load_tokenizer's choice
-// of format.
+// of format, and encode_template's rule for where special tokens match.
 #include "test_tiny_tokenizer.hpp"
 #include "tokenizer/chat_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
@@ -124,4 +124,18 @@ TEST_CASE("load_tokenizer: auto uses the template when there is one, plain never
   CHECK_THROWS_WITH(sao::tokenizer::load_tokenizer("", "chat"),
                     "prompt format \"chat\" needs a model directory with a chat template");
   fs::remove_all(dir);
+}
+
+TEST_CASE("encode_template: special tokens match in the template's text only, never in or across untrusted text") {
+  const auto tokenizer = tiny();
+  // Trusted text matches the special; the same text in an untrusted part stays text.
+  CHECK(tokenizer->encode_template({"a<|special|>", "<|special|>", "<|special|>b"}) ==
+        join({bytes("a"), {300}, bytes("<|special|>"), {300}, bytes("b")}));
+  // A special spelled across a join is not matched either: half of it is untrusted.
+  CHECK(tokenizer->encode_template({"<|spe", "cial|>"}) == bytes("<|special|>"));
+  CHECK(tokenizer->encode_template({"x", "<|spe", "cial|>"}) == bytes("x<|special|>"));
+  // No untrusted part: the same as Hugging Face's encode with special tokens.
+  CHECK(tokenizer->encode_template({"u<|special|>v"}) == tokenizer->encode_with_special_tokens("u<|special|>v"));
+  // Invalid UTF-8 in an untrusted part is replaced there, leaving the template's special in place.
+  CHECK(tokenizer->encode_template({"", "\xff", "<|special|>"}).back() == 300);
 }

@@ -4,6 +4,7 @@
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "env/arithmetic_env.hpp"
+#include "env/calculator_env.hpp"
 #include "env/dataset_env.hpp"
 #include "env/drift_env.hpp"
 #include "env/example_env.hpp"
@@ -33,6 +34,7 @@ Registry& registry() {
     created->factories["external"] = make_external_environment;
     created->factories["dataset"] = make_dataset_environment;
     created->factories["openenv"] = make_openenv_environment;
+    created->factories["calculator"] = make_calculator_environment;
     return created;
   }();
   return *instance;
@@ -54,7 +56,7 @@ std::vector<std::string> registered_environments() {
 }
 
 bool is_self_contained_environment(const std::string& name) {
-  return name == "arithmetic" || name == "example" || name == "maze" || name == "drift";
+  return name == "arithmetic" || name == "example" || name == "maze" || name == "drift" || name == "calculator";
 }
 
 std::unique_ptr<Environment> make_environment(const std::string& name, const nlohmann::json& config,

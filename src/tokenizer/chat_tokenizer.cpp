@@ -51,18 +51,17 @@ std::string ChatTokenizer::render(const nlohmann::ordered_json& messages, bool a
 }
 
 std::vector<int64_t> ChatTokenizer::encode_around(const std::string& text, std::string_view observation) const {
-  std::vector<int64_t> ids;
+  std::vector<std::string_view> parts;
+  const std::string_view whole(text);
   size_t begin = 0;
   for (;;) {
     const auto found = text.find(kObservation, begin);
-    const auto part = tokenizer_->encode_with_special_tokens(text.substr(begin, found - begin));
-    ids.insert(ids.end(), part.begin(), part.end());
+    parts.push_back(whole.substr(begin, found == std::string::npos ? std::string::npos : found - begin));
     if (found == std::string::npos) break;
-    const auto content = tokenizer_->encode(observation);
-    ids.insert(ids.end(), content.begin(), content.end());
+    parts.push_back(observation);
     begin = found + kObservation.size();
   }
-  return ids;
+  return tokenizer_->encode_template(parts);
 }
 
 std::vector<int64_t> ChatTokenizer::first_turn(std::string_view observation, std::string_view tools_json) const {

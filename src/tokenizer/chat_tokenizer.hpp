@@ -57,8 +57,8 @@ class ChatTokenizer final : public Tokenizer {
 
  private:
   // `text` with every occurrence of the observation placeholder replaced by
-  // `observation` encoded as plain text; the rest (template text) with
-  // special tokens matched.
+  // `observation`, encoded as one text (HfTokenizer::encode_template): special
+  // tokens are matched in the template's text only.
   std::vector<int64_t> encode_around(const std::string& text, std::string_view observation) const;
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                      const nlohmann::ordered_json* tools = nullptr) const;

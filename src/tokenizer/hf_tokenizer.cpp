@@ -7,8 +7,8 @@
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
 #include "base/small_file.hpp"
-#include "base/utf8.hpp"
 #include "base/unicode_regex.hpp"
+#include "base/utf8.hpp"
 
 #include <utf8proc.h>
 #include <nlohmann/json.hpp>
@@ -659,8 +659,15 @@ struct HfTokenizer::Impl {
   }
 
   std::vector<int64_t> encode(std::string_view raw, bool match_special) const {
-    const std::string text = base::replace_invalid_utf8(raw);
+    return encode_sanitised(base::replace_invalid_utf8(raw), match_special, {});
+  }
+
+  // `untrusted`: sorted, disjoint [begin, end) byte ranges of `text` where no
+  // special token may match (nor one that overlaps them).
+  std::vector<int64_t> encode_sanitised(const std::string& text, bool match_special,
+                                        const std::vector<std::pair<std::size_t, std::size_t>>& untrusted) const {
     std::vector<int64_t> out;
+    std::size_t range = 0;          // first untrusted range that does not end before i
     std::size_t segment_start = 0;  // start of the text not yet encoded
     std::size_t i = 0;
     while (i < text.size()) {
@@ -668,13 +675,19 @@ struct HfTokenizer::Impl {
       for (const std::size_t index : added_by_first_byte[static_cast<unsigned char>(text[i])]) {
         const AddedToken& candidate = added[index];
         if (candidate.special && !match_special) continue;
+        if (candidate.special && range < untrusted.size() && untrusted[range].first < i + candidate.content.size())
+          continue;  // overlaps untrusted text
         if (text.compare(i, candidate.content.size(), candidate.content) == 0) {
           match = &candidate;
           break;
         }
       }
+      const auto advance_ranges = [&] {
+        while (range < untrusted.size() && untrusted[range].second <= i) ++range;
+      };
       if (match == nullptr) {
         ++i;
+        advance_ranges();
         continue;
       }
       std::size_t before_end = i;
@@ -689,6 +702,7 @@ struct HfTokenizer::Impl {
         while (i < text.size() && is_white_space(static_cast<unsigned char>(text[i]))) ++i;
       }
       segment_start = i;
+      advance_ranges();
     }
     encode_plain(text.substr(segment_start), segment_start == 0, out);
     return out;
@@ -893,6 +907,18 @@ std::vector<int64_t> HfTokenizer::encode(std::string_view text) const {
 
 std::vector<int64_t> HfTokenizer::encode_with_special_tokens(std::string_view text) const {
   return impl_->encode(text, true);
+}
+
+std::vector<int64_t> HfTokenizer::encode_template(const std::vector<std::string_view>& parts) const {
+  std::string text;
+  std::vector<std::pair<std::size_t, std::size_t>> untrusted;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto begin = text.size();
+    // Each part on its own: the ranges must index the sanitised text.
+    text += base::replace_invalid_utf8(parts[i]);
+    if (i % 2 == 1 && text.size() > begin) untrusted.emplace_back(begin, text.size());
+  }
+  return impl_->encode_sanitised(text, true, untrusted);
 }
 
 std::string HfTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {

@@ -43,6 +43,16 @@ class HfTokenizer final : public Tokenizer {
   // text only.
   std::vector<int64_t> encode_with_special_tokens(std::string_view text) const;
 
+  // A chat template's text around untrusted text, as one text: `parts`
+  // alternate template text (every added token matched) and untrusted text
+  // (parts 1, 3, ...: special tokens' text stays text, as in encode()). Why
+  // one text and not each part alone: pre-tokenisation runs across the joins
+  // exactly as Hugging Face's encode of the rendered conversation does (an
+  // observation ending in '")' before the template's "\n" is one piece
+  // '")\n' there), so the ids equal apply_chat_template's for any text
+  // without special tokens in it.
+  std::vector<int64_t> encode_template(const std::vector<std::string_view>& parts) const;
+
   // What Hugging Face's decode gives, including its
   // clean_up_tokenization_spaces when the config asks for it. Throws
   // sao::Error for an id outside [0, vocab_size()).
