@@ -3,9 +3,10 @@
 // of the fp32 matmul rate measured in the same run. Without a directory it
 // makes one of SmolLM2-135M's shape (hidden 576, 30 layers, 9 heads, 3 KV
 // heads, intermediate 1536, vocab 49152, tied; random weights, bf16 in
-// shards as the Hub ships it) with the tokenizer files of --tokenizer DIR.
+// shards as the Hub ships it) with the tokenizer files of --tokenizer DIR;
+// --keep OUT writes it to OUT and leaves it there (for `sao sft --model OUT`).
 //
-// Usage: bench_hf_model [--model DIR | --tokenizer DIR] [--threads N] [--batch B]
+// Usage: bench_hf_model [--model DIR | --tokenizer DIR [--keep OUT]] [--threads N] [--batch B]
 #include "algo/learner.hpp"
 #include "algo/trajectory.hpp"
 #include "config/run_config.hpp"
@@ -76,7 +77,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: bench_hf_model --model DIR | --tokenizer DIR (a directory with tokenizer.json)\n");
       return 2;
     }
-    made = fs::temp_directory_path() / ("sao_bench_hf_model_" + std::to_string(::getpid()));
+    const std::string keep = flag(argc, argv, "--keep", "");
+    made = keep.empty() ? fs::temp_directory_path() / ("sao_bench_hf_model_" + std::to_string(::getpid()))
+                        : fs::path(keep);
     sao::model::CausalLM policy(smollm2_135m_shape());
     sao::model::init_weights(*policy, 1);
     sao::model::HfExportOptions options;
@@ -166,6 +169,6 @@ int main(int argc, char** argv) {
       static_cast<long long>(batch), tokens, static_cast<long long>(learner_config.critic_updates), step_seconds,
       tokens / step_seconds, flops / step_seconds / 1e9, 100.0 * flops / step_seconds / 1e9 / limit);
   std::printf("peak RSS %.2f GB (policy + critic + AdamW states + activations)\n", peak_rss_gb());
-  if (!made.empty()) fs::remove_all(made);
+  if (!made.empty() && flag(argc, argv, "--keep", "").empty()) fs::remove_all(made);
   return 0;
 }

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh
-deploy/build.sh
+# The job needs only the sao binary; README command 2 builds the rest.
+SAO_BUILD_TARGETS=sao deploy/build.sh
 ./build/sao doctor
 rm -rf runs/default
 # SFT warm start (RUN_DIR/sft), then SAO reinforcement learning; ends with the

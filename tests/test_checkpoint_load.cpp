@@ -128,6 +128,23 @@ TEST_CASE("a config.json that disagrees with its weights names the key and both 
                                 "config.json attention_bias is true but model.safetensors has no "
                                 "'model.layers.0.self_attn.q_proj.bias'");
   }
+  SUBCASE("a tied checkpoint that also saves lm_head.weight loads, the head tied to the embedding") {
+    auto weights = sao::model::load_safetensors((dir / "model.safetensors").string()).tensors;
+    const auto embedding = weights.at("model.embed_tokens.weight").clone();
+    sao::model::NamedTensors tensors(weights.begin(), weights.end());
+    tensors.emplace_back("lm_head.weight", torch::full_like(embedding, 7.0));  // as transformers, ignored
+    sao::model::save_safetensors((dir / "model.safetensors").string(), tensors);
+    const auto policy = sao::model::load_policy_checkpoint(dir.string());
+    const auto parameters = policy->named_parameters();
+    CHECK_FALSE(parameters.contains("lm_head.weight"));
+    CHECK(torch::equal(parameters["model.embed_tokens.weight"], embedding));
+    // A head of another shape is no copy of this model's head.
+    tensors.back().second = torch::ones({3, 32});
+    sao::model::save_safetensors((dir / "model.safetensors").string(), tensors);
+    CHECK(error_of(load) == where +
+                                "config.json tie_word_embeddings is true and the ignored 'lm_head.weight' must then "
+                                "be [264, 32], but tensor 'lm_head.weight' has shape [3, 32]");
+  }
   SUBCASE("a tensor the config does not imply") {
     auto weights = sao::model::load_safetensors((dir / "model.safetensors").string()).tensors;
     sao::model::NamedTensors tensors(weights.begin(), weights.end());

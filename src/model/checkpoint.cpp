@@ -112,10 +112,18 @@ void check_weights_match_config(const std::string& dir, const ModelConfig& confi
                   std::to_string(head_dim) + ")");
     }
   }
-  const bool has_lm_head = find("lm_head.weight") != nullptr;
-  if (has_lm_head == config.tie_word_embeddings)
-    throw Error(where + "config.json tie_word_embeddings is " + (config.tie_word_embeddings ? "true" : "false") +
-                " but model.safetensors " + (has_lm_head ? "has" : "has no") + " separate 'lm_head.weight'");
+  const auto* lm_head = find("lm_head.weight");
+  if (lm_head == nullptr && !config.tie_word_embeddings)
+    throw Error(where +
+                "config.json tie_word_embeddings is false but model.safetensors has no separate 'lm_head.weight'");
+  // Tied, with the head saved anyway (some exporters write both): transformers
+  // ties the head to the embedding after loading, so the copy is ignored,
+  // once its shape shows it is the head this config implies.
+  if (lm_head != nullptr && config.tie_word_embeddings &&
+      lm_head->shape != std::vector<int64_t>{config.vocab_size, config.hidden_size})
+    throw Error(where + "config.json tie_word_embeddings is true and the ignored 'lm_head.weight' must then be [" +
+                std::to_string(config.vocab_size) + ", " + std::to_string(config.hidden_size) + "], but " +
+                evidence("lm_head.weight", *lm_head));
   const bool has_bias = find("model.layers.0.self_attn.q_proj.bias") != nullptr;
   if (has_bias != config.attention_bias)
     throw Error(where + "config.json attention_bias is " + (config.attention_bias ? "true" : "false") +
@@ -133,7 +141,7 @@ void check_weights_match_config(const std::string& dir, const ModelConfig& confi
                   " but model.safetensors has " + shape_text(info->shape));
   }
   for (const auto& [name, info] : header.tensors)
-    if (expected_names.count(name) == 0)
+    if (expected_names.count(name) == 0 && !(name == "lm_head.weight" && config.tie_word_embeddings))
       throw Error(where + "model.safetensors has tensor '" + name + "' that config.json does not imply");
 }
 
@@ -378,7 +386,8 @@ CausalLM load_policy_checkpoint(const std::string& dir, nlohmann::json* info) {
   // Only now is the model built: its size is what config.json says, and the
   // weights file has been shown to hold exactly that many tensors of those shapes.
   CausalLM policy(config);
-  load_weight_files(*policy, weights);
+  load_weight_files(*policy, weights,
+                    config.tie_word_embeddings ? std::set<std::string>{"lm_head.weight"} : std::set<std::string>{});
   if (info != nullptr) *info = std::move(stored_info);
   return policy;
 }

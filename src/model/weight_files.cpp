@@ -86,7 +86,7 @@ WeightFiles read_weight_files(const std::string& directory) {
   return result;
 }
 
-void load_weight_files(torch::nn::Module& module, const WeightFiles& files) {
+void load_weight_files(torch::nn::Module& module, const WeightFiles& files, const std::set<std::string>& ignored) {
   std::map<std::string, torch::Tensor> targets;
   for (auto& [name, tensor] : named_tensors_of(module)) targets.emplace(name, tensor);
   for (const auto& [name, target] : targets) {
@@ -96,6 +96,7 @@ void load_weight_files(torch::nn::Module& module, const WeightFiles& files) {
   torch::NoGradGuard no_grad;
   for (const auto& path : files.files) {
     visit_safetensors_mapped(path, [&](const std::string& name, const torch::Tensor& source) {
+      if (ignored.count(name) != 0) return;
       const std::string where = "checkpoint " + path + ": tensor '" + name + "': ";
       const auto it = targets.find(name);
       if (it == targets.end()) throw Error(where + "the model has no such tensor");

@@ -10,6 +10,7 @@
 #include <torch/nn/module.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,8 @@ WeightFiles read_weight_files(const std::string& directory);
 // at a time from the memory-mapped files. The names and shapes must match
 // named_tensors_of(module) exactly. Meant for a freshly built module: on an
 // error (a missing or extra tensor, a shape, a NaN) part of it may already
-// be overwritten, so the caller drops it.
-void load_weight_files(torch::nn::Module& module, const WeightFiles& files);
+// be overwritten, so the caller drops it. Tensors named in `ignored` are
+// skipped (a tied model's redundant lm_head.weight).
+void load_weight_files(torch::nn::Module& module, const WeightFiles& files, const std::set<std::string>& ignored = {});
 
 }  // namespace sao::model

@@ -5,6 +5,7 @@
 //   openenv_reply  the body of an OpenEnv server's /reset and /step replies, through the HTTP client
 //   tokenizer  a tokenizer.json (of a Hugging Face model directory), loaded, then encoding and decoding
 //   chat_template  a tokenizer_config.json chat template, parsed, rendered and used for chat turns
+//   tool_call  a policy's action to the calculator environment (a tool call, malformed or not, or an answer)
 //   data_file  a JSON-lines data file: a dataset task's problems (each verifier), played; and demonstrations
 //   http       a raw HTTP request to the console server
 //   join       a cluster join request (node, role, fingerprint, secret) to the gatekeeper
@@ -30,6 +31,7 @@
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
 #include "config/run_config.hpp"
+#include "env/calculator_env.hpp"
 #include "env/data_file.hpp"
 #include "env/environment.hpp"
 #include "env/external_env.hpp"
@@ -346,6 +348,30 @@ Surface chat_template_surface() {
     chat.first_turn("hello", "");
     chat.next_turn("again", sao::tokenizer::Speaker::kUser, true);
     chat.next_turn("result", sao::tokenizer::Speaker::kTool, false);
+    return Outcome::kAccepted;
+  };
+  return surface;
+}
+
+// The policy's text is input too: whatever it writes, the calculator answers
+// with a bounded observation or ends the episode, and never throws.
+Surface tool_call_surface() {
+  Surface surface;
+  surface.name = "tool_call";
+  surface.seeds = {sao::env::calculator_call_text("482*37+905"),
+                   "Let me see.\n<tool_call>\n{\"name\": \"calculator\", \"arguments\": \"{\\\"expression\\\": "
+                   "\\\"-(12*(3+4))\\\"}\"}\n</tool_call>",
+                   "The answer is 18,739."};
+  surface.run = [](const std::string& input, const fs::path&) {
+    sao::env::CalculatorEnvironment env(sao::env::calculator_config_from_json(nlohmann::json::object(), "fuzz"));
+    env.reset(3);
+    for (int turn = 0; turn < 3; ++turn) {
+      const auto step = env.step(input);
+      // A tool's answer is bounded so it cannot fill the policy's context.
+      if (step.observation.size() > 120) std::abort();
+      if (step.done()) break;
+      if (step.info.value("role", std::string()) != "tool") std::abort();
+    }
     return Outcome::kAccepted;
   };
   return surface;
@@ -857,7 +883,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: sao_fuzz [--surface "
-                   "config|safetensors|env_reply|tokenizer|chat_template|data_file|http|join|tls_frames|all] "
+                   "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|tool_call|data_file|http|join|"
+                   "tls_frames|all] "
                    "[--cases N] "
                    "[--seed S] [--out DIR]\n");
       return 2;
@@ -865,8 +892,9 @@ int main(int argc, char** argv) {
   }
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
-  const std::vector<std::string> all = {"config",        "safetensors", "env_reply", "openenv_reply", "tokenizer",
-                                        "chat_template", "data_file",   "http",      "join",          "tls_frames"};
+  const std::vector<std::string> all = {"config",    "safetensors",   "env_reply", "openenv_reply",
+                                        "tokenizer", "chat_template", "tool_call", "data_file",
+                                        "http",      "join",          "tls_frames"};
   int64_t failures = 0;
   bool known = false;
   for (const auto& name : all) {
@@ -881,6 +909,7 @@ int main(int argc, char** argv) {
     if (name == "tokenizer") counts = fuzz_isolated(tokenizer_surface(), cases, seed, scratch, out);
     if (name == "chat_template") counts = fuzz_isolated(chat_template_surface(), cases, seed, scratch, out);
     if (name == "data_file") counts = fuzz_isolated(data_file_surface(), cases, seed, scratch, out);
+    if (name == "tool_call") counts = fuzz_isolated(tool_call_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
     if (name == "tls_frames") counts = fuzz_tls_frames(cases, seed, scratch, out);
