@@ -107,8 +107,8 @@ TEST_CASE("rollout side: an empty reset observation is <|obs|>, and success alon
   SuccessOnlyEnv env;
   for (size_t row = 0; row < 2; ++row) {
     const auto first = env.reset(row);
-    batch.reset_done(row, sao::rollout::outcome_of(first.observation, first.reward, first.terminated,
-                                                   first.truncated, first.info));
+    batch.reset_done(
+        row, sao::rollout::outcome_of(first.observation, first.reward, first.terminated, first.truncated, first.info));
   }
   REQUIRE(batch.start(11));
   int64_t steps = 0;
@@ -197,4 +197,37 @@ TEST_CASE("an episode ends at max_turns, on the env's word, or is lost with a re
   CHECK(batch.row(3).state == RowState::kLost);
   CHECK(batch.row(3).lost_reason == "step: env crashed");
   CHECK_THROWS_WITH_AS(batch.trajectory(3, 0), "episode batch: row 3 is not finished", sao::Error);
+}
+
+TEST_CASE("an observation that would overflow the context ends the episode as a truncation, not a throw") {
+  // 64 positions; every turn takes at most 3 action tokens and a 20-byte
+  // observation, so the third or fourth observation no longer fits.
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  auto policy = tiny_policy();
+  auto episode_settings = settings(/*max_turns=*/50);
+  episode_settings.keep_transcripts = true;
+  EpisodeBatch batch(tokenizer, episode_settings, 2);
+  batch.reset_done(0, text("start"));
+  batch.reset_done(1, text("go"));
+  REQUIRE(batch.start(3));
+  const std::string observation(20, 'x');
+  int64_t decode_steps = 0;
+  while (batch.any_generating()) {
+    for (const auto& ended : batch.decode_step(policy, 0)) batch.step_done(ended.row, text(observation));
+    REQUIRE(++decode_steps <= 64);  // each decode step uses a position, so the context bounds them
+  }
+  REQUIRE(batch.finished());
+  for (size_t row = 0; row < 2; ++row) {
+    CAPTURE(row);
+    CHECK(batch.row(row).state == RowState::kFinished);
+    CHECK_FALSE(batch.row(row).terminated);
+    CHECK_FALSE(batch.row(row).success);
+    CHECK(batch.row(row).transcript.find("=> failure (context full)") != std::string::npos);
+    const auto trajectory = batch.trajectory(row, 0);
+    CHECK(trajectory.truncated);
+    CHECK(trajectory.tokens.size() <= 64);
+    // The observation that did not fit is not part of the trajectory: it ends on an action token.
+    CHECK(trajectory.action_mask.back() == 1);
+    CHECK(batch.row(row).turns.size() >= 2);  // the context held two turns before it was full
+  }
 }

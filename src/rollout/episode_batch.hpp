@@ -144,12 +144,18 @@ class EpisodeBatch {
 
  private:
   void lose(EpisodeRow& row, const std::string& reason);
+  // Ends a row on its final step; `cut_short`: the env wanted another turn
+  // but the context had no room for it.
+  void finish_row(EpisodeRow& row, const EnvOutcome& outcome, bool cut_short);
+  // Positions the row's tokens take in the model's context so far.
+  int64_t positions_used(const EpisodeRow& row) const;
 
   const tokenizer::Tokenizer& tokenizer_;
   EpisodeSettings settings_;
   std::vector<EpisodeRow> rows_;
   std::unique_ptr<model::DecodeSession> session_;
   int64_t tokens_last_step_ = 0;
+  int64_t max_positions_ = 0;  // the policy's context, read on every decode step
 };
 
 }  // namespace sao::rollout
