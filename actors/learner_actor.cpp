@@ -125,7 +125,12 @@ void run_step(Self self, msg::TrainBatch& batch) {
     report::WorkTimer timer(state.counters.work[report::kWorkModel]);
     result = state.learner->step(trajectories);
   } catch (const std::exception& error) {
-    // A malformed batch must not kill the run: count it and go on.
+    // A malformed batch must not kill the run: count it and go on. The
+    // reason goes to stderr once per distinct message (metrics hold numbers).
+    if (state.counters.last_error != error.what()) {
+      std::fprintf(stderr, "learner: step %lld: batch rejected: %s\n", static_cast<long long>(state.learner->steps()),
+                   error.what());
+    }
     state.counters.last_error = error.what();
     result.metrics["batch_rejected"] = 1.0;
   }

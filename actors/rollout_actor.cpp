@@ -185,7 +185,7 @@ void begin_decoding(Self self) {
   auto& state = self->state;
   const uint64_t seed = base::splitmix64(state.config.seed ^ (static_cast<uint64_t>(state.session_id) << 20) ^
                                          static_cast<uint64_t>(state.config.index));
-  if (state.batch->start(seed)) schedule_decode(self);
+  if (state.batch->start(seed, state.policy->config().max_position_embeddings)) schedule_decode(self);
   report_rows(self);
 }
 

@@ -148,6 +148,26 @@ TEST_CASE("per-sequence finish: stop tokens and max_new_tokens") {
   CHECK(stopped[0].finish == sao::model::FinishReason::kStopToken);
 }
 
+TEST_CASE("decoding stops when the context is full: no token ever sits past max_position_embeddings") {
+  auto policy = tiny_policy();  // 64 positions
+  sao::model::SamplingConfig sampling;
+  sampling.max_new_tokens = 10;
+  const std::vector<int64_t> prompt_62(62, 3);
+  const std::vector<int64_t> prompt_64(64, 3);
+  auto outputs = sao::model::generate(policy, {prompt_62, prompt_64, {1, 2}}, sampling, 1);
+  CHECK(outputs[0].tokens.size() == 2);  // positions 62 and 63
+  CHECK(outputs[0].finish == sao::model::FinishReason::kContextFull);
+  CHECK(outputs[1].tokens.empty());  // the prompt took every position
+  CHECK(outputs[1].finish == sao::model::FinishReason::kContextFull);
+  CHECK(outputs[2].tokens.size() == 10);
+  CHECK(outputs[2].finish == sao::model::FinishReason::kMaxNewTokens);
+  // The full sequence is exactly the context, so the learner can score it.
+  std::vector<int64_t> full(prompt_62);
+  full.insert(full.end(), outputs[0].tokens.begin(), outputs[0].tokens.end());
+  torch::NoGradGuard no_grad;
+  CHECK(policy->forward(ids_tensor(full)).size(1) == 64);
+}
+
 TEST_CASE("weights may change between two decode steps; each token records its version") {
   auto policy_a = tiny_policy(1);
   auto policy_b = tiny_policy(2);

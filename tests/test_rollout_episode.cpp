@@ -110,7 +110,7 @@ TEST_CASE("rollout side: an empty reset observation is <|obs|>, and success alon
     batch.reset_done(
         row, sao::rollout::outcome_of(first.observation, first.reward, first.terminated, first.truncated, first.info));
   }
-  REQUIRE(batch.start(11));
+  REQUIRE(batch.start(11, 64));
   int64_t steps = 0;
   while (batch.any_generating()) {
     for (const auto& ended : batch.decode_step(policy, /*version=*/7)) {
@@ -167,7 +167,7 @@ TEST_CASE("an episode ends at max_turns, on the env's word, or is lost with a re
   ended_at_reset.terminated = true;
   batch.reset_done(2, ended_at_reset);
   CHECK(batch.resets_pending());
-  CHECK_THROWS_WITH_AS(batch.start(1), "episode batch: start() before every reset was answered", sao::Error);
+  CHECK_THROWS_WITH_AS(batch.start(1, 64), "episode batch: start() before every reset was answered", sao::Error);
   batch.reset_done(3, text("b"));
   CHECK(batch.row(1).state == RowState::kLost);
   CHECK(batch.row(1).env_error);
@@ -175,7 +175,7 @@ TEST_CASE("an episode ends at max_turns, on the env's word, or is lost with a re
   CHECK(batch.row(2).state == RowState::kLost);
   CHECK_FALSE(batch.row(2).env_error);
   CHECK(batch.row(2).lost_reason == "the environment ended the episode at reset");
-  REQUIRE(batch.start(2));
+  REQUIRE(batch.start(2, 64));
   int64_t turns_answered = 0;
   while (batch.any_generating()) {
     for (const auto& ended : batch.decode_step(policy, 0)) {
@@ -206,10 +206,15 @@ TEST_CASE("an observation that would overflow the context ends the episode as a 
   auto policy = tiny_policy();
   auto episode_settings = settings(/*max_turns=*/50);
   episode_settings.keep_transcripts = true;
-  EpisodeBatch batch(tokenizer, episode_settings, 2);
+  EpisodeBatch batch(tokenizer, episode_settings, 3);
   batch.reset_done(0, text("start"));
   batch.reset_done(1, text("go"));
-  REQUIRE(batch.start(3));
+  batch.reset_done(2, text(std::string(70, 'p')));  // no room to reply at all
+  REQUIRE(batch.start(3, 64));
+  CHECK(batch.row(2).state == RowState::kLost);
+  CHECK(batch.row(2).lost_reason ==
+        "the prompt takes 71 tokens and leaves no room to reply in the model's context of 64 "
+        "(model.max_position_embeddings)");
   const std::string observation(20, 'x');
   int64_t decode_steps = 0;
   while (batch.any_generating()) {

@@ -116,6 +116,12 @@ void DecodeSession::sample_rows(const torch::Tensor& last_logits, const std::vec
   for (size_t i = 0; i < rows.size(); ++i) {
     const size_t row = rows[i];
     auto& sequence = sequences_[row];
+    // The token sampled now would sit at position next_position: past the
+    // context it cannot be part of a sequence the learner can score.
+    if (positions[static_cast<int64_t>(i)].item<int64_t>() >= max_positions) {
+      sequence.finish = FinishReason::kContextFull;
+      continue;
+    }
     const int64_t token = chosen_ids[static_cast<int64_t>(i)].item<int64_t>();
     sequence.tokens.push_back(token);
     sequence.logprobs.push_back(chosen_log_probs[static_cast<int64_t>(i)].item<float>());
@@ -127,8 +133,8 @@ void DecodeSession::sample_rows(const torch::Tensor& last_logits, const std::vec
       sequence.finish = FinishReason::kStopToken;
     } else if (budget_[row] <= 0) {
       sequence.finish = FinishReason::kMaxNewTokens;
-    } else if (positions[static_cast<int64_t>(i)].item<int64_t>() >= max_positions) {
-      sequence.finish = FinishReason::kContextFull;  // the sampled token would have no position left
+    } else if (positions[static_cast<int64_t>(i)].item<int64_t>() + 1 >= max_positions) {
+      sequence.finish = FinishReason::kContextFull;  // this token took the last position
     } else {
       pending_[row].push_back(token);
     }

@@ -97,11 +97,20 @@ bool EpisodeBatch::resets_pending() const {
                      [](const EpisodeRow& row) { return row.state == RowState::kWaitingReset; });
 }
 
-bool EpisodeBatch::start(uint64_t seed) {
+bool EpisodeBatch::start(uint64_t seed, int64_t max_positions) {
   if (resets_pending()) throw Error("episode batch: start() before every reset was answered");
+  if (max_positions < 1) throw Error("episode batch: max_positions must be >= 1");
+  max_positions_ = max_positions;
   std::vector<std::vector<int64_t>> prompts;
   for (auto& row : rows_) {
     if (row.state != RowState::kGenerating) continue;
+    // The prompt and one token of reply must fit the context.
+    if (static_cast<int64_t>(row.prompt.size()) + 1 > max_positions) {
+      lose(row, "the prompt takes " + std::to_string(row.prompt.size()) +
+                    " tokens and leaves no room to reply in the model's context of " + std::to_string(max_positions) +
+                    " (model.max_position_embeddings)");
+      continue;
+    }
     row.session_row = prompts.size();
     prompts.push_back(row.prompt);
   }
@@ -119,7 +128,10 @@ std::vector<TurnEnd> EpisodeBatch::decode_step(model::CausalLM& policy, int64_t 
   std::vector<TurnEnd> ended;
   tokens_last_step_ = 0;
   if (!session_ || !any_generating()) return ended;
-  max_positions_ = policy->config().max_position_embeddings;
+  if (policy->config().max_position_embeddings != max_positions_) {
+    throw Error("episode batch: started for a context of " + std::to_string(max_positions_) +
+                " positions, decoding with a model of " + std::to_string(policy->config().max_position_embeddings));
+  }
   session_->step(policy, version);
   for (size_t index = 0; index < rows_.size(); ++index) {
     auto& row = rows_[index];

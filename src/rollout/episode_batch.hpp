@@ -116,9 +116,11 @@ class EpisodeBatch {
   void reset_failed(size_t index, const std::string& reason);
   bool resets_pending() const;
 
-  // Builds the decode session over the rows still playing. False (and no
-  // session) when every row is already finished or lost.
-  bool start(uint64_t seed);
+  // Builds the decode session over the rows still playing, for a model
+  // whose context holds `max_positions` tokens; a row whose prompt leaves no
+  // room to reply is lost, naming the sizes. False (and no session) when
+  // every row is already finished or lost.
+  bool start(uint64_t seed, int64_t max_positions);
   bool started() const { return session_ != nullptr; }
   bool any_generating() const;
   // One decode step of every generating row with weights of `version`;
@@ -155,7 +157,7 @@ class EpisodeBatch {
   std::vector<EpisodeRow> rows_;
   std::unique_ptr<model::DecodeSession> session_;
   int64_t tokens_last_step_ = 0;
-  int64_t max_positions_ = 0;  // the policy's context, read on every decode step
+  int64_t max_positions_ = 0;  // the model's context, from start()
 };
 
 }  // namespace sao::rollout

@@ -54,7 +54,7 @@ EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::To
         batch.reset_failed(static_cast<size_t>(r), error.what());
       }
     }
-    if (batch.start(seed + static_cast<uint64_t>(begin))) {
+    if (batch.start(seed + static_cast<uint64_t>(begin), policy->config().max_position_embeddings)) {
       while (batch.any_generating()) {
         for (const auto& ended : batch.decode_step(policy, 0)) {
           try {
