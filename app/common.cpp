@@ -70,6 +70,15 @@ model::CausalLM train_warm_start(const config::RunConfig& config, train::SftResu
   } else {
     // A model brought by the user starts from its own weights.
     policy = model::load_policy_checkpoint(config.model_path);
+    if (config.model.max_position_embeddings < policy->config().max_position_embeddings) {
+      // The run caps the context (model.max_position_embeddings): the same
+      // weights in a model built from the run config.
+      model::CausalLM capped(config.model);
+      torch::NoGradGuard no_grad;
+      const auto loaded = policy->named_parameters();
+      for (auto& parameter : capped->named_parameters()) parameter.value().copy_(loaded[parameter.key()]);
+      policy = capped;
+    }
   }
   const auto run_dir = std::filesystem::path(config.run.dir);
   report::JsonlWriter metrics((run_dir / "sft_metrics.jsonl").string());

@@ -134,6 +134,24 @@ TEST_CASE("with --model the architecture comes from the directory: a disagreeing
       sao_test::run_command(std::string(SAO_BINARY) + " sft --model " + sao_test::quoted((base / "nowhere").string()));
   CHECK(missing.exit_code != 0);
   CHECK(missing.output.find("model.path " + (base / "nowhere").string() + ": no such directory") != std::string::npos);
+  // max_position_embeddings may cap the context (as a serving engine's
+  // max_model_len), never extend it.
+  const auto longer =
+      sao_test::run_command(std::string(SAO_BINARY) + " sft --model " + sao_test::quoted(model_dir.string()) +
+                            " --set model.max_position_embeddings=128");
+  CHECK(longer.exit_code != 0);
+  CHECK(longer.output.find("model.max_position_embeddings is 128 but " + model_dir.string() +
+                           "/config.json says 64 (with model.path it may cap the context at a positive integer up "
+                           "to that, not extend it)") != std::string::npos);
+  const auto capped_dir = base / "capped";
+  const auto capped = sao_test::run_command(
+      std::string(SAO_BINARY) + " sft --model " + sao_test::quoted(model_dir.string()) + " --run-dir " +
+      sao_test::quoted(capped_dir.string()) + " --set model.max_position_embeddings=32" + kSmallRun);
+  INFO(capped.output);
+  REQUIRE(capped.exit_code == 0);
+  const auto capped_config = sao::model::load_checkpoint_config((capped_dir / "sft").string());
+  CHECK(capped_config.max_position_embeddings == 32);
+  CHECK(capped_config.hidden_size == 32);
   fs::remove(model_dir / "tokenizer.json");
   const auto no_tokenizer =
       sao_test::run_command(std::string(SAO_BINARY) + " sft --model " + sao_test::quoted(model_dir.string()));

@@ -293,7 +293,8 @@ void derive_dependent_settings(RunConfig& config) {
 // "model": sao's own architecture keys, or "path" to a Hugging Face
 // directory whose config.json and tokenizer.json define the model. Keys
 // beside "path" may only repeat what the directory says: a run config that
-// disagrees with its weights would build actors of another shape.
+// disagrees with its weights would build actors of another shape. The one
+// exception is max_position_embeddings, which may cap the context.
 void read_model(nlohmann::json section, const std::string& source, RunConfig& config) {
   if (section.is_object() && section.contains("prompt_format")) {
     const auto& format = section["prompt_format"];
@@ -323,6 +324,17 @@ void read_model(nlohmann::json section, const std::string& source, RunConfig& co
   const auto from_directory = model::model_config_settings_to_json(config.model);
   for (const auto& [key, value] : section.items()) {
     if (key == "path") continue;
+    // A context cap, as serving engines allow: the run uses at most this
+    // many positions of the model's context (memory is sized by it).
+    if (key == "max_position_embeddings" && value.is_number_integer() && value.get<int64_t>() >= 1 &&
+        value.get<int64_t>() <= config.model.max_position_embeddings) {
+      config.model.max_position_embeddings = value.get<int64_t>();
+      continue;
+    }
+    if (key == "max_position_embeddings")
+      throw Error(source + ": model.max_position_embeddings is " + base::dump_json(value) + " but " +
+                  config.model_path + "/config.json says " + base::dump_json(from_directory[key]) +
+                  " (with model.path it may cap the context at a positive integer up to that, not extend it)");
     if (!from_directory.contains(key) || from_directory[key] != value)
       throw Error(source + ": model." + key + " is " + base::dump_json(value) + " but " + config.model_path +
                   "/config.json says " +
