@@ -4,6 +4,7 @@
 #include "app/commands.hpp"
 
 #include "app/args.hpp"
+#include "app/common.hpp"
 #include "base/error.hpp"
 #include "model/checkpoint.hpp"
 #include "model/hf_export.hpp"
@@ -80,8 +81,21 @@ int run_export(const Args& args) {
     if (!fs::is_regular_file(fs::path(tokenizer_dir) / "generation_config.json"))
       options.generation_config = generation_config_of(tokenizer_dir);
   }
+  // A run that capped a brought model's context exports the directory's
+  // own context, so the model keeps what it was built for.
+  auto exported = policy;
+  if (!tokenizer_dir.empty() && fs::is_regular_file(fs::path(tokenizer_dir) / "config.json")) {
+    model::ModelConfig source;
+    try {
+      source = model::load_checkpoint_config(tokenizer_dir);
+    } catch (const std::exception&) {
+      source = policy->config();  // tokenizer files of a model sao cannot build: nothing to restore
+    }
+    if (source.max_position_embeddings > policy->config().max_position_embeddings)
+      exported = with_context(policy, source.max_position_embeddings);
+  }
   const auto& out = parsed.get("--out");
-  const auto report = model::export_hf_directory(policy, out, options);
+  const auto report = model::export_hf_directory(exported, out, options);
   std::printf("export: wrote %s: %zu weight file(s), %.1f MB of %s weights, %zu tokenizer file(s) copied\n",
               out.c_str(), report.weight_files.size(), static_cast<double>(report.weight_bytes) / 1e6,
               parsed.get("--dtype", "fp32").c_str(), options.copy_files.size());

@@ -70,15 +70,9 @@ model::CausalLM train_warm_start(const config::RunConfig& config, train::SftResu
   } else {
     // A model brought by the user starts from its own weights.
     policy = model::load_policy_checkpoint(config.model_path);
-    if (config.model.max_position_embeddings < policy->config().max_position_embeddings) {
-      // The run caps the context (model.max_position_embeddings): the same
-      // weights in a model built from the run config.
-      model::CausalLM capped(config.model);
-      torch::NoGradGuard no_grad;
-      const auto loaded = policy->named_parameters();
-      for (auto& parameter : capped->named_parameters()) parameter.value().copy_(loaded[parameter.key()]);
-      policy = capped;
-    }
+    // The run may cap the context (model.max_position_embeddings).
+    if (config.model.max_position_embeddings < policy->config().max_position_embeddings)
+      policy = with_context(policy, config.model.max_position_embeddings);
   }
   const auto run_dir = std::filesystem::path(config.run.dir);
   report::JsonlWriter metrics((run_dir / "sft_metrics.jsonl").string());
@@ -90,6 +84,16 @@ model::CausalLM train_warm_start(const config::RunConfig& config, train::SftResu
                                  {"policy_version", 0},
                                  {"run_config", config.document}});
   return policy;
+}
+
+model::CausalLM with_context(const model::CausalLM& policy, int64_t max_positions) {
+  auto config = policy->config();
+  config.max_position_embeddings = max_positions;
+  model::CausalLM result(config);
+  torch::NoGradGuard no_grad;
+  const auto source = policy->named_parameters();
+  for (auto& parameter : result->named_parameters()) parameter.value().copy_(source[parameter.key()]);
+  return result;
 }
 
 std::vector<FlagSpec> training_flags() {

@@ -32,6 +32,9 @@ void write_resolved_config(const config::RunConfig& config);
 // from model.path's weights when the config names a model directory, else
 // from a seeded random initialisation.
 model::CausalLM train_warm_start(const config::RunConfig& config, train::SftResult* result);
+// The same weights in a model whose context is `max_positions` (a run's cap
+// of a brought model's context, or the directory's own context on export).
+model::CausalLM with_context(const model::CausalLM& policy, int64_t max_positions);
 // config_flags() plus --steps and --resume: what `train` and a learner node take.
 std::vector<FlagSpec> training_flags();
 // What an RL run starts from.

@@ -152,6 +152,13 @@ TEST_CASE("with --model the architecture comes from the directory: a disagreeing
   const auto capped_config = sao::model::load_checkpoint_config((capped_dir / "sft").string());
   CHECK(capped_config.max_position_embeddings == 32);
   CHECK(capped_config.hidden_size == 32);
+  // Export gives the model back its directory's context.
+  const auto capped_export =
+      sao_test::run_command(std::string(SAO_BINARY) + " export " + sao_test::quoted((capped_dir / "sft").string()) +
+                            " --out " + sao_test::quoted((base / "capped_export").string()));
+  INFO(capped_export.output);
+  REQUIRE(capped_export.exit_code == 0);
+  CHECK(sao::model::load_checkpoint_config((base / "capped_export").string()).max_position_embeddings == 64);
   fs::remove(model_dir / "tokenizer.json");
   const auto no_tokenizer =
       sao_test::run_command(std::string(SAO_BINARY) + " sft --model " + sao_test::quoted(model_dir.string()));
