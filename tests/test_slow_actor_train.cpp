@@ -163,10 +163,7 @@ TEST_CASE("SAO through the actors raises reward on an easy task and writes every
   const double early = mean_reward(steps, 0, 10);
   const double late = mean_reward(steps, 70, 80);
   MESSAGE("reward of the first 10 steps " << early << ", of the last 10 " << late);
-  // Each window averages >= 160 episodes (standard error of the gap ~0.045);
-  // runs here gain 0.16-0.18, and a machine whose BLAS rounds differently
-  // samples another run, so the bar sits well below that and well above 0.
-  CHECK(late > early + 0.07);
+  CHECK(late > early + 0.1);
   // Evaluation lines before the first step and at the end.
   std::vector<nlohmann::json> evals;
   for (auto& line : read_lines(dir.string() + "/metrics.jsonl")) {
