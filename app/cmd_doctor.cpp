@@ -4,6 +4,7 @@
 // 20-40x slower than OpenBLAS, and nothing else would tell you.
 #include "app/args.hpp"
 #include "app/commands.hpp"
+#include "base/allocator.hpp"
 #include "base/error.hpp"
 #include "config/model_directory.hpp"
 #include "report/system_info.hpp"
@@ -37,6 +38,7 @@ int run_doctor(const Args& args) {
   std::printf("blas                %s\n", blas.name.c_str());
   std::printf("blas library        %s\n", blas.loaded_path.empty() ? "(none)" : blas.loaded_path.c_str());
   std::printf("openblas threads    %d\n", blas.openblas_threads);
+  std::printf("allocator           %s\n", base::keep_freed_memory_for_reuse().c_str());
   std::printf("torch threads       intra-op %d, inter-op %d\n", torch::get_num_threads(),
               torch::get_num_interop_threads());
   std::printf("hardware threads    %u\n", std::thread::hardware_concurrency());

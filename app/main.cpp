@@ -1,6 +1,7 @@
 // `sao`: the single binary of the runtime. Dispatches to subcommands and is
 // the one place where core errors become messages and exit codes.
 #include "app/commands.hpp"
+#include "base/allocator.hpp"
 #include "base/error.hpp"
 
 #include <cstdio>
@@ -46,6 +47,7 @@ void print_usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sao::base::keep_freed_memory_for_reuse();
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
       std::strcmp(argv[1], "help") == 0) {
     print_usage();

@@ -9,6 +9,7 @@
 // Usage: bench_hf_model [--model DIR | --tokenizer DIR [--keep OUT]] [--threads N] [--batch B]
 #include "algo/learner.hpp"
 #include "algo/trajectory.hpp"
+#include "base/allocator.hpp"
 #include "config/run_config.hpp"
 #include "model/checkpoint.hpp"
 #include "model/generation.hpp"
@@ -67,6 +68,7 @@ std::string flag(int argc, char** argv, const std::string& name, const std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
+  sao::base::keep_freed_memory_for_reuse();  // as sao itself runs
   const int64_t threads = std::atoll(flag(argc, argv, "--threads", "2").c_str());
   const int64_t batch = std::atoll(flag(argc, argv, "--batch", "8").c_str());
   std::string model_dir = flag(argc, argv, "--model", "");

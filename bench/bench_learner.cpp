@@ -4,10 +4,11 @@
 // switch costs (serialise, send, load) is bench_weight_sync's job.
 #include "algo/learner.hpp"
 #include "algo/trajectory.hpp"
+#include "base/allocator.hpp"
+#include "config/run_config.hpp"
 #include "model/generation.hpp"
 #include "model/transformer.hpp"
 #include "model_flops.hpp"
-#include "config/run_config.hpp"
 #include "report/system_info.hpp"
 
 #include <chrono>
@@ -47,6 +48,7 @@ std::vector<sao::algo::Trajectory> sample_batch(sao::model::CausalLM& policy, in
 
 // Usage: bench_learner [BATCH=64] [STEPS=10]
 int main(int argc, char** argv) {
+  sao::base::keep_freed_memory_for_reuse();  // as sao itself runs
   const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 64;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
   const auto config = sao::config::load_run_config("", {});
@@ -80,11 +82,10 @@ int main(int argc, char** argv) {
     learner.step(trajectories);
   }
   const double elapsed = seconds_since(start) / steps;
-  // Passes per token: policy forward+backward (3F), each critic update
-  // forward+backward (3F), one critic forward for the fixed targets (F).
-  const double K = static_cast<double>(learner_config.critic_updates);
   const double flops =
-      (3.0 + 3.0 * K + 1.0) * sao::bench::forward_flops_per_token(config.model, tokens / batch / 2.0) * tokens;
+      sao::bench::sao_step_flops_per_token(config.model, tokens / batch / 2.0, learner_config.critic_updates,
+                                           learner_config.freeze_critic_attention) *
+      tokens;
   std::printf(
       "SAO step, batch %lld (%.0f tokens): %.1f ms/step, %.0f trained tokens/s, %.2f GFLOP/s = %.1f%% of the "
       "matmul limit\n",

@@ -3,10 +3,11 @@
 // and both as a fraction of the fp32 matmul rate measured in the same run.
 // Small models are overhead-bound, so the fraction says how much of the
 // machine the model maths actually uses.
+#include "base/allocator.hpp"
+#include "config/run_config.hpp"
 #include "model/generation.hpp"
 #include "model/transformer.hpp"
 #include "model_flops.hpp"
-#include "config/run_config.hpp"
 #include "report/system_info.hpp"
 
 #include <chrono>
@@ -27,6 +28,7 @@ void run_benchmarks(int64_t threads, const sao::model::ModelConfig& model_config
 
 // Usage: bench_model [THREADS...]   (default: 1 and 2, each against its own limit)
 int main(int argc, char** argv) {
+  sao::base::keep_freed_memory_for_reuse();  // as sao itself runs
   std::vector<int64_t> thread_counts;
   for (int i = 1; i < argc; ++i) thread_counts.push_back(std::atoll(argv[i]));
   if (thread_counts.empty()) thread_counts = {1, 2};

@@ -8,9 +8,10 @@
 // Usage: bench_weight_sync [REPEATS]   (default 3; the median is printed)
 #include "actors/cluster.hpp"
 #include "actors/protocol.hpp"
+#include "base/allocator.hpp"
+#include "config/run_config.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
-#include "config/run_config.hpp"
 #include "report/system_info.hpp"
 
 #include <caf/io/all.hpp>
@@ -118,6 +119,7 @@ struct ModelCase {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sao::base::keep_freed_memory_for_reuse();  // as sao itself runs
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
   // Fork first, before LibTorch or CAF start threads in this process.
   int pipe_ends[2];

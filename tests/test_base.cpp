@@ -4,6 +4,7 @@
 // Expected hash values were computed independently (Python, from the
 // published algorithms); splitmix64(0) and the FNV-1a vectors match the
 // reference outputs.
+#include "base/allocator.hpp"
 #include "base/atomic_file.hpp"
 #include "base/constant_time.hpp"
 #include "base/error.hpp"
@@ -13,6 +14,10 @@
 #include "base/utf8.hpp"
 
 #include <doctest/doctest.h>
+#include <malloc.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include <unistd.h>
 
@@ -192,4 +197,26 @@ TEST_CASE("dump_json writes invalid UTF-8 as U+FFFD where nlohmann's dump throws
   CHECK_THROWS(value.dump());  // what the console did before: the request failed
   CHECK(sao::base::dump_json(value) == "{\"last_error\":\"env-0: reply 'caf\xEF\xBF\xBD\"}");
   CHECK(sao::base::dump_json(nlohmann::json{{"a", 1}}, 2) == "{\n  \"a\": 1\n}");
+}
+
+namespace {
+void* volatile g_block_sink = nullptr;  // keeps the compiler from eliding the malloc/free pair
+}  // namespace
+
+TEST_CASE("freed memory stays in the heap for reuse (no fresh mmap, no trim)") {
+  CHECK(sao::base::keep_freed_memory_for_reuse() ==
+        "malloc: freed blocks up to 32 MiB reused from the heap, trimmed past 1 GiB");
+  constexpr size_t kBlock = 16 << 20;  // above glibc's default mmap threshold, below the new one
+  const auto before = mallinfo2();
+  g_block_sink = std::malloc(kBlock);
+  REQUIRE(g_block_sink != nullptr);
+  std::memset(g_block_sink, 1, kBlock);
+  const auto during = mallinfo2();
+  CHECK(during.hblkhd == before.hblkhd);  // served from the heap, not a fresh mmap
+  CHECK(during.arena >= before.arena);
+  std::free(g_block_sink);
+  g_block_sink = nullptr;
+  const auto after = mallinfo2();
+  CHECK(after.arena == during.arena);  // the heap kept the freed block for the next allocation
+  CHECK(after.fordblks >= kBlock);
 }

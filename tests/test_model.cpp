@@ -7,6 +7,7 @@
 #include "model/transformer.hpp"
 
 #include <doctest/doctest.h>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 using sao::model::CausalLM;
@@ -84,6 +85,89 @@ TEST_CASE("incremental KV-cache decoding gives the logits of a full forward pass
     auto step = policy->forward_cached(ids_tensor({tokens[t]}), torch::ones({1, 1}, torch::kBool), cache);
     CHECK(torch::allclose(step.select(1, 0), full.select(1, static_cast<int64_t>(t)), 1e-5, 1e-5));
   }
+}
+
+TEST_CASE("the KV cache is written in place and grows by doubling") {
+  auto policy = tiny_policy();
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> tokens = {1, 4, 8, 15, 16, 23, 30, 2, 9, 12};
+  auto full = policy->forward(ids_tensor(tokens));
+  auto cache = sao::model::KVCache::empty(1, 2);
+  cache.reserve(4);
+  CHECK(cache.capacity() == 4);
+  CHECK(cache.slots() == 0);
+  policy->forward_cached(ids_tensor({1, 4, 8}), torch::ones({1, 3}, torch::kBool), cache);
+  REQUIRE(cache.keys[0].defined());
+  CHECK(cache.keys[0].size(2) == 4);
+  const void* storage = cache.keys[0].data_ptr();
+  auto step = policy->forward_cached(ids_tensor({15}), torch::ones({1, 1}, torch::kBool), cache);
+  // The fourth slot fits: same storage, nothing concatenated.
+  CHECK(cache.keys[0].data_ptr() == storage);
+  CHECK(cache.slots() == 4);
+  CHECK(torch::allclose(step.select(1, 0), full.select(1, 3), 1e-5, 1e-5));
+  // The fifth does not: capacity doubles once, and the stored keys move with it.
+  step = policy->forward_cached(ids_tensor({16}), torch::ones({1, 1}, torch::kBool), cache);
+  CHECK(cache.capacity() == 8);
+  CHECK(cache.keys[1].size(2) == 8);
+  CHECK(cache.keys[0].data_ptr() != storage);
+  CHECK(torch::allclose(step.select(1, 0), full.select(1, 4), 1e-5, 1e-5));
+  storage = cache.keys[0].data_ptr();
+  for (size_t t = 5; t < 8; ++t) {
+    step = policy->forward_cached(ids_tensor({tokens[t]}), torch::ones({1, 1}, torch::kBool), cache);
+    CHECK(torch::allclose(step.select(1, 0), full.select(1, static_cast<int64_t>(t)), 1e-5, 1e-5));
+  }
+  CHECK(cache.keys[0].data_ptr() == storage);
+  CHECK(cache.slots() == 8);
+  // Past the capacity the key-valid mask keeps what it held.
+  step = policy->forward_cached(ids_tensor({tokens[8]}), torch::ones({1, 1}, torch::kBool), cache);
+  CHECK(cache.capacity() == 16);
+  CHECK(cache.key_valid.narrow(1, 0, 9).all().item<bool>());
+  CHECK_FALSE(cache.key_valid.narrow(1, 9, 7).any().item<bool>());
+  CHECK(torch::allclose(step.select(1, 0), full.select(1, 8), 1e-5, 1e-5));
+}
+
+TEST_CASE("a batch that does not match the cache's rows is refused") {
+  auto policy = tiny_policy();
+  torch::NoGradGuard no_grad;
+  auto cache = sao::model::KVCache::empty(2, 2);
+  CHECK_THROWS_WITH_AS(policy->forward_cached(ids_tensor({1, 2}), torch::ones({1, 2}, torch::kBool), cache),
+                       "forward_cached: input_ids 1x2 and input_valid must match the cache's 2 rows", sao::Error);
+  CHECK(cache.slots() == 0);
+}
+
+TEST_CASE("grouped-query attention equals attention with each key head repeated per query head") {
+  // Reference: the textbook form, keys and values repeated so every query
+  // head has its own copy, written here with plain tensor ops.
+  auto policy = tiny_policy();
+  torch::NoGradGuard no_grad;
+  const auto config = tiny_config();
+  auto ids = ids_tensor({3, 9, 1, 30, 7});
+  auto layer = policy->model->layers->ptr<sao::model::DecoderLayerImpl>(0);
+  auto& attention = *layer->self_attn;
+  auto x = policy->model->embed_tokens(ids);
+  const int64_t steps = 5, heads = 4, kv_heads = 2, head_dim = config.head_dim();
+  auto q = attention.q_proj(x).view({1, steps, heads, head_dim}).transpose(1, 2);
+  auto k = attention.k_proj(x).view({1, steps, kv_heads, head_dim}).transpose(1, 2);
+  auto v = attention.v_proj(x).view({1, steps, kv_heads, head_dim}).transpose(1, 2);
+  auto positions = torch::arange(steps, torch::kFloat32).unsqueeze(-1) * sao::model::rotary_inverse_frequencies(config);
+  auto angles = torch::cat({positions, positions}, -1);
+  auto rotate = [&](const torch::Tensor& t) {
+    auto half = head_dim / 2;
+    auto rotated = torch::cat({-t.narrow(-1, half, half), t.narrow(-1, 0, half)}, -1);
+    return t * angles.cos() + rotated * angles.sin();
+  };
+  q = rotate(q);
+  k = rotate(k).repeat_interleave(heads / kv_heads, 1);
+  v = v.repeat_interleave(heads / kv_heads, 1);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
+  scores = scores.masked_fill(torch::ones({steps, steps}, torch::kBool).triu(1), -INFINITY);
+  auto expected = attention.o_proj(
+      torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({1, steps, heads * head_dim}));
+  const auto rotary = sao::model::rotary_angles(torch::arange(steps, torch::kInt64).unsqueeze(0),
+                                                sao::model::rotary_inverse_frequencies(config));
+  auto visible = torch::ones({steps, steps}, torch::kBool).tril().view({1, 1, steps, steps});
+  auto actual = attention.forward(x, rotary, visible, nullptr);
+  CHECK(torch::allclose(actual, expected, 1e-5, 1e-6));
 }
 
 TEST_CASE("left-padded rows in one cached batch match their unpadded full passes") {

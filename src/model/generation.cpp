@@ -73,7 +73,10 @@ bool DecodeSession::done() const {
 
 bool DecodeSession::step(CausalLM& policy, int64_t weight_version) {
   if (done()) return false;
-  torch::NoGradGuard no_grad;
+  // Inference mode, not just no-grad: tensors made here never enter autograd,
+  // so LibTorch skips version counting and view tracking on each of the few
+  // hundred small ops of a decode step.
+  c10::InferenceMode inference;
   const auto batch = static_cast<int64_t>(pending_.size());
   if (!cache_ready_) {
     cache_ = KVCache::empty(batch, policy->config().num_hidden_layers);
@@ -96,9 +99,14 @@ bool DecodeSession::step(CausalLM& policy, int64_t weight_version) {
     if (sequences_[row].finish == FinishReason::kRunning) sampled_rows.push_back(row);
     pending_[row].clear();
   }
-  auto logits = policy->forward_cached(input_ids, input_valid, cache_);  // [B, T, V]
-  sample_rows(logits.select(1, static_cast<int64_t>(width) - 1), sampled_rows, weight_version,
-              policy->config().max_position_embeddings);
+  // The first call holds the prompts; room for the whole first turn is made
+  // at once so that decoding never regrows the cache.
+  if (cache_.slots() == 0) cache_.reserve(static_cast<int64_t>(width) + config_.max_new_tokens);
+  auto hidden = policy->model->forward_cached(input_ids, input_valid, cache_);  // [B, T, D]
+  // Only the newest column is sampled from: the LM head (the largest matmul
+  // of a small model) runs on one position per row, not on the whole prompt.
+  auto last_logits = policy->logits_from_hidden(hidden.select(1, static_cast<int64_t>(width) - 1));  // [B, V]
+  sample_rows(last_logits, sampled_rows, weight_version, policy->config().max_position_embeddings);
   return !done();
 }
 
@@ -107,24 +115,30 @@ void DecodeSession::sample_rows(const torch::Tensor& last_logits, const std::vec
   if (rows.empty()) return;
   std::vector<int64_t> row_ids(rows.begin(), rows.end());
   auto index = torch::tensor(row_ids, torch::kInt64);
-  auto log_probs = sampling_log_probs(last_logits.index_select(0, index), config_);  // [R, V]
+  const bool every_row = static_cast<int64_t>(rows.size()) == last_logits.size(0);
+  auto log_probs = sampling_log_probs(every_row ? last_logits : last_logits.index_select(0, index), config_);  // [R, V]
   auto chosen = config_.temperature == 0.0 ? log_probs.argmax(1, /*keepdim=*/true)
                                            : torch::multinomial(log_probs.exp(), 1, false, generator_);
-  auto chosen_log_probs = log_probs.gather(1, chosen).squeeze(1);
-  auto chosen_ids = chosen.squeeze(1);
-  auto positions = cache_.next_position.index_select(0, index);
+  // Read back through raw pointers: one item() per row and value would cost
+  // more than the sampling itself at large batch sizes.
+  const auto chosen_log_probs = log_probs.gather(1, chosen).squeeze(1).contiguous();
+  const auto chosen_ids = chosen.squeeze(1).to(torch::kInt64).contiguous();
+  const auto positions = cache_.next_position.index_select(0, index).contiguous();
+  const float* chosen_log_prob = chosen_log_probs.data_ptr<float>();
+  const int64_t* chosen_id = chosen_ids.data_ptr<int64_t>();
+  const int64_t* position = positions.data_ptr<int64_t>();
   for (size_t i = 0; i < rows.size(); ++i) {
     const size_t row = rows[i];
     auto& sequence = sequences_[row];
     // The token sampled now would sit at position next_position: past the
     // context it cannot be part of a sequence the learner can score.
-    if (positions[static_cast<int64_t>(i)].item<int64_t>() >= max_positions) {
+    if (position[i] >= max_positions) {
       sequence.finish = FinishReason::kContextFull;
       continue;
     }
-    const int64_t token = chosen_ids[static_cast<int64_t>(i)].item<int64_t>();
+    const int64_t token = chosen_id[i];
     sequence.tokens.push_back(token);
-    sequence.logprobs.push_back(chosen_log_probs[static_cast<int64_t>(i)].item<float>());
+    sequence.logprobs.push_back(chosen_log_prob[i]);
     sequence.versions.push_back(weight_version);
     --budget_[row];
     const bool is_stop =
@@ -133,7 +147,7 @@ void DecodeSession::sample_rows(const torch::Tensor& last_logits, const std::vec
       sequence.finish = FinishReason::kStopToken;
     } else if (budget_[row] <= 0) {
       sequence.finish = FinishReason::kMaxNewTokens;
-    } else if (positions[static_cast<int64_t>(i)].item<int64_t>() + 1 >= max_positions) {
+    } else if (position[i] + 1 >= max_positions) {
       sequence.finish = FinishReason::kContextFull;  // this token took the last position
     } else {
       pending_[row].push_back(token);

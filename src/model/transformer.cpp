@@ -21,6 +21,13 @@ KVCache KVCache::empty(int64_t batch_size, int64_t num_layers) {
   return cache;
 }
 
+void KVCache::reserve(int64_t slot_count) {
+  if (slot_count <= capacity()) return;
+  auto grown = torch::zeros({batch_size(), slot_count}, torch::kBool);
+  grown.narrow(1, 0, used_slots).copy_(key_valid.narrow(1, 0, used_slots));
+  key_valid = grown;
+}
+
 void KVCache::select_rows(const torch::Tensor& row_indices) {
   for (auto& k : keys) {
     if (k.defined()) k = k.index_select(0, row_indices);
@@ -36,26 +43,78 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
+namespace {
+
+// A 0-dim tensor holding `value` in x's dtype and device. LibTorch 1.13 turns
+// every Scalar operand of a binary op into a double tensor and copies it to
+// the other operand's dtype; with a decode step made of a few hundred small
+// ops, those conversions were a tenth of its time. Made outside inference
+// mode so that training may save it for backward.
+const torch::Tensor& constant_like(const torch::Tensor& x, double value) {
+  struct Entry {
+    double value;
+    c10::ScalarType dtype;
+    c10::Device device;
+    torch::Tensor tensor;
+  };
+  thread_local std::vector<Entry> constants;
+  for (const auto& entry : constants) {
+    if (entry.value == value && entry.dtype == x.scalar_type() && entry.device == x.device()) return entry.tensor;
+  }
+  c10::InferenceMode normal_tensors(false);
+  constants.push_back({value, x.scalar_type(), x.device(), torch::full({}, value, x.options())});
+  return constants.back().tensor;
+}
+
+}  // namespace
+
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // [.., D]: scale by the reciprocal root-mean-square, then by the learned gain.
-  auto variance = x.pow(2).mean(-1, /*keepdim=*/true);
-  return x * torch::rsqrt(variance + eps_) * weight;
+  // In place where the tensor is our own temporary (one allocation fewer),
+  // and the mean as a sum times 1/D (no Scalar operands, see constant_like).
+  auto inverse_rms = (x * x).sum(-1, /*keepdim=*/true);
+  inverse_rms.mul_(constant_like(x, 1.0 / static_cast<double>(x.size(-1)))).add_(constant_like(x, eps_)).rsqrt_();
+  return x * inverse_rms * weight;
+}
+
+// HF's rotate_half convention: the two halves of the head dimension rotate
+// together (not interleaved pairs), which is what Llama/Qwen2 weights expect:
+// x * cos + (-x2, x1) * sin. The sign of the first half is folded into the
+// stored sin, so the rotation is one flip of the halves plus two products.
+RotaryAngles rotary_angles(const torch::Tensor& positions, const torch::Tensor& inv_freq) {
+  // positions [B, T]; inv_freq [hd/2]
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
+  auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);            // [B, 1, T, hd]
+  auto signed_sin = angles.sin();
+  const int64_t half = freqs.size(-1);
+  signed_sin.narrow(-1, 0, half).neg_();
+  return {angles.cos(), signed_sin};
 }
 
 namespace {
 
-// HF's rotate_half convention: the two halves of the head dimension rotate
-// together (not interleaved pairs), which is what Llama/Qwen2 weights expect.
-torch::Tensor rotate_half(const torch::Tensor& x) {
+torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryAngles& rotary) {
+  // x [B, H, T, hd] -> halves swapped: (x2, x1), then times (-sin, sin).
   const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  auto sizes = x.sizes().vec();
+  sizes.back() = 2;
+  sizes.push_back(half);
+  auto swapped = x.reshape(sizes).flip(-2).view(x.sizes());
+  return torch::addcmul(x * rotary.cos, swapped, rotary.signed_sin);
 }
 
-torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& inv_freq) {
-  // x [B, H, T, hd]; positions [B, T]; inv_freq [hd/2]
-  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
-  auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);            // [B, 1, T, hd]
-  return x * angles.cos() + rotate_half(x) * angles.sin();
+// Writes `fresh` [B, KV, T, hd] after the used slots of the layer's cache
+// tensor (growing it to the cache's capacity first) and returns every used
+// slot including the new ones.
+torch::Tensor write_cache(torch::Tensor& stored, const torch::Tensor& fresh, int64_t used_slots, int64_t capacity) {
+  const int64_t steps = fresh.size(2);
+  if (!stored.defined() || stored.size(2) < capacity) {
+    auto grown = torch::zeros({fresh.size(0), fresh.size(1), capacity, fresh.size(3)}, fresh.options());
+    if (used_slots > 0) grown.narrow(2, 0, used_slots).copy_(stored.narrow(2, 0, used_slots));
+    stored = grown;
+  }
+  stored.narrow(2, used_slots, steps).copy_(fresh);
+  return stored.narrow(2, 0, used_slots + steps);
 }
 
 }  // namespace
@@ -84,10 +143,7 @@ torch::Tensor rotary_inverse_frequencies(const ModelConfig& config) {
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& config)
-    : num_heads_(config.num_attention_heads),
-      num_kv_heads_(config.num_key_value_heads),
-      head_dim_(config.head_dim()),
-      inv_freq_(rotary_inverse_frequencies(config)) {
+    : num_heads_(config.num_attention_heads), num_kv_heads_(config.num_key_value_heads), head_dim_(config.head_dim()) {
   const int64_t d = config.hidden_size;
   const int64_t q_dim = num_heads_ * head_dim_;
   const int64_t kv_dim = num_kv_heads_ * head_dim_;
@@ -102,9 +158,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& config)
   }
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
-                                     const torch::Tensor& visible, torch::Tensor* cache_keys,
-                                     torch::Tensor* cache_values) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryAngles& rotary, const torch::Tensor& visible,
+                                     const LayerCache* cache) {
   const int64_t batch = x.size(0);
   const int64_t steps = x.size(1);
   auto q = q_proj(x).view({batch, steps, num_heads_, head_dim_});     // [B, T, H, hd]
@@ -116,22 +171,34 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   q = q.transpose(1, 2);  // [B, H, T, hd]
   k = k.transpose(1, 2);  // [B, KV, T, hd]
   auto v = v_proj(x).view({batch, steps, num_kv_heads_, head_dim_}).transpose(1, 2);
-  q = apply_rotary(q, positions, inv_freq_);
-  k = apply_rotary(k, positions, inv_freq_);
-  if (cache_keys != nullptr) {
-    k = cache_keys->defined() ? torch::cat({*cache_keys, k}, 2) : k;
-    v = cache_values->defined() ? torch::cat({*cache_values, v}, 2) : v;
-    *cache_keys = k;
-    *cache_values = v;
+  q = apply_rotary(q, rotary) * constant_like(q, 1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  k = apply_rotary(k, rotary);
+  if (cache != nullptr) {
+    k = write_cache(*cache->keys, k, cache->used_slots, cache->capacity);  // [B, KV, S, hd]
+    v = write_cache(*cache->values, v, cache->used_slots, cache->capacity);
   }
+  // Grouped-query attention without copying keys per query head: the G query
+  // heads that share a key head are stacked along the query axis, so one
+  // matmul per key head covers them ([B, KV, G*T, hd] x [B, KV, hd, S]).
   const int64_t group = num_heads_ / num_kv_heads_;
-  if (group > 1) {
-    k = k.repeat_interleave(group, /*dim=*/1);  // [B, H, S, hd]
-    v = v.repeat_interleave(group, /*dim=*/1);
+  const int64_t slots = k.size(2);
+  if (steps == 1) {
+    // A decode step: one query per row. LibTorch's CPU bmm runs its batch as
+    // a loop of B*KV tiny matmuls with three tensor selects each, which at
+    // batch 256 cost more than the rest of the step; a broadcast product
+    // summed over head_dim is one vectorised pass over the keys instead.
+    auto q_rows = q.reshape({batch, num_kv_heads_, group, 1, head_dim_});
+    auto scores = (q_rows * k.unsqueeze(2)).sum(-1);                                              // [B, KV, G, S]
+    scores = scores.masked_fill(visible.logical_not(), -std::numeric_limits<float>::infinity());  // [B, 1, 1, S]
+    auto weights = torch::softmax(scores, -1).unsqueeze(-1);                                      // [B, KV, G, S, 1]
+    auto context = (weights * v.unsqueeze(2)).sum(-2);                                            // [B, KV, G, hd]
+    return o_proj(context.reshape({batch, 1, num_heads_ * head_dim_}));
   }
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim_));  // [B, H, T, S]
-  scores = scores.masked_fill(visible.logical_not(), -std::numeric_limits<float>::infinity());
-  auto context = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, T, hd]
+  auto grouped_q = q.reshape({batch, num_kv_heads_, group * steps, head_dim_});
+  auto scores = torch::matmul(grouped_q, k.transpose(-2, -1)).view({batch, num_kv_heads_, group, steps, slots});
+  scores = scores.masked_fill(visible.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
+  auto weights = torch::softmax(scores, -1).view({batch, num_kv_heads_, group * steps, slots});
+  auto context = torch::matmul(weights, v).view({batch, num_heads_, steps, head_dim_});  // [B, H, T, hd]
   return o_proj(context.transpose(1, 2).reshape({batch, steps, num_heads_ * head_dim_}));
 }
 
@@ -155,14 +222,13 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config) {
       register_module("post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& positions,
-                                        const torch::Tensor& visible, torch::Tensor* cache_keys,
-                                        torch::Tensor* cache_values) {
-  auto hidden = x + self_attn(input_layernorm(x), positions, visible, cache_keys, cache_values);
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryAngles& rotary,
+                                        const torch::Tensor& visible, const LayerCache* cache) {
+  auto hidden = x + self_attn(input_layernorm(x), rotary, visible, cache);
   return hidden + mlp(post_attention_layernorm(hidden));
 }
 
-BackboneImpl::BackboneImpl(const ModelConfig& config) : config_(config) {
+BackboneImpl::BackboneImpl(const ModelConfig& config) : config_(config), inv_freq_(rotary_inverse_frequencies(config)) {
   config.validate("model config");
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
@@ -172,10 +238,16 @@ BackboneImpl::BackboneImpl(const ModelConfig& config) : config_(config) {
 
 torch::Tensor BackboneImpl::run_layers(torch::Tensor hidden, const torch::Tensor& positions,
                                        const torch::Tensor& visible, KVCache* cache) {
+  const auto rotary = rotary_angles(positions, inv_freq_);
+  const int64_t steps = hidden.size(1);
   for (size_t i = 0; i < layers->size(); ++i) {
     auto layer = layers->ptr<DecoderLayerImpl>(i);
-    hidden = layer->forward(hidden, positions, visible, cache ? &cache->keys[i] : nullptr,
-                            cache ? &cache->values[i] : nullptr);
+    if (cache == nullptr) {
+      hidden = layer->forward(hidden, rotary, visible, nullptr);
+      continue;
+    }
+    const LayerCache layer_cache{&cache->keys[i], &cache->values[i], cache->used_slots - steps, cache->capacity()};
+    hidden = layer->forward(hidden, rotary, visible, &layer_cache);
   }
   return norm(hidden);
 }
@@ -196,6 +268,10 @@ torch::Tensor BackboneImpl::forward_cached(const torch::Tensor& input_ids, const
   const int64_t steps = input_ids.size(1);
   const int64_t old_slots = cache.slots();
   const int64_t total_slots = old_slots + steps;
+  if (input_ids.size(0) != cache.batch_size() || input_valid.sizes() != input_ids.sizes()) {
+    throw Error("forward_cached: input_ids " + std::to_string(input_ids.size(0)) + "x" + std::to_string(steps) +
+                " and input_valid must match the cache's " + std::to_string(cache.batch_size()) + " rows");
+  }
   auto valid = input_valid.to(torch::kBool);
   // Rotary position of each real token = how many real tokens precede it in its row.
   auto positions = cache.next_position.unsqueeze(1) + valid.to(torch::kInt64).cumsum(1) - 1;  // [B, T]
@@ -203,13 +279,23 @@ torch::Tensor BackboneImpl::forward_cached(const torch::Tensor& input_ids, const
   if (positions.max().item<int64_t>() >= config_.max_position_embeddings) {
     throw Error("sequence exceeds max_position_embeddings " + std::to_string(config_.max_position_embeddings));
   }
-  cache.key_valid = torch::cat({cache.key_valid, valid}, 1);  // [B, S]
-  auto query_slot = torch::arange(old_slots, total_slots, torch::kInt64).view({1, steps, 1});
-  auto key_slot = torch::arange(total_slots, torch::kInt64).view({1, 1, total_slots});
-  // A query sees earlier real keys; it always sees its own slot so that a
-  // padded query never has an all-masked row (which would give NaN).
-  auto visible = ((key_slot <= query_slot) & cache.key_valid.unsqueeze(1)) | (key_slot == query_slot);
-  auto hidden = run_layers(embed_tokens(input_ids), positions, visible.unsqueeze(1), &cache);
+  // Doubling keeps the copies on growth amortised to one per slot.
+  if (total_slots > cache.capacity()) cache.reserve(std::max(total_slots, 2 * cache.capacity()));
+  cache.key_valid.narrow(1, old_slots, steps).copy_(valid);
+  const auto key_valid = cache.key_valid.narrow(1, 0, total_slots);  // [B, S]
+  torch::Tensor visible;
+  if (steps == 1) {
+    // One query per row (a decode step): it sees every real key and itself.
+    visible = key_valid.index_fill(1, torch::full({1}, old_slots, torch::kInt64), true).view({-1, 1, 1, total_slots});
+  } else {
+    auto query_slot = torch::arange(old_slots, total_slots, torch::kInt64).view({1, steps, 1});
+    auto key_slot = torch::arange(total_slots, torch::kInt64).view({1, 1, total_slots});
+    // A query sees earlier real keys; it always sees its own slot so that a
+    // padded query never has an all-masked row (which would give NaN).
+    visible = (((key_slot <= query_slot) & key_valid.unsqueeze(1)) | (key_slot == query_slot)).unsqueeze(1);
+  }
+  cache.used_slots = total_slots;
+  auto hidden = run_layers(embed_tokens(input_ids), positions, visible, &cache);
   cache.next_position = cache.next_position + valid.to(torch::kInt64).sum(1);
   return hidden;
 }

@@ -23,17 +23,45 @@ namespace sao::model {
 // A slot may hold padding (key_valid false): rows of a batch can grow by
 // different amounts per call (left-padded prompts, ragged multi-turn
 // observations) while all rows share one slot axis.
+//
+// The tensors are preallocated to a capacity and written in place: slots
+// [0, slots()) hold data. Growing past the capacity doubles it, so a decode
+// step copies only its own new keys, not the whole cache (concatenating
+// every step would copy the cache once per token).
 struct KVCache {
-  std::vector<torch::Tensor> keys;    // per layer [B, n_kv_heads, S, head_dim]
-  std::vector<torch::Tensor> values;  // per layer [B, n_kv_heads, S, head_dim]
-  torch::Tensor key_valid;            // [B, S] bool
+  std::vector<torch::Tensor> keys;    // per layer [B, n_kv_heads, capacity, head_dim]
+  std::vector<torch::Tensor> values;  // per layer [B, n_kv_heads, capacity, head_dim]
+  torch::Tensor key_valid;            // [B, capacity] bool; false past slots()
   torch::Tensor next_position;        // [B] int64: rotary position of the row's next real token
+  int64_t used_slots = 0;
 
-  int64_t slots() const { return key_valid.defined() ? key_valid.size(1) : 0; }
+  int64_t slots() const { return used_slots; }
+  int64_t capacity() const { return key_valid.defined() ? key_valid.size(1) : 0; }
   int64_t batch_size() const { return next_position.size(0); }
   static KVCache empty(int64_t batch_size, int64_t num_layers);
+  // Makes the capacity at least `slot_count`, keeping what is stored; the
+  // layers' tensors follow on their next write.
+  void reserve(int64_t slot_count);
   // Keeps only the given rows (e.g. drop finished sequences).
   void select_rows(const torch::Tensor& row_indices);
+};
+
+// The rotary angles of a call's positions, computed once and shared by
+// every layer: cos [B, 1, T, head_dim], and sin with the sign of
+// rotate_half folded in (its first half negated).
+struct RotaryAngles {
+  torch::Tensor cos;
+  torch::Tensor signed_sin;
+};
+// positions [B, T] int64; inv_freq from rotary_inverse_frequencies.
+RotaryAngles rotary_angles(const torch::Tensor& positions, const torch::Tensor& inv_freq);
+
+// Where one layer's keys and values go in a KVCache.
+struct LayerCache {
+  torch::Tensor* keys = nullptr;
+  torch::Tensor* values = nullptr;
+  int64_t used_slots = 0;  // slots already written before this call
+  int64_t capacity = 0;    // slots the layer's tensors must hold
 };
 
 // The rotary inverse frequencies [head_dim / 2] (float32) of `config`, with
@@ -54,17 +82,16 @@ TORCH_MODULE(RMSNorm);
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
-  // x [B, T, D]; positions [B, T]; visible [B, 1, T, S_total] bool; when
-  // cache_keys/values are given the new keys are appended to them.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& visible,
-                        torch::Tensor* cache_keys, torch::Tensor* cache_values);
+  // x [B, T, D]; visible [B, 1, T, S_total] bool; with a cache the new keys
+  // are written after its used slots and attention covers all of them.
+  torch::Tensor forward(const torch::Tensor& x, const RotaryAngles& rotary, const torch::Tensor& visible,
+                        const LayerCache* cache);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   // Qwen3: RMSNorm over each head's query and key before rotation; null otherwise.
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
   int64_t num_heads_, num_kv_heads_, head_dim_;
-  torch::Tensor inv_freq_;  // [head_dim / 2] float32 rotary frequencies, rope_scaling applied
 };
 TORCH_MODULE(Attention);
 
@@ -79,8 +106,8 @@ TORCH_MODULE(MLP);
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   explicit DecoderLayerImpl(const ModelConfig& config);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions, const torch::Tensor& visible,
-                        torch::Tensor* cache_keys, torch::Tensor* cache_values);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryAngles& rotary, const torch::Tensor& visible,
+                        const LayerCache* cache);
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -107,6 +134,7 @@ class BackboneImpl : public torch::nn::Module {
   torch::Tensor run_layers(torch::Tensor hidden, const torch::Tensor& positions, const torch::Tensor& visible,
                            KVCache* cache);
   ModelConfig config_;
+  torch::Tensor inv_freq_;  // [head_dim / 2] float32 rotary frequencies, rope_scaling applied
 };
 TORCH_MODULE(Backbone);
 
