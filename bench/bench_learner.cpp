@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
   const auto config = sao::config::load_run_config("", {});
   sao::report::configure_threads(1);
-  const double limit = sao::report::measure_matmul_gflops(1024, 5);
+  const double limit = sao::report::measure_matmul_gflops(1024, 10);
   std::printf("machine: %s, 1 thread, fp32 matmul 1024^2 = %.1f GFLOP/s (the limit below)\n",
               sao::report::detect_blas().name.c_str(), limit);
   std::printf("model: %lld parameters; learner: %s, critic_updates K=%lld\n",

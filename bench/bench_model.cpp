@@ -42,7 +42,7 @@ namespace {
 void run_benchmarks(int64_t threads, const sao::model::ModelConfig& model_config) {
   sao::report::configure_threads(threads);
   const auto blas = sao::report::detect_blas();
-  const double limit_gflops = sao::report::measure_matmul_gflops(1024, 5);
+  const double limit_gflops = sao::report::measure_matmul_gflops(1024, 10);
   std::printf("machine: %s, %lld threads, fp32 matmul 1024^2 = %.1f GFLOP/s (the limit below)\n", blas.name.c_str(),
               static_cast<long long>(threads), limit_gflops);
   std::printf("model: %lld parameters (hidden %lld, layers %lld, heads %lld/%lld kv)\n",

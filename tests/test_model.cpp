@@ -2,6 +2,7 @@
 // recorded log-probs are exact, weights may switch mid-decode, and parameter
 // groups freeze.
 #include "base/error.hpp"
+#include "model/batched_matmul.hpp"
 #include "model/generation.hpp"
 #include "model/safetensors.hpp"
 #include "model/transformer.hpp"
@@ -124,6 +125,46 @@ TEST_CASE("the KV cache is written in place and grows by doubling") {
   CHECK(cache.key_valid.narrow(1, 0, 9).all().item<bool>());
   CHECK_FALSE(cache.key_valid.narrow(1, 9, 7).any().item<bool>());
   CHECK(torch::allclose(step.select(1, 0), full.select(1, 8), 1e-5, 1e-5));
+}
+
+TEST_CASE("batched_matmul equals torch::matmul in values and gradients, for every layout attention gives it") {
+  torch::manual_seed(3);
+  struct Case {
+    const char* name;
+    torch::Tensor a, b;
+  };
+  auto base_k = torch::randn({3, 2, 9, 8});  // [B, KV, capacity, hd], as the KV cache holds keys
+  std::vector<Case> cases = {
+      {"contiguous", torch::randn({4, 5, 8}), torch::randn({4, 8, 6})},
+      {"right transposed (q k^T)", torch::randn({3, 2, 4, 8}), base_k.narrow(2, 0, 7).transpose(-2, -1)},
+      {"left transposed", torch::randn({4, 8, 5}).transpose(1, 2), torch::randn({4, 8, 6})},
+      {"narrowed rows (weights v)", torch::randn({3, 2, 4, 7}), base_k.narrow(2, 0, 7)},
+      {"not BLAS-shaped (copied)", torch::randn({4, 5, 16}).narrow(2, 0, 8).unsqueeze(0).expand({2, 4, 5, 8}),
+       torch::randn({2, 4, 8, 3})},
+      {"empty inner dimension", torch::randn({2, 3, 0}), torch::randn({2, 0, 4})},
+  };
+  for (auto& c : cases) {
+    CAPTURE(std::string(c.name));
+    auto expected = torch::matmul(c.a, c.b);
+    auto actual = sao::model::batched_matmul(c.a, c.b);
+    CHECK(actual.sizes() == expected.sizes());
+    CHECK(torch::allclose(actual, expected, 1e-5, 1e-6));
+    // Gradients through both operands against autograd's matmul. clone()
+    // keeps a dense view's strides, so transposed operands stay transposed.
+    auto a1 = c.a.detach().clone().requires_grad_(true);
+    auto b1 = c.b.detach().clone().requires_grad_(true);
+    auto a2 = c.a.detach().clone().requires_grad_(true);
+    auto b2 = c.b.detach().clone().requires_grad_(true);
+    auto weights = torch::randn(expected.sizes());
+    (sao::model::batched_matmul(a1, b1) * weights).sum().backward();
+    (torch::matmul(a2, b2) * weights).sum().backward();
+    CHECK(torch::allclose(a1.grad(), a2.grad(), 1e-5, 1e-6));
+    CHECK(torch::allclose(b1.grad(), b2.grad(), 1e-5, 1e-6));
+  }
+  CHECK_THROWS_WITH_AS(sao::model::batched_matmul(torch::randn({2, 3, 4}), torch::randn({2, 5, 4})),
+                       "batched_matmul: shapes [2, 3, 4] and [2, 5, 4] do not multiply", sao::Error);
+  CHECK_THROWS_WITH_AS(sao::model::batched_matmul(torch::randn({3, 4}), torch::randn({4, 3})),
+                       "batched_matmul: need two tensors of the same rank >= 3, got 2 and 2", sao::Error);
 }
 
 TEST_CASE("a batch that does not match the cache's rows is refused") {

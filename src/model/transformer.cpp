@@ -2,6 +2,7 @@
 #include "model/transformer.hpp"
 
 #include "base/error.hpp"
+#include "model/batched_matmul.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -195,10 +196,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryAngles&
     return o_proj(context.reshape({batch, 1, num_heads_ * head_dim_}));
   }
   auto grouped_q = q.reshape({batch, num_kv_heads_, group * steps, head_dim_});
-  auto scores = torch::matmul(grouped_q, k.transpose(-2, -1)).view({batch, num_kv_heads_, group, steps, slots});
+  auto scores = batched_matmul(grouped_q, k.transpose(-2, -1)).view({batch, num_kv_heads_, group, steps, slots});
   scores = scores.masked_fill(visible.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
   auto weights = torch::softmax(scores, -1).view({batch, num_kv_heads_, group * steps, slots});
-  auto context = torch::matmul(weights, v).view({batch, num_heads_, steps, head_dim_});  // [B, H, T, hd]
+  auto context = batched_matmul(weights, v).view({batch, num_heads_, steps, head_dim_});  // [B, H, T, hd]
   return o_proj(context.transpose(1, 2).reshape({batch, steps, num_heads_ * head_dim_}));
 }
 
