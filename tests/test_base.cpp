@@ -203,6 +203,10 @@ namespace {
 void* volatile g_block_sink = nullptr;  // keeps the compiler from eliding the malloc/free pair
 }  // namespace
 
+#if defined(__SANITIZE_ADDRESS__)
+// AddressSanitizer replaces malloc: glibc's settings and counters do not apply.
+TEST_CASE("freed memory stays in the heap for reuse (no fresh mmap, no trim)" * doctest::skip()) {}
+#else
 TEST_CASE("freed memory stays in the heap for reuse (no fresh mmap, no trim)") {
   CHECK(sao::base::keep_freed_memory_for_reuse() ==
         "malloc: freed blocks up to 32 MiB reused from the heap, trimmed past 1 GiB");
@@ -220,3 +224,4 @@ TEST_CASE("freed memory stays in the heap for reuse (no fresh mmap, no trim)") {
   CHECK(after.arena == during.arena);  // the heap kept the freed block for the next allocation
   CHECK(after.fordblks >= kBlock);
 }
+#endif
