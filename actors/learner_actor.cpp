@@ -45,7 +45,7 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 
 msg::PolicyWeights current_weights(LearnerActorState& state) {
   report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
-  return {state.learner->policy_version(), model::module_to_blobs(*state.learner->policy())};
+  return {state.learner->policy_version(), model::pack_module(*state.learner->policy())};
 }
 
 msg::EvalReport evaluate(Self self) {

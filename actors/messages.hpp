@@ -2,10 +2,11 @@
 // overload, registered once in the "sao" type-ID block. Nothing points into
 // another actor's memory, so the same messages work inside one process and
 // across machines (CAF serialises them with these inspect functions).
-// Tensors travel as bytes + dtype + shape (model::TensorBlob).
+// Weights travel as one packed byte buffer with an index (model::PackedTensors).
 #pragma once
 
 #include "algo/trajectory.hpp"
+#include "base/allocator.hpp"
 #include "model/tensor_blob.hpp"
 #include "report/metrics_line.hpp"
 #include "rollout/episode_batch.hpp"
@@ -17,12 +18,39 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace sao::model {
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TensorBlob& x) {
-  return f(caf::meta::type_name("TensorBlob"), x.name, x.dtype, x.shape, x.data);
+typename Inspector::result_type inspect(Inspector& f, PackedTensor& x) {
+  return f(caf::meta::type_name("PackedTensor"), x.name, x.dtype, x.shape, x.offset, x.size);
+}
+// The buffer travels as a byte count and one raw block. On receipt it is
+// made with base::make_bulk_buffer (huge pages: a 400 MB message costs ~200
+// page faults, not ~100,000) after checking that the message holds that many
+// bytes, so a forged count is an error, not a huge allocation.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PackedTensors& x) {
+  if constexpr (std::is_base_of_v<caf::deserializer, Inspector>) {
+    uint64_t size = 0;
+    if (auto error = f(caf::meta::type_name("PackedTensors"), x.index, size)) return error;
+    const auto* source = dynamic_cast<const caf::binary_deserializer*>(&f);
+    if (source != nullptr && size > source->remaining()) {
+      return caf::make_error(caf::sec::end_of_stream, "PackedTensors: the message says " + std::to_string(size) +
+                                                          " bytes but holds " + std::to_string(source->remaining()));
+    }
+    x.bytes = base::make_bulk_buffer(static_cast<size_t>(size));
+    return size > 0 ? f.apply_raw(static_cast<size_t>(size), x.bytes.data()) : caf::error{};
+  } else if constexpr (std::is_base_of_v<caf::serializer, Inspector>) {
+    uint64_t size = x.bytes.size();
+    if (auto error = f(caf::meta::type_name("PackedTensors"), x.index, size)) return error;
+    return size > 0 ? f.apply_raw(static_cast<size_t>(size), x.bytes.data()) : caf::error{};
+  } else {
+    // Anything else (e.g. CAF's to_string) sees the index and the byte count.
+    uint64_t size = x.bytes.size();
+    return f(caf::meta::type_name("PackedTensors"), x.index, size);
+  }
 }
 }  // namespace sao::model
 
@@ -129,7 +157,7 @@ inline std::string error_text(caf::actor_system& system, const caf::error& error
 // A full set of policy weights at one version.
 struct PolicyWeights {
   int64_t version = 0;
-  std::vector<model::TensorBlob> tensors;
+  model::PackedTensors tensors;
 };
 
 // Env actor protocol. Episodes are addressed by id so one env actor can run

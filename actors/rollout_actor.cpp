@@ -37,7 +37,10 @@ struct RolloutActorState {
   RolloutActorConfig config;
   model::CausalLM policy{nullptr};
   int64_t version = -1;
-  std::optional<msg::PolicyWeights> pending_weights;
+  // The received message itself (a msg::PolicyWeights), kept by reference:
+  // CAF shares one copy of the weights between every in-process rollout, and
+  // holding the message instead of the struct keeps it that way.
+  caf::message pending_weights;
   std::unique_ptr<rollout::EpisodeBatch> batch;  // the session: episodes decoded together
   std::vector<EpisodeIds> ids;
   int64_t session_id = 0;
@@ -73,8 +76,8 @@ void apply_weights(Self self, const msg::PolicyWeights& weights) {
   auto& state = self->state;
   {
     report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
-    model::load_blobs_into_module(*state.policy, weights.tensors,
-                                  state.config.name + ": weights v" + std::to_string(weights.version));
+    model::load_packed_into_module(*state.policy, weights.tensors,
+                                   state.config.name + ": weights v" + std::to_string(weights.version));
   }
   state.version = weights.version;
   ++state.weight_switches;
@@ -83,9 +86,10 @@ void apply_weights(Self self, const msg::PolicyWeights& weights) {
 
 void apply_pending_weights(Self self) {
   auto& state = self->state;
-  if (!state.pending_weights) return;
-  apply_weights(self, *state.pending_weights);
-  state.pending_weights.reset();
+  if (state.pending_weights.empty()) return;
+  const auto pending = std::move(state.pending_weights);
+  state.pending_weights = caf::message{};
+  apply_weights(self, pending.get_as<msg::PolicyWeights>(0));
 }
 
 void report_lost(Self self, size_t index, msg::LossCause cause, const std::string& detail) {
@@ -307,13 +311,15 @@ RolloutActor::behavior_type rollout_behavior(Self self, RolloutActorConfig confi
   // Ask for the current weights; generation starts when they arrive.
   self->send(state.config.weight_sync, atoms::register_atom_v, state.config.name, caf::actor_cast<RolloutActor>(self));
   return {
-      [self](msg::PolicyWeights& weights) {
+      // By const reference: a mutable one would make CAF copy the shared
+      // weights for this rollout (copy-on-write).
+      [self](const msg::PolicyWeights& weights) {
         auto& st = self->state;
         ++st.counters.handled;
         if (weights.version <= st.version) return;
         const bool mid_turn = any_generating(st);
         if (st.config.rollout.weight_switch == "turn_boundary" && mid_turn) {
-          st.pending_weights = std::move(weights);
+          st.pending_weights = self->current_mailbox_element()->copy_content_to_message();
         } else {
           apply_weights(self, weights);
         }

@@ -2,8 +2,9 @@
 // learner-side actor to an actor in another process over CAF's middleman
 // (serialise, TCP over loopback, deserialise, reply), for the default model
 // and a ~100M-parameter one, next to the raw loopback TCP bandwidth measured
-// in the same run. Also the parts: serialising alone, and loading the
-// received tensors into a model (what a rollout actor does after receipt).
+// in the same run. Also the parts: packing the model into one buffer (what
+// the learner does per version), serialising alone, and loading the received
+// tensors into a model (what a rollout actor does after receipt).
 //
 // Usage: bench_weight_sync [REPEATS]   (default 3; the median is printed)
 #include "actors/cluster.hpp"
@@ -97,11 +98,7 @@ void configure_system(caf::actor_system_config& config) {
   configure_system(config);
   caf::actor_system system{config};
   auto receiver = system.spawn([]() -> caf::behavior {
-    return {[](const sao::msg::PolicyWeights& weights) {
-      int64_t bytes = 0;
-      for (const auto& tensor : weights.tensors) bytes += static_cast<int64_t>(tensor.data.size());
-      return bytes;
-    }};
+    return {[](const sao::msg::PolicyWeights& weights) { return static_cast<int64_t>(weights.tensors.bytes.size()); }};
   });
   auto port = system.middleman().publish(receiver, 0, "127.0.0.1");
   const uint16_t value = port ? *port : 0;
@@ -159,26 +156,34 @@ int main(int argc, char** argv) {
     return 1;
   }
   caf::scoped_actor self{system};
-  std::printf("%-8s %12s %10s %12s %12s %12s %10s %12s\n", "model", "parameters", "MB", "serialise_s", "sync_s",
-              "sync_GB/s", "vs_loop", "load_s");
+  std::printf("%-8s %12s %10s %10s %12s %10s %10s %9s %10s\n", "model", "parameters", "MB", "pack_s", "serialise_s",
+              "sync_s", "sync_GB/s", "vs_loop", "load_s");
   for (const auto& item : cases) {
     sao::model::CausalLM policy(item.config);
-    sao::msg::PolicyWeights weights{1, sao::model::module_to_blobs(*policy)};
-    double bytes = 0;
-    for (const auto& tensor : weights.tensors) bytes += static_cast<double>(tensor.data.size());
+    sao::msg::PolicyWeights weights{1, sao::model::pack_module(*policy)};
+    const auto bytes = static_cast<double>(weights.tensors.bytes.size());
 
-    std::vector<double> serialise, sync, load;
+    std::vector<double> pack, serialise, sync, load;
+    std::vector<char> serialised;
     for (int r = 0; r < repeats + 1; ++r) {  // the first round warms up and is not counted
       auto start = Clock::now();
-      std::vector<char> buffer;
-      caf::binary_serializer sink{nullptr, buffer};
+      weights.tensors = sao::model::pack_module(*policy);
+      const double pack_seconds = seconds_since(start);
+
+      // Into a buffer kept between rounds, as CAF's middleman keeps its
+      // write buffer between messages.
+      start = Clock::now();
+      serialised.clear();
+      caf::binary_serializer sink{nullptr, serialised};
       if (auto error = sink(weights)) return 1;
       const double serialise_seconds = seconds_since(start);
-      buffer = {};
 
+      // Sent as a prepared message, as the weight-sync actor sends it (one
+      // message shared by every push; no copy of the weights per send).
+      const auto prepared = caf::make_message(weights);
       start = Clock::now();
       int64_t echoed = 0;
-      self->request(*receiver, std::chrono::minutes(5), weights)
+      self->request(*receiver, std::chrono::minutes(5), prepared)
           .receive([&](int64_t received) { echoed = received; },
                    [&](const caf::error& error) {
                      std::fprintf(stderr, "sync failed: %s\n", system.render(error).c_str());
@@ -187,17 +192,18 @@ int main(int argc, char** argv) {
       if (echoed != static_cast<int64_t>(bytes)) return 1;
 
       start = Clock::now();
-      sao::model::load_blobs_into_module(*policy, weights.tensors, "bench");
+      sao::model::load_packed_into_module(*policy, weights.tensors, "bench");
       const double load_seconds = seconds_since(start);
       if (r == 0) continue;
+      pack.push_back(pack_seconds);
       serialise.push_back(serialise_seconds);
       sync.push_back(sync_seconds);
       load.push_back(load_seconds);
     }
     const double sync_median = median(sync);
-    std::printf("%-8s %12lld %10.1f %12.4f %12.4f %12.3f %9.1f%% %12.4f\n", item.label,
-                static_cast<long long>(item.config.parameter_count()), bytes / 1e6, median(serialise), sync_median,
-                bytes / sync_median / 1e9, 100.0 * bytes / sync_median / loopback, median(load));
+    std::printf("%-8s %12lld %10.1f %10.4f %12.4f %10.4f %10.3f %8.1f%% %10.4f\n", item.label,
+                static_cast<long long>(item.config.parameter_count()), bytes / 1e6, median(pack), median(serialise),
+                sync_median, bytes / sync_median / 1e9, 100.0 * bytes / sync_median / loopback, median(load));
     std::fflush(stdout);
   }
   ::kill(child, SIGKILL);

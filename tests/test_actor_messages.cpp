@@ -48,6 +48,15 @@ T round_trip(caf::actor_system& system, T value) {
   return restored;
 }
 
+// Two tensors: 12 bytes of F32 at offset 0, 16 bytes of I64 at offset 64.
+sao::msg::PolicyWeights sample_weights(int64_t version) {
+  sao::msg::PolicyWeights weights;
+  weights.version = version;
+  weights.tensors = sao::model::pack_tensors(
+      {{"model.norm.weight", torch::tensor({1.5f, -2.0f, 3.25f})}, {"ids", torch::tensor({1, 2}, torch::kInt64)}});
+  return weights;
+}
+
 sao::algo::Trajectory sample_trajectory() {
   sao::algo::Trajectory t;
   t.tokens = {257, 49, 43, 50, 61, 51, 258};
@@ -64,19 +73,36 @@ sao::algo::Trajectory sample_trajectory() {
 
 }  // namespace
 
+TEST_CASE("a weight message that promises more bytes than it holds is refused before allocating") {
+  System s;
+  auto& system = *s.system;
+  auto weights = sample_weights(3);
+  REQUIRE(weights.tensors.bytes.size() == 80);
+  auto bytes = serialize(system, weights);
+  bytes.resize(bytes.size() - 10);  // the count still says 80
+  sao::msg::PolicyWeights restored;
+  caf::binary_deserializer source{system, bytes};
+  const auto error = source(restored);
+  REQUIRE(error);
+  const auto text = system.render(error);
+  CHECK_MESSAGE(text.find("PackedTensors: the message says 80 bytes but holds 70") != std::string::npos, text);
+  CHECK(restored.tensors.bytes.empty());
+}
+
 TEST_CASE("every message type round-trips through the binary serializer") {
   System s;
   auto& system = *s.system;
 
-  sao::msg::PolicyWeights weights;
-  weights.version = 12;
-  weights.tensors.push_back(sao::model::to_blob("model.norm.weight", torch::tensor({1.5f, -2.0f, 3.25f})));
-  weights.tensors.push_back(sao::model::to_blob("ids", torch::tensor({1, 2}, torch::kInt64)));
+  const auto weights = sample_weights(12);
   auto weights_back = round_trip(system, weights);
   CHECK(weights_back.version == 12);
-  REQUIRE(weights_back.tensors.size() == 2);
-  CHECK(torch::equal(sao::model::from_blob(weights_back.tensors[0]), torch::tensor({1.5f, -2.0f, 3.25f})));
-  CHECK(weights_back.tensors[1].dtype == "I64");
+  REQUIRE(weights_back.tensors.index.size() == 2);
+  CHECK(weights_back.tensors.bytes == weights.tensors.bytes);
+  CHECK(torch::equal(sao::model::unpack_tensor(weights_back.tensors, 0), torch::tensor({1.5f, -2.0f, 3.25f})));
+  CHECK(weights_back.tensors.index[1].name == "ids");
+  CHECK(weights_back.tensors.index[1].dtype == "I64");
+  CHECK(weights_back.tensors.index[1].offset == 64);
+  CHECK(weights_back.tensors.index[1].size == 16);
 
   auto reset = round_trip(system, sao::msg::EnvReset{5, 0xdeadbeefcafeULL, 1700000000123});
   CHECK(reset.seed == 0xdeadbeefcafeULL);

@@ -60,7 +60,7 @@ sao::model::ModelConfig tiny_byte_model() {
 }
 
 sao::msg::PolicyWeights weights_of(const sao::model::CausalLM& policy, int64_t version) {
-  return {version, sao::model::module_to_blobs(*policy)};
+  return {version, sao::model::pack_module(*policy)};
 }
 
 }  // namespace

@@ -16,6 +16,9 @@
 #include <doctest/doctest.h>
 #include <malloc.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -225,3 +228,38 @@ TEST_CASE("freed memory stays in the heap for reuse (no fresh mmap, no trim)") {
   CHECK(after.fordblks >= kBlock);
 }
 #endif
+
+namespace {
+// The VmFlags line of the mapping in /proc/self/smaps that holds `address`.
+std::string vm_flags_of(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto target = reinterpret_cast<uintptr_t>(address);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t begin = 0;
+    uintptr_t end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find(':') > line.find(' ')) {
+      inside = begin <= target && target < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("make_bulk_buffer gives a zeroed buffer, advised to huge pages when large") {
+  CHECK(sao::base::make_bulk_buffer(0).empty());
+  const auto small = sao::base::make_bulk_buffer(100);
+  CHECK(small.size() == 100);
+  CHECK(std::all_of(small.begin(), small.end(), [](char c) { return c == 0; }));
+  constexpr size_t kLarge = 64 << 20;
+  const auto large = sao::base::make_bulk_buffer(kLarge);
+  REQUIRE(large.size() == kLarge);
+  CHECK(std::all_of(large.begin(), large.end(), [](char c) { return c == 0; }));
+  // madvise(MADV_HUGEPAGE) marks the mapping "hg" (man 5 proc), whatever the
+  // system's THP mode; the middle of the buffer lies past its first page.
+  const auto flags = vm_flags_of(large.data() + kLarge / 2);
+  CHECK_MESSAGE(flags.find(" hg") != std::string::npos, flags);
+}

@@ -170,7 +170,7 @@ TEST_CASE("episode SFT: the token layout is the rollout's, with loss on trained 
   CHECK(tokenized.tokens == expected);
   CHECK(tokenized.trained == std::vector<uint8_t>{0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1});
 
-  sao::env::SftEpisode short_episode{"q", {{"A", "", true}}};
+  sao::env::SftEpisode short_episode{"q", {{"A", "", true}}, ""};
   const auto batch = sao::train::make_episode_sft_batch(tokenizer, {episode, short_episode});
   CHECK(batch.input_ids.sizes() == torch::IntArrayRef({2, 12}));
   // Row 1: BOS q A EOS PAD...: targets A (at position 1) and EOS (position 2).

@@ -2,8 +2,9 @@
 // trains from garbage for hours), so these tests pin bit-exact round trips,
 // interop with files written independently of our writer, and that every
 // malformed file fails loudly with the file and tensor named.
-#include "model/safetensors.hpp"
 #include "base/error.hpp"
+#include "model/safetensors.hpp"
+#include "model/tensor_blob.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <limits>
 #include <string>
@@ -510,4 +512,87 @@ TEST_CASE("read_safetensors_header lists names, dtypes and shapes without the da
   CHECK(header.tensors.at("a").shape == std::vector<int64_t>{2, 3});
   CHECK((header.tensors.at("b").dtype == torch::kInt32));
   CHECK(header.metadata.at("k") == "v");
+}
+
+// Weight sync packs a module into one buffer; the receiver must get exactly
+// the sender's bits, in its own storage, or a named error and no change.
+TEST_CASE("packed tensors load bit-exact into the receiver's own storage") {
+  torch::manual_seed(1);
+  TinyNet sender;
+  TinyNet receiver;
+  const auto packed = sao::model::pack_module(*sender);
+  REQUIRE(packed.index.size() == 4);
+  uint64_t end = 0;
+  for (const auto& entry : packed.index) {
+    CHECK(entry.offset % sao::model::kPackedAlignment == 0);
+    CHECK(entry.offset >= end);
+    end = entry.offset + entry.size;
+  }
+  CHECK(packed.bytes.size() == end);
+  CHECK(packed.index[0].name == "proj.weight");
+  CHECK(packed.index[0].dtype == "F32");
+  CHECK(packed.index[0].shape == std::vector<int64_t>{3, 4});
+  CHECK(packed.index[0].size == 48);
+  CHECK(packed.index[1].offset == 64);  // 48 bytes, then aligned
+
+  std::vector<const void*> storage;
+  for (const auto& [name, tensor] : sao::model::named_tensors_of(*receiver)) storage.push_back(tensor.data_ptr());
+  sao::model::load_packed_into_module(*receiver, packed, "test");
+  const auto sent = sao::model::named_tensors_of(*sender);
+  const auto got = sao::model::named_tensors_of(*receiver);
+  REQUIRE(got.size() == sent.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].first == sent[i].first);
+    CHECK(std::memcmp(got[i].second.data_ptr(), sent[i].second.data_ptr(),
+                      static_cast<size_t>(sent[i].second.numel()) * sent[i].second.element_size()) == 0);
+    CHECK(got[i].second.data_ptr() == storage[i]);  // copied in place, not replaced
+  }
+  CHECK(torch::equal(sao::model::unpack_tensor(packed, 0), sender->proj->weight));
+  CHECK_THROWS_WITH(sao::model::unpack_tensor(packed, 4), "packed tensors: no entry 4 among 4");
+}
+
+TEST_CASE("a bad packed index is refused by name and leaves the module unchanged") {
+  torch::manual_seed(2);
+  TinyNet sender;
+  TinyNet receiver;
+  const auto good = sao::model::pack_module(*sender);
+  const auto before = clone_all(*receiver);
+  using Packed = sao::model::PackedTensors;
+  const auto& last = good.index[3];
+  // Each case spoils the last entry, so a loader that copied as it went
+  // would already have changed the first three.
+  const std::vector<std::pair<std::function<void(Packed&)>, std::string>> cases = {
+      {[](Packed& p) { p.index[3].name = "head.bias"; }, "tensor 'head.bias' is not a parameter of this model"},
+      {[](Packed& p) { p.index[3].name = "proj.weight"; }, "tensor 'proj.weight' appears twice"},
+      {[](Packed& p) { p.index.pop_back(); }, "tensor 'norm.bias' is missing"},
+      {[](Packed& p) {
+         p.index[3].shape = {1, 3};
+       },
+       "tensor 'norm.bias' has shape/dtype that does not match the model"},
+      {[](Packed& p) { p.index[3].dtype = "F16"; }, "tensor 'norm.bias': 12 bytes for a shape that needs 6"},
+      {[](Packed& p) { p.index[3].dtype = "Q4"; }, "tensor 'norm.bias': unknown dtype \"Q4\""},
+      {[](Packed& p) { p.index[3].shape = {-3}; }, "tensor 'norm.bias': negative extent -3"},
+      {[](Packed& p) {
+         p.index[3].shape = {int64_t{1} << 62, int64_t{1} << 62};
+       },
+       "tensor 'norm.bias': shape overflows"},
+      {[](Packed& p) { p.bytes.pop_back(); }, "tensor 'norm.bias': bytes " + std::to_string(last.offset) +
+                                                  "+12 lie outside the " + std::to_string(good.bytes.size() - 1) +
+                                                  "-byte buffer"},
+      // offset + size would wrap around
+      {[](Packed& p) { p.index[3].offset = UINT64_MAX - 4; },
+       "tensor 'norm.bias': bytes " + std::to_string(UINT64_MAX - 4) + "+12 lie outside the " +
+           std::to_string(good.bytes.size()) + "-byte buffer"},
+  };
+  for (const auto& [spoil, message] : cases) {
+    auto packed = good;
+    spoil(packed);
+    const auto expected = "rollout-0: weights v3: " + message;
+    CHECK_THROWS_WITH(sao::model::load_packed_into_module(*receiver, packed, "rollout-0: weights v3"),
+                      expected.c_str());
+    check_unchanged(*receiver, before);
+  }
+  // And the untouched message still loads.
+  sao::model::load_packed_into_module(*receiver, good, "test");
+  CHECK(torch::equal(receiver->norm->bias, sender->norm->bias));
 }
