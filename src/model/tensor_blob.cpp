@@ -71,8 +71,7 @@ PackedTensors pack_tensors(const std::vector<std::pair<std::string, torch::Tenso
 }
 
 PackedTensors pack_module(const torch::nn::Module& module) {
-  const auto named = named_tensors_of(module);
-  return pack_tensors({named.begin(), named.end()});
+  return pack_tensors(named_tensors_of(module));
 }
 
 torch::Tensor unpack_tensor(const PackedTensors& packed, size_t position) {
