@@ -5,7 +5,9 @@
 
 #include "algo/learner.hpp"
 #include "base/error.hpp"
+#include "gpu/transport.hpp"
 #include "model/checkpoint.hpp"
+#include "model/device.hpp"
 #include "model/tensor_blob.hpp"
 #include "report/metrics_schema.hpp"
 #include "train/task_runner.hpp"
@@ -45,7 +47,21 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 
 msg::PolicyWeights current_weights(LearnerActorState& state) {
   report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
-  return {state.learner->policy_version(), model::pack_module(*state.learner->policy())};
+  const auto& run = state.config.run;
+  const auto learner_device = model::parse_device(run.learner.device, "learner.device");
+  const auto rollout_device = model::parse_device(run.rollout.device, "rollout.device");
+  msg::PolicyWeights weights;
+  weights.version = state.learner->policy_version();
+  if (learner_device.is_cuda() && rollout_device.is_cuda()) {
+    // GPU to GPU: one device buffer per version, no host round trip; the
+    // weight-sync actor hands rollouts of other processes a CUDA IPC handle
+    // to it (same GPU) or host bytes (gpu/transport.hpp).
+    weights.on_device = std::make_shared<const model::DevicePackedTensors>(
+        gpu::pack_for_rollouts(*state.learner->policy(), learner_device));
+  } else {
+    weights.tensors = model::pack_module(*state.learner->policy());
+  }
+  return weights;
 }
 
 msg::EvalReport evaluate(Self self) {
@@ -180,9 +196,13 @@ LearnerActor::behavior_type learner_behavior(Self self, LearnerActorConfig confi
   auto& state = self->state;
   state.config = std::move(config);
   const auto& run = state.config.run;
+  // run_training checked that the device exists before spawning anything.
+  const auto device = model::parse_device(run.learner.device, "learner.device");
+  state.config.policy->to(device);
   model::ValueModel critic{nullptr};
   if (run.learner.uses_critic()) {
     critic = model::ValueModel(state.config.policy->config());
+    critic->to(device);
     model::init_value_from_policy(critic, state.config.policy);
   }
   state.learner = std::make_unique<algo::Learner>(run.learner, state.config.policy, critic);

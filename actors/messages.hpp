@@ -154,10 +154,20 @@ inline std::string error_text(caf::actor_system& system, const caf::error& error
   return system.render(error);
 }
 
-// A full set of policy weights at one version.
+// A full set of policy weights at one version, in one of three forms
+// (gpu/transport.hpp says which goes where):
+// - host bytes: `tensors` (index and bytes); what crosses processes;
+// - a device buffer in the learner's process (`on_device`), which rollouts
+//   of that process copy from GPU to GPU; inspect() never writes it, and
+//   the weight-sync actor sends other processes one of the other forms;
+// - a CUDA IPC handle (`ipc_handle`, its text) to the learner's buffer, for
+//   a rollout process on the learner's GPU: `tensors` then holds the index
+//   and no bytes.
 struct PolicyWeights {
   int64_t version = 0;
   model::PackedTensors tensors;
+  std::shared_ptr<const model::DevicePackedTensors> on_device;
+  std::string ipc_handle;
 };
 
 // Env actor protocol. Episodes are addressed by id so one env actor can run
@@ -215,6 +225,15 @@ struct EvalReport {
   double accuracy = 0.0;
   int64_t total = 0;
   std::string split = "test";
+};
+
+// Where a rollout actor runs, sent when it registers with weight-sync:
+// its device ("cpu", "cuda:0") and, on a GPU of a sao with the CUDA
+// transports, that GPU's UUID (a rollout process on the learner's GPU then
+// gets CUDA IPC handles instead of host bytes).
+struct RolloutPlacement {
+  std::string device = "cpu";
+  std::string gpu_uuid;
 };
 
 // A rollout actor reports which weight version it now runs.
@@ -306,7 +325,7 @@ struct RunFinished {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PolicyWeights& x) {
-  return f(caf::meta::type_name("PolicyWeights"), x.version, x.tensors);
+  return f(caf::meta::type_name("PolicyWeights"), x.version, x.tensors, x.ipc_handle);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EnvReset& x) {
@@ -335,6 +354,10 @@ typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalReport& x) {
   return f(caf::meta::type_name("EvalReport"), x.step, x.policy_version, x.accuracy, x.total, x.split);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RolloutPlacement& x) {
+  return f(caf::meta::type_name("RolloutPlacement"), x.device, x.gpu_uuid);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, VersionAck& x) {
@@ -383,6 +406,7 @@ CAF_ADD_TYPE_ID(sao, (sao::msg::ActorStatus))
 CAF_ADD_TYPE_ID(sao, (std::vector<sao::msg::ActorStatus>))
 CAF_ADD_TYPE_ID(sao, (sao::msg::RunFinished))
 CAF_ADD_TYPE_ID(sao, (sao::msg::ControlEvent))
+CAF_ADD_TYPE_ID(sao, (sao::msg::RolloutPlacement))
 CAF_ADD_ATOM(sao, sao::atoms, decode_atom, "decode")
 CAF_ADD_ATOM(sao, sao::atoms, register_atom, "register")  // a rollout registers with weight-sync
 CAF_ADD_ATOM(sao, sao::atoms, room_atom, "room")          // a rollout asks replay whether it has room

@@ -10,6 +10,7 @@
 #include "actors/system_config.hpp"
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
+#include "model/device.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 
 #include <caf/io/all.hpp>
@@ -106,6 +107,12 @@ NodeSession start_session(caf::actor_system& system, caf::scoped_actor& self, co
                           JoinGrant grant) {
   const auto document = nlohmann::json::parse(grant.run_config_json);
   const auto run = config::parse_run_config(document, "the learner's run config");
+  if (options.role == "rollout") {
+    // The run's rollout.device applies to every rollout node: one without
+    // that device says so and stops, instead of failing its actors.
+    model::require_device(model::parse_device(run.rollout.device, "rollout.device"),
+                          "node " + options.name + ": rollout.device (from the learner's run config)");
+  }
   NodeSession session;
   session.grant = std::move(grant);
   auto& coordinator = session.grant.coordinator;

@@ -5,6 +5,8 @@
 
 #include "algo/trajectory.hpp"
 #include "base/hash.hpp"
+#include "gpu/transport.hpp"
+#include "model/device.hpp"
 #include "model/generation.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
@@ -36,6 +38,7 @@ struct EpisodeIds {
 struct RolloutActorState {
   RolloutActorConfig config;
   model::CausalLM policy{nullptr};
+  torch::Device device = torch::kCPU;
   int64_t version = -1;
   // The received message itself (a msg::PolicyWeights), kept by reference:
   // CAF shares one copy of the weights between every in-process rollout, and
@@ -76,8 +79,14 @@ void apply_weights(Self self, const msg::PolicyWeights& weights) {
   auto& state = self->state;
   {
     report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
-    model::load_packed_into_module(*state.policy, weights.tensors,
-                                   state.config.name + ": weights v" + std::to_string(weights.version));
+    const auto where = state.config.name + ": weights v" + std::to_string(weights.version);
+    if (weights.on_device) {
+      model::load_device_packed_into_module(*state.policy, *weights.on_device, where);
+    } else if (!weights.ipc_handle.empty()) {
+      gpu::load_ipc_into_module(*state.policy, weights.ipc_handle, weights.tensors.index, state.device, where);
+    } else {
+      model::load_packed_into_module(*state.policy, weights.tensors, where);
+    }
   }
   state.version = weights.version;
   ++state.weight_switches;
@@ -206,6 +215,7 @@ void decode_step(Self self) {
   std::vector<rollout::TurnEnd> ended;
   {
     report::WorkTimer timer(state.counters.work[report::kWorkModel]);
+    const model::AutocastGuard autocast(state.device, state.config.rollout.bf16_autocast);
     ended = state.batch->decode_step(state.policy, state.version);
   }
   state.tokens_generated += state.batch->tokens_last_step();
@@ -307,9 +317,16 @@ RolloutActor::behavior_type rollout_behavior(Self self, RolloutActorConfig confi
   // A config built by hand without a tokenizer means sao's own byte model.
   if (!state.config.tokenizer) state.config.tokenizer = tokenizer::load_tokenizer("");
   state.policy = model::CausalLM(state.config.model);
+  // The run (or node) checked at start that the device exists.
+  state.device = model::parse_device(state.config.rollout.device, "rollout.device");
+  state.policy->to(state.device);
   state.policy->eval();
   // Ask for the current weights; generation starts when they arrive.
-  self->send(state.config.weight_sync, atoms::register_atom_v, state.config.name, caf::actor_cast<RolloutActor>(self));
+  msg::RolloutPlacement placement;
+  placement.device = model::device_name(state.device);
+  placement.gpu_uuid = gpu::gpu_uuid_of(state.device);
+  self->send(state.config.weight_sync, atoms::register_atom_v, state.config.name, caf::actor_cast<RolloutActor>(self),
+             placement);
   return {
       // By const reference: a mutable one would make CAF copy the shared
       // weights for this rollout (copy-on-write).

@@ -1,6 +1,8 @@
 // One-process RL run; see train.hpp.
 #include "actors/train.hpp"
 
+#include "model/device.hpp"
+
 #include "actors/system_config.hpp"
 
 #include "actors/console_server.hpp"
@@ -72,6 +74,10 @@ int64_t actors_left_running(caf::actor_system& system) {
 
 TrainOutcome run_training(const config::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                           const std::atomic<bool>* stop_requested) {
+  // A device this process cannot use is a start-up error naming the key,
+  // not an actor that fails at spawn and is restarted until the budget ends.
+  model::require_device(model::parse_device(config.learner.device, "learner.device"), "learner.device");
+  model::require_device(model::parse_device(config.rollout.device, "rollout.device"), "rollout.device");
   caf::actor_system_config system_config;
   register_protocol(system_config);
   configure_scheduler(system_config, config.train.scheduler_threads, config.train.scheduler_policy);

@@ -3,6 +3,9 @@
 
 #include "actors/introspection.hpp"
 
+#include "gpu/transport.hpp"
+
+#include <cstdio>
 #include <map>
 
 namespace sao::actors {
@@ -12,6 +15,18 @@ struct WeightSyncState {
   // rollout it is sent to (copy-on-write), so a push costs no tensor copies.
   caf::message latest;
   int64_t latest_version = -1;
+  // The other forms of `latest` when that holds device weights, each made
+  // on the first push that needs it and shared by every such push of the
+  // version: host bytes, and a CUDA IPC handle to the device buffer.
+  caf::message latest_host;
+  caf::message latest_ipc;
+  std::string learner_gpu_uuid;  // of the latest device buffer ("" on the CPU)
+  std::map<std::string, msg::RolloutPlacement> placement;  // rollout name -> where it runs
+  // A CUDA IPC push keeps the device buffer it points into alive until the
+  // rollout acknowledges it (a newer version may replace `latest` before).
+  std::map<std::string, caf::message> ipc_in_flight;
+  std::map<std::string, int64_t> pushes_by_transport;
+  std::map<std::string, std::string> transport_of;  // rollout name -> the form its last push took
   std::map<std::string, RolloutActor> rollouts;
   std::map<std::string, int64_t> running_version;  // rollout name -> version it acknowledged
   // At most one push per rollout is unacknowledged: a rollout across a slow
@@ -34,7 +49,45 @@ void push_latest(Self self, const std::string& rollout) {
   // The prepared message is shared by every push (no tensor copies); a
   // typed send would take the struct by value, so it goes out untyped - it
   // is a msg::PolicyWeights, which RolloutActor accepts.
-  caf::anon_send(caf::actor_cast<caf::actor>(state.rollouts[rollout]), state.latest);
+  const auto& target = state.rollouts[rollout];
+  const auto& latest = state.latest.get_as<msg::PolicyWeights>(0);
+  const bool same_process = target.node() == self->node();
+  const auto transport = gpu::choose_transport(latest.on_device != nullptr, same_process, state.learner_gpu_uuid,
+                                               state.placement[rollout].gpu_uuid, gpu::cuda_transports_built());
+  const caf::message* message = &state.latest;
+  if (transport == gpu::WeightTransport::kCudaIpc) {
+    try {
+      if (state.latest_ipc.empty()) {
+        msg::PolicyWeights handle;
+        handle.version = latest.version;
+        handle.tensors.index = latest.on_device->index;
+        handle.ipc_handle = gpu::export_ipc(*latest.on_device);
+        state.latest_ipc = caf::make_message(std::move(handle));
+      }
+      state.ipc_in_flight[rollout] = state.latest;  // holds the buffer until the ack
+      message = &state.latest_ipc;
+    } catch (const std::exception& error) {
+      // A buffer CUDA cannot share still reaches the rollout, as host bytes.
+      state.counters.last_error = std::string("CUDA IPC export failed, sending host bytes: ") + error.what();
+      message = nullptr;
+    }
+  }
+  if (message == nullptr || (transport == gpu::WeightTransport::kHostBytes && latest.on_device)) {
+    if (state.latest_host.empty()) {
+      state.latest_host = caf::make_message(msg::PolicyWeights{latest.version, model::download(*latest.on_device), {}, {}});
+    }
+    message = &state.latest_host;
+  }
+  const std::string used = message == &state.latest_host ? "host_bytes" : gpu::transport_name(transport);
+  ++state.pushes_by_transport[used];
+  if (state.transport_of[rollout] != used) {
+    // Said once per rollout and change: which path the weights take is the
+    // first question when a GPU run is slow.
+    std::fprintf(stderr, "weight-sync: %s (%s) receives weights by %s\n", rollout.c_str(),
+                 state.placement[rollout].device.c_str(), used.c_str());
+    state.transport_of[rollout] = used;
+  }
+  caf::anon_send(caf::actor_cast<caf::actor>(target), *message);
   state.awaiting_ack[rollout] = true;
   ++state.pushes;
 }
@@ -47,6 +100,9 @@ WeightSyncActor::behavior_type weight_sync_behavior(Self self) {
       if (it->second.address() == down.source) {
         state.running_version.erase(it->first);
         state.awaiting_ack.erase(it->first);
+        state.placement.erase(it->first);
+        state.transport_of.erase(it->first);
+        state.ipc_in_flight.erase(it->first);
         state.rollouts.erase(it);
         return;
       }
@@ -58,13 +114,21 @@ WeightSyncActor::behavior_type weight_sync_behavior(Self self) {
         ++state.counters.handled;
         if (weights.version <= state.latest_version) return;
         state.latest_version = weights.version;
+        if (weights.on_device && state.learner_gpu_uuid.empty()) {
+          state.learner_gpu_uuid = gpu::gpu_uuid_of(weights.on_device->buffer.device());
+        }
         state.latest = caf::make_message(std::move(weights));
+        state.latest_host = caf::message{};
+        state.latest_ipc = caf::message{};
         for (const auto& item : state.rollouts) push_latest(self, item.first);
       },
-      [self](atoms::register_atom, const std::string& name, const RolloutActor& rollout) {
+      [self](atoms::register_atom, const std::string& name, const RolloutActor& rollout,
+             const msg::RolloutPlacement& placement) {
         auto& state = self->state;
         ++state.counters.handled;
         state.rollouts[name] = rollout;
+        state.placement[name] = placement;
+        state.ipc_in_flight.erase(name);
         state.running_version[name] = -1;
         state.awaiting_ack[name] = false;
         self->monitor(rollout);
@@ -76,6 +140,7 @@ WeightSyncActor::behavior_type weight_sync_behavior(Self self) {
         if (state.rollouts.count(ack.rollout) == 0) return;  // from a rollout that has gone
         state.running_version[ack.rollout] = ack.version;
         state.awaiting_ack[ack.rollout] = false;
+        state.ipc_in_flight.erase(ack.rollout);
         push_latest(self, ack.rollout);
       },
       [self](atoms::versions_atom) {
@@ -99,6 +164,9 @@ WeightSyncActor::behavior_type weight_sync_behavior(Self self) {
         status.numbers["latest_version"] = static_cast<double>(state.latest_version);
         status.numbers["rollouts"] = static_cast<double>(state.rollouts.size());
         status.numbers["pushes"] = static_cast<double>(state.pushes);
+        for (const auto& item : state.pushes_by_transport) {
+          status.numbers["pushes_" + item.first] = static_cast<double>(item.second);
+        }
         for (const auto& item : state.running_version) status.numbers["version." + item.first] = item.second;
         return status;
       },

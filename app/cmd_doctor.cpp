@@ -4,6 +4,7 @@
 // 20-40x slower than OpenBLAS, and nothing else would tell you.
 #include "app/args.hpp"
 #include "app/commands.hpp"
+#include "model/device.hpp"
 #include "base/allocator.hpp"
 #include "base/error.hpp"
 #include "config/model_directory.hpp"
@@ -45,8 +46,16 @@ int run_doctor(const Args& args) {
   std::printf("caf                 %s\n", build_info::kCafVersion);
   std::printf("cuda toolkit        %s\n", build_info::kCudaToolkitFound ? "found" : "not found");
   std::printf("nccl                %s\n", build_info::kNcclFound ? "found" : "not found");
-  std::printf("cuda backend        none (sao computes on the CPU; weights sync over CAF)\n");
-  std::printf("cuda device         %s\n", torch::cuda::is_available() ? "available" : "none");
+  const auto cuda_devices = model::cuda_device_count();
+  std::printf("cuda devices        %lld%s\n", static_cast<long long>(cuda_devices),
+              cuda_devices > 0 ? " (learner.device, rollout.device, sft.device may be cuda[:N])"
+                               : " (this LibTorch has no CUDA or no GPU is present: models run on the CPU)");
+  std::printf("gpu weight sync     %s\n",
+              build_info::kGpuTransports
+                  ? "same process device-to-device; CUDA IPC and NCCL transports built (sao_gpu)"
+                  : (cuda_devices > 0 ? "same process device-to-device; CUDA IPC/NCCL not built (SAO_WITH_CUDA)"
+                                      : "host bytes over CAF (no CUDA device)"));
+  std::printf("plots               %s\n", build_info::kWithPlot ? "built (sao plot)" : "not built (-DSAO_WITH_PLOT=OFF)");
   std::printf("fp32 matmul 1024^2  %.1f GFLOP/s (measured now)\n", report::measure_matmul_gflops(1024, 5));
   if (!parsed.has("--model")) return 0;
   const auto model = config::inspect_model_directory(parsed.get("--model"));

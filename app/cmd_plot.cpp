@@ -4,7 +4,9 @@
 #include "app/args.hpp"
 #include "app/commands.hpp"
 #include "base/error.hpp"
+#if SAO_WITH_PLOT
 #include "plot/plot.hpp"
+#endif
 #include "report/run_metrics.hpp"
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 
 namespace sao::cli {
 
+#if SAO_WITH_PLOT
 namespace {
 
 struct Curve {
@@ -170,5 +173,16 @@ int run_plot(const Args& args) {
   std::printf("wrote %s\n", overview.c_str());
   return 0;
 }
+
+#else
+// A sao configured with -DSAO_WITH_PLOT=OFF (no Cairo on the machine, as on
+// the lent GPU machine) has every other subcommand.
+int run_plot(const Args&) {
+  std::fprintf(stderr,
+               "sao plot: this sao was built without plots (-DSAO_WITH_PLOT=OFF, no Cairo); "
+               "plot the run directory with a sao built with them\n");
+  return 2;
+}
+#endif
 
 }  // namespace sao::cli

@@ -79,13 +79,15 @@ TEST_CASE("a weight message that promises more bytes than it holds is refused be
   auto weights = sample_weights(3);
   REQUIRE(weights.tensors.bytes.size() == 80);
   auto bytes = serialize(system, weights);
-  bytes.resize(bytes.size() - 10);  // the count still says 80
+  // Cut 10 bytes off the end: the last byte is the (empty) CUDA IPC handle's
+  // length, so the raw block loses 9 of its 80 bytes; the count still says 80.
+  bytes.resize(bytes.size() - 10);
   sao::msg::PolicyWeights restored;
   caf::binary_deserializer source{system, bytes};
   const auto error = source(restored);
   REQUIRE(error);
   const auto text = system.render(error);
-  CHECK_MESSAGE(text.find("PackedTensors: the message says 80 bytes but holds 70") != std::string::npos, text);
+  CHECK_MESSAGE(text.find("PackedTensors: the message says 80 bytes but holds 71") != std::string::npos, text);
   CHECK(restored.tensors.bytes.empty());
 }
 
@@ -103,6 +105,22 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(weights_back.tensors.index[1].dtype == "I64");
   CHECK(weights_back.tensors.index[1].offset == 64);
   CHECK(weights_back.tensors.index[1].size == 16);
+  CHECK(weights_back.ipc_handle.empty());
+  CHECK(weights_back.on_device == nullptr);
+  // The CUDA IPC form: the index, no bytes, the handle's text. A device
+  // buffer never travels: inspect() does not write `on_device`.
+  auto ipc = sample_weights(13);
+  ipc.tensors.bytes.clear();
+  ipc.ipc_handle = std::string(128, 'a') + ":80:GPU-0000";
+  ipc.on_device = std::make_shared<const sao::model::DevicePackedTensors>();
+  const auto ipc_back = round_trip(system, ipc);
+  CHECK(ipc_back.ipc_handle == ipc.ipc_handle);
+  CHECK(ipc_back.tensors.index.size() == 2);
+  CHECK(ipc_back.tensors.bytes.empty());
+  CHECK(ipc_back.on_device == nullptr);
+  const auto placement = round_trip(system, sao::msg::RolloutPlacement{"cuda:1", "GPU-1234"});
+  CHECK(placement.device == "cuda:1");
+  CHECK(placement.gpu_uuid == "GPU-1234");
 
   auto reset = round_trip(system, sao::msg::EnvReset{5, 0xdeadbeefcafeULL, 1700000000123});
   CHECK(reset.seed == 0xdeadbeefcafeULL);

@@ -15,7 +15,7 @@ import sys
 LAYERS = [
     ["sao", "base"],                    # error, json reading, stats; generated build facts
     ["tokenizer", "model", "env", "report"],
-    ["algo"],                           # trajectories, batching, GAE, losses, the learner
+    ["algo", "gpu"],                    # the learner's maths; GPU weight transports (CUDA IPC, NCCL)
     ["replay"],
     ["rollout"],                        # the one episode state machine
     ["config"],                         # run config and live knobs: sees every module below
@@ -37,6 +37,8 @@ RESTRICTED = {
     "httplib": {"actors", "app", "env"},
     "websocketpp/": {"env"},
     "asio": {"env"},
+    "cuda_runtime": {"gpu"},
+    "nccl.h": {"gpu"},
 }
 
 

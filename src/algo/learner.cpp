@@ -1,6 +1,8 @@
 // The learner step; see learner.hpp for the sequence and its guarantees.
 #include "algo/learner.hpp"
 
+#include "model/device.hpp"
+
 #include "base/atomic_file.hpp"
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
@@ -241,6 +243,7 @@ StepResult Learner::step(const std::vector<Trajectory>& trajectories) {
 }
 
 void Learner::train(const std::vector<Trajectory>& kept, StepResult& result) {
+  const model::AutocastGuard autocast(device_, config_.bf16_autocast);
   Metrics& m = result.metrics;
   const auto batch = batch_to(collate(kept, config_.pad_id), device_);
   batch_metrics(kept, batch, policy_version_, m);

@@ -2,6 +2,8 @@
 // learner_config.hpp.
 #include "algo/learner_config.hpp"
 
+#include "model/device.hpp"
+
 #include "base/error.hpp"
 
 #include <nlohmann/json.hpp>
@@ -118,6 +120,8 @@ void learner_keys(Config& c, Visit visit) {
   visit("grpo_scale_by_std", c.grpo_scale_by_std);
   visit("running_mean_window", c.running_mean_window);
   visit("pad_id", c.pad_id);
+  visit("device", c.device);
+  visit("bf16_autocast", c.bf16_autocast);
 }
 }  // namespace
 
@@ -169,6 +173,7 @@ void LearnerConfig::validate(const std::string& where) const {
   require(group_size >= 1, where, "group_size", "must be >= 1");
   require(running_mean_window >= 1, where, "running_mean_window", "must be >= 1");
   require(pad_id >= 0, where, "pad_id", "must be >= 0");
+  model::parse_device(device, where + ".device");
 }
 
 }  // namespace sao::algo

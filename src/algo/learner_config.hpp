@@ -69,6 +69,12 @@ struct LearnerConfig {
   // Collation. (Staleness admission is replay's alone: replay/replay_buffer.hpp.)
   int64_t pad_id = 0;
 
+  // Placement: where the learner's policy and critic live ("cpu", "cuda",
+  // "cuda:N"), and bf16 autocast of their forward and backward passes on
+  // CUDA (log-probs, the DIS ratio and every loss stay fp32).
+  std::string device = "cpu";
+  bool bf16_autocast = false;
+
   bool uses_critic() const { return baseline == BaselineKind::kCritic; }
 
   // The defaults of each algorithm (SAO.md): sao = the struct defaults;

@@ -8,6 +8,7 @@
 #include "env/environment.hpp"
 #include "env/plugin_loader.hpp"
 #include "model/checkpoint.hpp"
+#include "model/device.hpp"
 #include "sao/build_info.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "tokenizer/load_tokenizer.hpp"
@@ -93,6 +94,7 @@ void sft_keys(Sft& sft, Visit visit) {
   visit("weight_decay", sft.weight_decay);
   visit("grad_clip", sft.grad_clip);
   visit("log_every", sft.log_every);
+  visit("device", sft.device);
 }
 
 template <typename Eval, typename Visit>
@@ -114,6 +116,8 @@ void rollout_keys(Rollout& rollout, Visit visit) {
   visit("top_p", rollout.top_p);
   visit("weight_switch", rollout.weight_switch);
   visit("env_timeout_ms", rollout.env_timeout_ms);
+  visit("device", rollout.device);
+  visit("bf16_autocast", rollout.bf16_autocast);
 }
 
 template <typename Train, typename Visit>
@@ -192,6 +196,7 @@ void read_sft(JsonReader reader, SftSection& sft) {
   if (sft.weight_decay < 0) throw Error(where + ".weight_decay: must be >= 0");
   if (!(sft.grad_clip > 0)) throw Error(where + ".grad_clip: must be > 0");
   require_range(where, "log_every", sft.log_every, 1, kMaxSteps);
+  model::parse_device(sft.device, where + ".device");
 }
 
 void read_eval(JsonReader reader, EvalSection& eval) {
@@ -214,6 +219,7 @@ void read_rollout(JsonReader reader, RolloutSection& rollout) {
   require_range(where, "max_turns", rollout.max_turns, 1, 100000);
   require_range(where, "top_k", rollout.top_k, 0, 1 << 24);
   require_range(where, "env_timeout_ms", rollout.env_timeout_ms, 1, 3600000);
+  model::parse_device(rollout.device, where + ".device");
   if (rollout.weight_switch != "in_flight" && rollout.weight_switch != "turn_boundary") {
     throw Error(where + ".weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" + rollout.weight_switch +
                 "\"");

@@ -47,6 +47,7 @@ struct SftSection {
   double weight_decay = 0.01;
   double grad_clip = 1.0;
   int64_t log_every = 25;
+  std::string device = "cpu";  // where `sao sft` trains and evaluates: "cpu", "cuda", "cuda:N"
 };
 
 struct EvalSection {
@@ -67,6 +68,8 @@ struct RolloutSection {
   double top_p = 1.0;
   std::string weight_switch = "in_flight";  // "in_flight" (between decode steps) | "turn_boundary"
   int64_t env_timeout_ms = 5000;            // a reset/step slower than this loses the episode
+  std::string device = "cpu";               // where each rollout actor decodes: "cpu", "cuda", "cuda:N"
+  bool bf16_autocast = false;               // bf16 matrix products when decoding on CUDA (log-probs stay fp32)
   bool temperature_is_policy() const { return temperature == 1.0 && top_k == 0 && top_p >= 1.0; }
 };
 

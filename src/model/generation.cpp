@@ -56,6 +56,18 @@ torch::Tensor sampling_log_probs(const torch::Tensor& logits, const SamplingConf
   return torch::log_softmax(scaled, 1);
 }
 
+torch::Tensor sample_on_device(const torch::Tensor& log_probs, const torch::Tensor& uniforms) {
+  // Inverse CDF in float64: with a 150k-token vocabulary a float32 running
+  // sum loses the tail's resolution. A token of probability 0 has a CDF step
+  // of 0, so it can only be hit by the clamp at the very end, which the
+  // where() below turns into the most likely token instead.
+  auto cdf = log_probs.to(torch::kFloat64).exp().cumsum(1);  // [R, V]
+  auto targets = uniforms.to(torch::kFloat64) * cdf.narrow(1, cdf.size(1) - 1, 1);
+  auto chosen = torch::searchsorted(cdf, targets, /*out_int32=*/false, /*right=*/true).clamp_max(cdf.size(1) - 1);
+  auto impossible = torch::isinf(log_probs.gather(1, chosen));
+  return torch::where(impossible, log_probs.argmax(1, /*keepdim=*/true), chosen);
+}
+
 DecodeSession::DecodeSession(std::vector<std::vector<int64_t>> prompts, SamplingConfig config, uint64_t seed)
     : config_(std::move(config)), generator_(at::detail::createCPUGenerator(seed)), pending_(std::move(prompts)) {
   config_.validate("sampling");
@@ -78,8 +90,9 @@ bool DecodeSession::step(CausalLM& policy, int64_t weight_version) {
   // hundred small ops of a decode step.
   c10::InferenceMode inference;
   const auto batch = static_cast<int64_t>(pending_.size());
+  const auto device = policy->model->embed_tokens->weight.device();
   if (!cache_ready_) {
-    cache_ = KVCache::empty(batch, policy->config().num_hidden_layers);
+    cache_ = KVCache::empty(batch, policy->config().num_hidden_layers, device);
     cache_ready_ = true;
   }
   // Right-align the pending tokens so column T-1 is every row's newest token.
@@ -102,6 +115,10 @@ bool DecodeSession::step(CausalLM& policy, int64_t weight_version) {
   // The first call holds the prompts; room for the whole first turn is made
   // at once so that decoding never regrows the cache.
   if (cache_.slots() == 0) cache_.reserve(static_cast<int64_t>(width) + config_.max_new_tokens);
+  if (!device.is_cpu()) {
+    input_ids = input_ids.to(device);
+    input_valid = input_valid.to(device);
+  }
   auto hidden = policy->model->forward_cached(input_ids, input_valid, cache_);  // [B, T, D]
   // Only the newest column is sampled from: the LM head (the largest matmul
   // of a small model) runs on one position per row, not on the whole prompt.
@@ -114,16 +131,24 @@ void DecodeSession::sample_rows(const torch::Tensor& last_logits, const std::vec
                                 int64_t weight_version, int64_t max_positions) {
   if (rows.empty()) return;
   std::vector<int64_t> row_ids(rows.begin(), rows.end());
-  auto index = torch::tensor(row_ids, torch::kInt64);
+  const auto device = last_logits.device();
+  auto index = torch::tensor(row_ids, torch::kInt64).to(device);
   const bool every_row = static_cast<int64_t>(rows.size()) == last_logits.size(0);
   auto log_probs = sampling_log_probs(every_row ? last_logits : last_logits.index_select(0, index), config_);  // [R, V]
-  auto chosen = config_.temperature == 0.0 ? log_probs.argmax(1, /*keepdim=*/true)
-                                           : torch::multinomial(log_probs.exp(), 1, false, generator_);
+  torch::Tensor chosen;
+  if (config_.temperature == 0.0) {
+    chosen = log_probs.argmax(1, /*keepdim=*/true);
+  } else if (device.is_cpu()) {
+    chosen = torch::multinomial(log_probs.exp(), 1, false, generator_);
+  } else {
+    chosen = sample_on_device(log_probs, torch::rand({log_probs.size(0), 1}, generator_, torch::kFloat64).to(device));
+  }
   // Read back through raw pointers: one item() per row and value would cost
-  // more than the sampling itself at large batch sizes.
-  const auto chosen_log_probs = log_probs.gather(1, chosen).squeeze(1).contiguous();
-  const auto chosen_ids = chosen.squeeze(1).to(torch::kInt64).contiguous();
-  const auto positions = cache_.next_position.index_select(0, index).contiguous();
+  // more than the sampling itself at large batch sizes. On a GPU only these
+  // R ids, log-probs and positions cross to the host, not the [R, V] logits.
+  const auto chosen_log_probs = log_probs.gather(1, chosen).squeeze(1).to(torch::kCPU).contiguous();
+  const auto chosen_ids = chosen.squeeze(1).to(torch::kInt64).to(torch::kCPU).contiguous();
+  const auto positions = cache_.next_position.index_select(0, index).to(torch::kCPU).contiguous();
   const float* chosen_log_prob = chosen_log_probs.data_ptr<float>();
   const int64_t* chosen_id = chosen_ids.data_ptr<int64_t>();
   const int64_t* position = positions.data_ptr<int64_t>();

@@ -77,6 +77,12 @@ class DecodeSession {
 std::vector<GeneratedSequence> generate(CausalLM& policy, const std::vector<std::vector<int64_t>>& prompts,
                                         const SamplingConfig& config, uint64_t seed, int64_t weight_version = 0);
 
+// One token per row of log_probs [R, V] by inverse transform sampling,
+// given uniforms [R, 1] in [0, 1) on the same device: the GPU's sampler, so
+// that the random numbers still come from the session's seeded CPU
+// generator and only R numbers cross to the device. Returns ids [R, 1].
+torch::Tensor sample_on_device(const torch::Tensor& log_probs, const torch::Tensor& uniforms);
+
 // Log-probs [R, V] of the sampling distribution for raw logits [R, V]
 // (temperature, top-k and top-p applied; excluded tokens get -inf).
 torch::Tensor sampling_log_probs(const torch::Tensor& logits, const SamplingConfig& config);

@@ -30,6 +30,16 @@ struct PackedTensors {
   std::vector<char> bytes;
 };
 
+// The same layout in one buffer on a device (a uint8 tensor, e.g. on a
+// GPU): the weights of one version, packed by the learner without a host
+// round trip, read by rollouts of the same process with device-to-device
+// copies, and the buffer a CUDA IPC handle or an NCCL broadcast carries.
+// Immutable once made: a new version is a new buffer.
+struct DevicePackedTensors {
+  std::vector<PackedTensor> index;
+  torch::Tensor buffer;  // uint8 [total bytes], contiguous
+};
+
 // Offsets are aligned so a tensor's bytes can be read as its element type
 // (and by vector loads) in place.
 constexpr uint64_t kPackedAlignment = 64;
@@ -45,5 +55,23 @@ torch::Tensor unpack_tensor(const PackedTensors& packed, size_t position);
 // and dtype equal to the module's, bytes inside the buffer), so a bad message
 // leaves the module unchanged. Throws sao::Error naming `where` and the tensor.
 void load_packed_into_module(torch::nn::Module& module, const PackedTensors& packed, const std::string& where);
+
+// Every parameter and buffer of the module packed into one fresh buffer on
+// `device` (the layout of pack_module: same index, same offsets).
+DevicePackedTensors pack_module_on_device(const torch::nn::Module& module, const torch::Device& device);
+// Lays out tensors in `index` order (offsets aligned as pack_tensors does)
+// into `buffer` (uint8, contiguous, large enough), by device copies.
+void pack_into(const std::vector<std::pair<std::string, torch::Tensor>>& tensors, const std::vector<PackedTensor>& index,
+               torch::Tensor& buffer);
+// The index pack_tensors would make for these tensors, and its total bytes.
+std::vector<PackedTensor> packed_index_of(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                                          uint64_t* total_bytes);
+// Copies from the device buffer into the module's parameters and buffers,
+// wherever they live (device to device when both are on the GPU). Validates
+// the whole index first, as load_packed_into_module does.
+void load_device_packed_into_module(torch::nn::Module& module, const DevicePackedTensors& packed,
+                                    const std::string& where);
+// The host copy of a device pack (for a receiver in another process).
+PackedTensors download(const DevicePackedTensors& packed);
 
 }  // namespace sao::model

@@ -13,18 +13,18 @@ namespace sao::model {
 
 namespace F = torch::nn::functional;
 
-KVCache KVCache::empty(int64_t batch_size, int64_t num_layers) {
+KVCache KVCache::empty(int64_t batch_size, int64_t num_layers, const torch::Device& device) {
   KVCache cache;
   cache.keys.resize(static_cast<size_t>(num_layers));
   cache.values.resize(static_cast<size_t>(num_layers));
-  cache.key_valid = torch::zeros({batch_size, 0}, torch::kBool);
-  cache.next_position = torch::zeros({batch_size}, torch::kInt64);
+  cache.key_valid = torch::zeros({batch_size, 0}, torch::dtype(torch::kBool).device(device));
+  cache.next_position = torch::zeros({batch_size}, torch::dtype(torch::kInt64).device(device));
   return cache;
 }
 
 void KVCache::reserve(int64_t slot_count) {
   if (slot_count <= capacity()) return;
-  auto grown = torch::zeros({batch_size(), slot_count}, torch::kBool);
+  auto grown = torch::zeros({batch_size(), slot_count}, key_valid.options());
   grown.narrow(1, 0, used_slots).copy_(key_valid.narrow(1, 0, used_slots));
   key_valid = grown;
 }
@@ -239,6 +239,9 @@ BackboneImpl::BackboneImpl(const ModelConfig& config) : config_(config), inv_fre
 
 torch::Tensor BackboneImpl::run_layers(torch::Tensor hidden, const torch::Tensor& positions,
                                        const torch::Tensor& visible, KVCache* cache) {
+  // The frequencies are a plain member, not a buffer (checkpoints and weight
+  // messages carry parameters only), so module.to(device) leaves them behind.
+  if (inv_freq_.device() != positions.device()) inv_freq_ = inv_freq_.to(positions.device());
   const auto rotary = rotary_angles(positions, inv_freq_);
   const int64_t steps = hidden.size(1);
   for (size_t i = 0; i < layers->size(); ++i) {
@@ -259,8 +262,9 @@ torch::Tensor BackboneImpl::forward(const torch::Tensor& input_ids) {
     throw Error("sequence of " + std::to_string(steps) + " tokens exceeds max_position_embeddings " +
                 std::to_string(config_.max_position_embeddings));
   }
-  auto positions = torch::arange(steps, torch::kInt64).unsqueeze(0).expand({input_ids.size(0), steps});
-  auto visible = torch::ones({steps, steps}, torch::kBool).tril().view({1, 1, steps, steps});
+  const auto on = input_ids.device();
+  auto positions = torch::arange(steps, torch::dtype(torch::kInt64).device(on)).unsqueeze(0).expand({input_ids.size(0), steps});
+  auto visible = torch::ones({steps, steps}, torch::dtype(torch::kBool).device(on)).tril().view({1, 1, steps, steps});
   return run_layers(embed_tokens(input_ids), positions, visible, nullptr);
 }
 
@@ -287,10 +291,12 @@ torch::Tensor BackboneImpl::forward_cached(const torch::Tensor& input_ids, const
   torch::Tensor visible;
   if (steps == 1) {
     // One query per row (a decode step): it sees every real key and itself.
-    visible = key_valid.index_fill(1, torch::full({1}, old_slots, torch::kInt64), true).view({-1, 1, 1, total_slots});
+    visible = key_valid.index_fill(1, torch::full({1}, old_slots, key_valid.options().dtype(torch::kInt64)), true)
+                  .view({-1, 1, 1, total_slots});
   } else {
-    auto query_slot = torch::arange(old_slots, total_slots, torch::kInt64).view({1, steps, 1});
-    auto key_slot = torch::arange(total_slots, torch::kInt64).view({1, 1, total_slots});
+    const auto slot_options = key_valid.options().dtype(torch::kInt64);
+    auto query_slot = torch::arange(old_slots, total_slots, slot_options).view({1, steps, 1});
+    auto key_slot = torch::arange(total_slots, slot_options).view({1, 1, total_slots});
     // A query sees earlier real keys; it always sees its own slot so that a
     // padded query never has an all-masked row (which would give NaN).
     visible = (((key_slot <= query_slot) & key_valid.unsqueeze(1)) | (key_slot == query_slot)).unsqueeze(1);

@@ -38,7 +38,8 @@ struct KVCache {
   int64_t slots() const { return used_slots; }
   int64_t capacity() const { return key_valid.defined() ? key_valid.size(1) : 0; }
   int64_t batch_size() const { return next_position.size(0); }
-  static KVCache empty(int64_t batch_size, int64_t num_layers);
+  // On `device`: every tensor of the cache lives where the model runs.
+  static KVCache empty(int64_t batch_size, int64_t num_layers, const torch::Device& device = torch::kCPU);
   // Makes the capacity at least `slot_count`, keeping what is stored; the
   // layers' tensors follow on their next write.
   void reserve(int64_t slot_count);

@@ -1,6 +1,8 @@
 // Supervised warm start; see sft.hpp.
 #include "train/sft.hpp"
 
+#include "model/device.hpp"
+
 #include "tokenizer/load_tokenizer.hpp"
 #include "train/evaluation.hpp"
 
@@ -62,6 +64,11 @@ double sft_learning_rate(const config::SftSection& options, int64_t step) {
 
 SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& options, const std::string& label,
                        const SftBatchMaker& next_batch, report::JsonlWriter* metrics) {
+  // Moved before the optimiser is made: AdamW keeps the parameter tensors
+  // it was given, and .to(device) replaces them.
+  const auto device = model::parse_device(options.device, "sft.device");
+  model::require_device(device, "sft.device");
+  policy->to(device);
   torch::optim::AdamW optimizer(policy->parameters(),
                                 torch::optim::AdamWOptions(options.learning_rate).weight_decay(options.weight_decay));
   policy->train();
@@ -71,7 +78,11 @@ SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& option
   int64_t total_tokens = 0;
   auto log_start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < options.steps; ++step) {
-    const auto batch = next_batch(step);
+    auto batch = next_batch(step);
+    if (!device.is_cpu()) {
+      batch.input_ids = batch.input_ids.to(device);
+      batch.target_mask = batch.target_mask.to(device);
+    }
     const double learning_rate = sft_learning_rate(options, step);
     for (auto& group : optimizer.param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learning_rate);
