@@ -40,8 +40,9 @@ int run_doctor(const Args& args) {
   std::printf("blas library        %s\n", blas.loaded_path.empty() ? "(none)" : blas.loaded_path.c_str());
   std::printf("openblas threads    %d\n", blas.openblas_threads);
   std::printf("allocator           %s\n", base::keep_freed_memory_for_reuse().c_str());
-  std::printf("torch threads       intra-op %d, inter-op %d\n", torch::get_num_threads(),
-              torch::get_num_interop_threads());
+  // Casts: LibTorch 2.x returns size_t where 1.13 returned int.
+  std::printf("torch threads       intra-op %d, inter-op %d\n", static_cast<int>(torch::get_num_threads()),
+              static_cast<int>(torch::get_num_interop_threads()));
   std::printf("hardware threads    %u\n", std::thread::hardware_concurrency());
   std::printf("caf                 %s\n", build_info::kCafVersion);
   std::printf("cuda toolkit        %s\n", build_info::kCudaToolkitFound ? "found" : "not found");
@@ -50,11 +51,10 @@ int run_doctor(const Args& args) {
   std::printf("cuda devices        %lld%s\n", static_cast<long long>(cuda_devices),
               cuda_devices > 0 ? " (learner.device, rollout.device, sft.device may be cuda[:N])"
                                : " (this LibTorch has no CUDA or no GPU is present: models run on the CPU)");
-  std::printf("gpu weight sync     %s\n",
-              build_info::kGpuTransports
-                  ? "same process device-to-device; CUDA IPC and NCCL transports built (sao_gpu)"
-                  : (cuda_devices > 0 ? "same process device-to-device; CUDA IPC/NCCL not built (SAO_WITH_CUDA)"
-                                      : "host bytes over CAF (no CUDA device)"));
+  std::string weight_sync = cuda_devices > 0 ? "device to device within a process" : "host bytes (no CUDA device)";
+  weight_sync += build_info::kGpuTransports ? "; CUDA IPC and NCCL transports built (sao_gpu)"
+                                            : "; CUDA IPC and NCCL transports not built (-DSAO_WITH_CUDA)";
+  std::printf("gpu weight sync     %s\n", weight_sync.c_str());
   std::printf("plots               %s\n", build_info::kWithPlot ? "built (sao plot)" : "not built (-DSAO_WITH_PLOT=OFF)");
   std::printf("fp32 matmul 1024^2  %.1f GFLOP/s (measured now)\n", report::measure_matmul_gflops(1024, 5));
   if (!parsed.has("--model")) return 0;

@@ -157,7 +157,7 @@ std::vector<SftEpisode> DriftEnvironment::demonstrations(int64_t count, uint64_t
       demo_regime = pick(rng);
     }
     const auto problem = regime_tasks_[demo_regime].sample_train(rng);
-    episodes.push_back({problem.prompt(), {{regimes_[demo_regime].target(problem), "", true}}});
+    episodes.push_back({problem.prompt(), {{regimes_[demo_regime].target(problem), "", true}}, ""});
   }
   return episodes;
 }
