@@ -4,6 +4,7 @@
 #include "actors/introspection.hpp"
 
 #include "algo/trajectory.hpp"
+#include "base/error.hpp"
 #include "base/hash.hpp"
 #include "gpu/transport.hpp"
 #include "model/device.hpp"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -39,6 +41,7 @@ struct RolloutActorState {
   RolloutActorConfig config;
   model::CausalLM policy{nullptr};
   torch::Device device = torch::kCPU;
+  bool cuda_ipc_failed = false;  // then weight-sync is asked for host bytes
   int64_t version = -1;
   // The received message itself (a msg::PolicyWeights), kept by reference:
   // CAF shares one copy of the weights between every in-process rollout, and
@@ -75,6 +78,17 @@ bool any_generating(const RolloutActorState& state) {
   return state.batch && state.batch->any_generating();
 }
 
+// Registers with weight-sync, saying where this rollout runs. Without the
+// GPU's UUID (on the CPU, or after CUDA IPC failed here) it is sent host bytes.
+void register_with_weight_sync(Self self) {
+  auto& state = self->state;
+  msg::RolloutPlacement placement;
+  placement.device = model::device_name(state.device);
+  if (!state.cuda_ipc_failed) placement.gpu_uuid = gpu::gpu_uuid_of(state.device);
+  self->send(state.config.weight_sync, atoms::register_atom_v, state.config.name, caf::actor_cast<RolloutActor>(self),
+             placement);
+}
+
 void apply_weights(Self self, const msg::PolicyWeights& weights) {
   auto& state = self->state;
   {
@@ -83,7 +97,19 @@ void apply_weights(Self self, const msg::PolicyWeights& weights) {
     if (weights.on_device) {
       model::load_device_packed_into_module(*state.policy, *weights.on_device, where);
     } else if (!weights.ipc_handle.empty()) {
-      gpu::load_ipc_into_module(*state.policy, weights.ipc_handle, weights.tensors.index, state.device, where);
+      try {
+        gpu::load_ipc_into_module(*state.policy, weights.ipc_handle, weights.tensors.index, state.device, where);
+      } catch (const Error& error) {
+        // CUDA IPC can be refused where the GPU is shared but the processes
+        // are not (containers without a shared IPC namespace): register
+        // again without the GPU's UUID and take host bytes from now on.
+        // No ack: weight-sync resends the latest version on registration.
+        state.cuda_ipc_failed = true;
+        state.counters.last_error = error.what();
+        std::fprintf(stderr, "%s; asking for host bytes instead\n", error.what());
+        register_with_weight_sync(self);
+        return;
+      }
     } else {
       model::load_packed_into_module(*state.policy, weights.tensors, where);
     }
@@ -322,11 +348,7 @@ RolloutActor::behavior_type rollout_behavior(Self self, RolloutActorConfig confi
   state.policy->to(state.device);
   state.policy->eval();
   // Ask for the current weights; generation starts when they arrive.
-  msg::RolloutPlacement placement;
-  placement.device = model::device_name(state.device);
-  placement.gpu_uuid = gpu::gpu_uuid_of(state.device);
-  self->send(state.config.weight_sync, atoms::register_atom_v, state.config.name, caf::actor_cast<RolloutActor>(self),
-             placement);
+  register_with_weight_sync(self);
   return {
       // By const reference: a mutable one would make CAF copy the shared
       // weights for this rollout (copy-on-write).
