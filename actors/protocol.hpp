@@ -44,7 +44,8 @@ using ReplayActor = caf::typed_actor<caf::replies_to<algo::Trajectory>::with<msg
                                       caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using WeightSyncActor =
-    caf::typed_actor<caf::reacts_to<msg::PolicyWeights>, caf::reacts_to<atoms::register_atom, std::string, RolloutActor, msg::RolloutPlacement>,
+    caf::typed_actor<caf::reacts_to<msg::PolicyWeights>,
+                     caf::reacts_to<atoms::register_atom, std::string, RolloutActor, msg::RolloutPlacement>,
                      caf::reacts_to<msg::VersionAck>, caf::replies_to<atoms::versions_atom>::with<msg::ActorStatus>,
                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 

@@ -20,8 +20,10 @@ struct WeightSyncState {
   // version: host bytes, and a CUDA IPC handle to the device buffer.
   caf::message latest_host;
   caf::message latest_ipc;
-  std::string learner_gpu_uuid;  // of the latest device buffer ("" on the CPU)
-  std::map<std::string, msg::RolloutPlacement> placement;  // rollout name -> where it runs
+  // The GPU of the latest device buffer ("" on the CPU), and where each
+  // rollout runs (by name): together they choose the transport.
+  std::string learner_gpu_uuid;
+  std::map<std::string, msg::RolloutPlacement> placement;
   // A CUDA IPC push keeps the device buffer it points into alive until the
   // rollout acknowledges it (a newer version may replace `latest` before).
   std::map<std::string, caf::message> ipc_in_flight;
@@ -74,7 +76,8 @@ void push_latest(Self self, const std::string& rollout) {
   }
   if (message == nullptr || (transport == gpu::WeightTransport::kHostBytes && latest.on_device)) {
     if (state.latest_host.empty()) {
-      state.latest_host = caf::make_message(msg::PolicyWeights{latest.version, model::download(*latest.on_device), {}, {}});
+      state.latest_host =
+          caf::make_message(msg::PolicyWeights{latest.version, model::download(*latest.on_device), {}, {}});
     }
     message = &state.latest_host;
   }

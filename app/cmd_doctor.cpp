@@ -4,10 +4,10 @@
 // 20-40x slower than OpenBLAS, and nothing else would tell you.
 #include "app/args.hpp"
 #include "app/commands.hpp"
-#include "model/device.hpp"
 #include "base/allocator.hpp"
 #include "base/error.hpp"
 #include "config/model_directory.hpp"
+#include "model/device.hpp"
 #include "report/system_info.hpp"
 #include "sao/build_info.hpp"
 
@@ -55,7 +55,8 @@ int run_doctor(const Args& args) {
   weight_sync += build_info::kGpuTransports ? "; CUDA IPC and NCCL transports built (sao_gpu)"
                                             : "; CUDA IPC and NCCL transports not built (-DSAO_WITH_CUDA)";
   std::printf("gpu weight sync     %s\n", weight_sync.c_str());
-  std::printf("plots               %s\n", build_info::kWithPlot ? "built (sao plot)" : "not built (-DSAO_WITH_PLOT=OFF)");
+  std::printf("plots               %s\n",
+              build_info::kWithPlot ? "built (sao plot)" : "not built (-DSAO_WITH_PLOT=OFF)");
   std::printf("fp32 matmul 1024^2  %.1f GFLOP/s (measured now)\n", report::measure_matmul_gflops(1024, 5));
   if (!parsed.has("--model")) return 0;
   const auto model = config::inspect_model_directory(parsed.get("--model"));

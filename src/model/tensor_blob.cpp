@@ -151,10 +151,11 @@ std::vector<PackedTensor> packed_index_of(const std::vector<std::pair<std::strin
   return index;
 }
 
-void pack_into(const std::vector<std::pair<std::string, torch::Tensor>>& tensors, const std::vector<PackedTensor>& index,
-               torch::Tensor& buffer) {
-  if (tensors.size() != index.size()) throw Error("pack_into: " + std::to_string(tensors.size()) +
-                                                  " tensors for an index of " + std::to_string(index.size()));
+void pack_into(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+               const std::vector<PackedTensor>& index, torch::Tensor& buffer) {
+  if (tensors.size() != index.size())
+    throw Error("pack_into: " + std::to_string(tensors.size()) + " tensors for an index of " +
+                std::to_string(index.size()));
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& entry = index[i];

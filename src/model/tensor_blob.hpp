@@ -61,8 +61,8 @@ void load_packed_into_module(torch::nn::Module& module, const PackedTensors& pac
 DevicePackedTensors pack_module_on_device(const torch::nn::Module& module, const torch::Device& device);
 // Lays out tensors in `index` order (offsets aligned as pack_tensors does)
 // into `buffer` (uint8, contiguous, large enough), by device copies.
-void pack_into(const std::vector<std::pair<std::string, torch::Tensor>>& tensors, const std::vector<PackedTensor>& index,
-               torch::Tensor& buffer);
+void pack_into(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+               const std::vector<PackedTensor>& index, torch::Tensor& buffer);
 // The index pack_tensors would make for these tensors, and its total bytes.
 std::vector<PackedTensor> packed_index_of(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                                           uint64_t* total_bytes);

@@ -263,7 +263,8 @@ torch::Tensor BackboneImpl::forward(const torch::Tensor& input_ids) {
                 std::to_string(config_.max_position_embeddings));
   }
   const auto on = input_ids.device();
-  auto positions = torch::arange(steps, torch::dtype(torch::kInt64).device(on)).unsqueeze(0).expand({input_ids.size(0), steps});
+  auto positions =
+      torch::arange(steps, torch::dtype(torch::kInt64).device(on)).unsqueeze(0).expand({input_ids.size(0), steps});
   auto visible = torch::ones({steps, steps}, torch::dtype(torch::kBool).device(on)).tril().view({1, 1, steps, steps});
   return run_layers(embed_tokens(input_ids), positions, visible, nullptr);
 }
