@@ -4,6 +4,7 @@
 #include "base/error.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace sao::cli {
 
@@ -27,6 +28,18 @@ int64_t ParsedArgs::get_int(const std::string& flag, int64_t fallback) const {
   } catch (const std::exception&) {
   }
   throw Error(flag + ": expected an integer, got '" + text + "'");
+}
+
+double ParsedArgs::get_double(const std::string& flag, double fallback) const {
+  if (!has(flag)) return fallback;
+  const std::string text = get(flag);
+  try {
+    size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(value)) return value;
+  } catch (const std::exception&) {
+  }
+  throw Error(flag + ": expected a finite number, got '" + text + "'");
 }
 
 ParsedArgs parse_args(const std::string& command, const std::vector<FlagSpec>& specs,

@@ -23,6 +23,7 @@ struct ParsedArgs {
   std::string get(const std::string& flag, const std::string& fallback = "") const;
   std::vector<std::string> all(const std::string& flag) const;
   int64_t get_int(const std::string& flag, int64_t fallback) const;
+  double get_double(const std::string& flag, double fallback) const;  // finite numbers only
 };
 
 // Throws sao::Error for unknown flags, missing values, or a repeated

@@ -6,13 +6,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace fs = std::filesystem;
 
@@ -43,5 +46,57 @@ TEST_CASE("--run-dir with a backslash and \\u0041 names exactly that directory")
   int entries = 0;
   for (const auto& entry : fs::directory_iterator(base)) entries += entry.is_directory() ? 1 : 0;
   CHECK(entries == 1);
+  fs::remove_all(base);
+}
+
+namespace {
+// Runs `command` through the shell with stdout and stderr into `log`; returns
+// the exit status and the log's text.
+std::pair<int, std::string> run_logged(const std::string& command, const fs::path& log) {
+  const int status = std::system((command + " > " + quoted(log.string()) + " 2>&1").c_str());
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+}
+}  // namespace
+
+TEST_CASE("sao eval --pass-k prints pass@1..K of the held-out split and refuses a bad K") {
+  const fs::path base = fs::temp_directory_path() / ("sao_test_pass_k_" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  fs::create_directories(base);
+  const std::string sao = SAO_BINARY;
+  const std::string small = " --set eval.batch_size=8 --set task.test_size=8";
+  REQUIRE(run_logged(sao + " sft --steps 1" + small + " --run-dir " + quoted((base / "run").string()), base / "sft.log")
+              .first == 0);
+  const std::string eval = sao + " eval --checkpoint " + quoted((base / "run" / "sft").string()) + small;
+
+  const auto [status, log] = run_logged(eval + " --pass-k 4", base / "eval.log");
+  REQUIRE(status == 0);
+  const auto last_line = log.substr(log.rfind("\n{") + 1);  // the JSON line closes the output
+  const auto line = nlohmann::json::parse(last_line);
+  CHECK(line["problems"] == 8);
+  CHECK(line["samples"] == 4);
+  CHECK(line["temperature"] == 1.0);
+  REQUIRE(line["pass_at"].size() == 3);  // k = 1, 2 and the sample count 4
+  const double p1 = line["pass_at"]["1"], p2 = line["pass_at"]["2"], p4 = line["pass_at"]["4"];
+  CHECK(0.0 <= p1);
+  CHECK(p1 <= p2);
+  CHECK(p2 <= p4);
+  CHECK(p4 <= 1.0);
+  // pass@K with K samples is the fraction of problems solved at least once:
+  // a multiple of 1/8 here.
+  CHECK(p4 * 8 == doctest::Approx(std::round(p4 * 8)));
+  CHECK(log.find("pass@4") != std::string::npos);
+
+  const auto zero = run_logged(eval + " --pass-k 0", base / "zero.log");
+  CHECK(zero.first != 0);
+  CHECK(zero.second.find("--pass-k: K must be in [1, 256], got 0") != std::string::npos);
+  const auto cold = run_logged(eval + " --pass-k 2 --pass-k-temperature 0", base / "cold.log");
+  CHECK(cold.first != 0);
+  CHECK(cold.second.find("--pass-k-temperature: must be > 0, got 0") != std::string::npos);
+  const auto alone = run_logged(eval + " --pass-k-temperature 0.5", base / "alone.log");
+  CHECK(alone.first != 0);
+  CHECK(alone.second.find("--pass-k-temperature needs --pass-k K") != std::string::npos);
   fs::remove_all(base);
 }

@@ -1,11 +1,14 @@
 // SFT batches, the warm-start loss going down, and checkpoint directories
 // that round-trip and fail loudly on bad content.
 #include "base/error.hpp"
+#include "config/run_config.hpp"
 #include "model/checkpoint.hpp"
 #include "model/safetensors.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/evaluation.hpp"
+#include "train/pass_at_k.hpp"
 #include "train/sft.hpp"
+#include "train/task_runner.hpp"
 
 #include "test_checkpoint_fixtures.hpp"
 
@@ -210,4 +213,64 @@ TEST_CASE("answer text stops at EOS and drops specials") {
   CHECK(sao::train::answer_text(tokenizer, {'4', '6', tokenizer.eos_id(), '9'}) == "46");
   CHECK(sao::train::answer_text(tokenizer, {'-', '7'}) == "-7");
   CHECK(sao::train::answer_text(tokenizer, {tokenizer.bos_id(), '1'}) == "1");
+}
+
+TEST_CASE("pass@k estimator: exact values of 1 - C(n-c,k)/C(n,k) and refused arguments") {
+  using sao::train::pass_at_k_estimate;
+  CHECK(pass_at_k_estimate(8, 2, 1) == doctest::Approx(0.25).epsilon(1e-15));
+  CHECK(pass_at_k_estimate(8, 2, 2) == doctest::Approx(13.0 / 28.0).epsilon(1e-15));  // 1 - 15/28
+  CHECK(pass_at_k_estimate(10, 3, 4) == doctest::Approx(1.0 - 35.0 / 210.0).epsilon(1e-15));
+  CHECK(pass_at_k_estimate(8, 0, 8) == 0.0);
+  CHECK(pass_at_k_estimate(8, 1, 8) == 1.0);
+  CHECK(pass_at_k_estimate(8, 5, 4) == 1.0);  // only 3 wrong samples: any 4 hold a correct one
+  CHECK(pass_at_k_estimate(1, 1, 1) == 1.0);
+  CHECK_THROWS_WITH_AS(pass_at_k_estimate(8, 9, 1),
+                       "pass_at_k_estimate: need 0 <= correct <= samples and 1 <= k <= samples, got samples 8, "
+                       "correct 9, k 1",
+                       sao::Error);
+  CHECK_THROWS_AS(pass_at_k_estimate(8, 2, 9), sao::Error);
+  CHECK_THROWS_AS(pass_at_k_estimate(8, 2, 0), sao::Error);
+}
+
+TEST_CASE("pass@k on the arithmetic held-out split: counts per problem, deterministic, and bad arguments refused") {
+  auto config = sao::config::load_run_config(
+      "", {"task.max_digits=1", "task.test_size=10", "eval.batch_size=4", "model.hidden_size=32",
+           "model.intermediate_size=64", "model.num_hidden_layers=2"});
+  sao::model::CausalLM policy(config.model);
+  sao::model::init_weights(*policy, 1);
+  // A little SFT so that some sampled answers are right and some wrong.
+  const sao::env::ArithmeticTask task(config.task);
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  sao::config::SftSection options;
+  options.steps = 40;
+  options.batch_size = 32;
+  options.log_every = 1000;
+  sao::train::run_sft(policy, task, tokenizer, options, 3, nullptr);
+
+  const auto result = sao::train::evaluate_pass_at_k(policy, config, 3, 1.0, 0);
+  CHECK(result.problems == 10);
+  CHECK(result.samples_per_problem == 3);
+  REQUIRE(result.correct_per_problem.size() == 10);
+  int64_t total_correct = 0, solved = 0;
+  for (const auto c : result.correct_per_problem) {
+    CHECK(c >= 0);
+    CHECK(c <= 3);
+    total_correct += c;
+    solved += c > 0 ? 1 : 0;
+  }
+  REQUIRE(result.pass_at.size() == 3);  // k = 1, 2, 3
+  CHECK(result.pass_at.at(1) == doctest::Approx(static_cast<double>(total_correct) / 30.0).epsilon(1e-12));
+  CHECK(result.pass_at.at(3) == doctest::Approx(static_cast<double>(solved) / 10.0).epsilon(1e-12));
+  CHECK(result.pass_at.at(1) <= result.pass_at.at(2));
+  CHECK(result.pass_at.at(2) <= result.pass_at.at(3));
+  const auto greedy = sao::train::evaluate_heldout(policy, config, 0);
+  CHECK(result.greedy_accuracy == greedy.accuracy);
+
+  const auto again = sao::train::evaluate_pass_at_k(policy, config, 3, 1.0, 0);
+  CHECK(again.correct_per_problem == result.correct_per_problem);
+
+  CHECK_THROWS_WITH_AS(sao::train::evaluate_pass_at_k(policy, config, 0, 1.0, 0),
+                       "pass@k: the number of samples must be >= 1, got 0", sao::Error);
+  CHECK_THROWS_WITH_AS(sao::train::evaluate_pass_at_k(policy, config, 2, 0.0, 0),
+                       "pass@k: the sampling temperature must be a finite number > 0, got 0.000000", sao::Error);
 }

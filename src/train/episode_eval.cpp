@@ -69,6 +69,7 @@ EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::To
       const auto& row = batch.row(r);
       result.errors += row.env_error ? 1 : 0;
       result.successes += row.success ? 1 : 0;
+      result.solved.push_back(row.success ? 1 : 0);
       reward_sum += row.reward_sum;
       // A turn whose env step failed was still played.
       turn_sum += static_cast<int64_t>(row.turns.size()) + (row.current.action_tokens.empty() ? 0 : 1);

@@ -37,6 +37,7 @@ struct EpisodeEvalResult {
   double mean_reward = 0.0;  // mean over episodes of the summed per-turn rewards
   double mean_turns = 0.0;
   double seconds = 0.0;
+  std::vector<uint8_t> solved;       // 1 where held-out episode i succeeded
   std::vector<std::string> samples;  // "obs0 | action -> obs1 | ... => success" for the first few
 };
 

@@ -19,6 +19,7 @@ struct EvalResult {
   double accuracy = 0.0;
   double mean_new_tokens = 0.0;
   double seconds = 0.0;
+  std::vector<uint8_t> solved;              // 1 where test_set()[i] was answered correctly
   std::vector<std::string> sample_outputs;  // first few "prompt -> output" lines, for humans
 };
 

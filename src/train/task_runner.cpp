@@ -34,6 +34,7 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
     result.correct = eval.correct;
     result.seconds = eval.seconds;
     result.samples = eval.sample_outputs;
+    result.solved = eval.solved;
     return result;
   }
   EpisodeEvalOptions options;
@@ -55,6 +56,7 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
   result.correct = eval.successes;
   result.seconds = eval.seconds;
   result.samples = eval.samples;
+  result.solved = eval.solved;
   return result;
 }
 

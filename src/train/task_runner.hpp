@@ -20,6 +20,7 @@ struct HeldoutResult {
   int64_t total = 0;
   int64_t correct = 0;
   double seconds = 0.0;
+  std::vector<uint8_t> solved;       // 1 where held-out item i was solved, in split order
   std::vector<std::string> samples;  // a few transcripts for humans
 };
 
