@@ -61,6 +61,15 @@ int run_eval(const Args& args) {
     return 0;
   }
   if (!parsed.has("--checkpoint")) throw Error("--checkpoint DIR is required");
+  // Flags are checked before the checkpoint is loaded, so a typo costs nothing.
+  if (parsed.has("--pass-k-temperature") && !parsed.has("--pass-k"))
+    throw Error("--pass-k-temperature needs --pass-k K");
+  const auto samples = parsed.get_int("--pass-k", 8);
+  if (parsed.has("--pass-k") && (samples < 1 || samples > kMaxPassAtKSamples))
+    throw Error("--pass-k: K must be in [1, " + std::to_string(kMaxPassAtKSamples) + "], got " +
+                std::to_string(samples));
+  const auto temperature = parsed.get_double("--pass-k-temperature", 1.0);
+  if (temperature <= 0.0) throw Error("--pass-k-temperature: must be > 0, got " + parsed.get("--pass-k-temperature"));
   train::EvalConfigSources sources;
   sources.checkpoint_dir = parsed.get("--checkpoint");
   auto policy = model::load_policy_checkpoint(sources.checkpoint_dir, &sources.checkpoint_info);
@@ -73,15 +82,7 @@ int run_eval(const Args& args) {
     throw Error("checkpoint " + sources.checkpoint_dir + "/sao.json: step must be an integer, got " +
                 base::dump_json(step));
   report::configure_threads(config.threads.torch_intra_op);
-  if (parsed.has("--pass-k-temperature") && !parsed.has("--pass-k"))
-    throw Error("--pass-k-temperature needs --pass-k K");
   if (parsed.has("--pass-k")) {
-    const auto samples = parsed.get_int("--pass-k", 8);
-    if (samples < 1 || samples > kMaxPassAtKSamples)
-      throw Error("--pass-k: K must be in [1, " + std::to_string(kMaxPassAtKSamples) + "], got " +
-                  std::to_string(samples));
-    const auto temperature = parsed.get_double("--pass-k-temperature", 1.0);
-    if (temperature <= 0.0) throw Error("--pass-k-temperature: must be > 0, got " + parsed.get("--pass-k-temperature"));
     const auto result = train::evaluate_pass_at_k(policy, config, samples, temperature, step.get<int64_t>());
     print_pass_at_k_result(result, sources.checkpoint_dir);
     return 0;
