@@ -6,6 +6,7 @@
 #include "gpu/transport.hpp"
 
 #include <cstdio>
+#include <deque>
 #include <map>
 
 namespace sao::actors {
@@ -36,6 +37,12 @@ struct WeightSyncState {
   // latest version when it has taken the previous one, instead of a queue of
   // versions it would only skip through, growing in the sender's buffers.
   std::map<std::string, bool> awaiting_ack;
+  // Staleness stress (rollout.weight_delay_versions): rollouts get the newest
+  // version at least `delay_versions` behind the newest the learner sent;
+  // `held` keeps the versions not yet old enough, oldest first.
+  int64_t delay_versions = 0;
+  int64_t received_version = -1;
+  std::deque<caf::message> held;
   int64_t pushes = 0;
   ActorCounters counters;
   static inline const char* name = "weight-sync";
@@ -96,7 +103,8 @@ void push_latest(Self self, const std::string& rollout) {
 }
 }  // namespace
 
-WeightSyncActor::behavior_type weight_sync_behavior(Self self) {
+WeightSyncActor::behavior_type weight_sync_behavior(Self self, int64_t delay_versions) {
+  self->state.delay_versions = delay_versions;
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;
     for (auto it = state.rollouts.begin(); it != state.rollouts.end(); ++it) {
@@ -115,12 +123,26 @@ WeightSyncActor::behavior_type weight_sync_behavior(Self self) {
       [self](msg::PolicyWeights& weights) {
         auto& state = self->state;
         ++state.counters.handled;
-        if (weights.version <= state.latest_version) return;
-        state.latest_version = weights.version;
-        if (weights.on_device && state.learner_gpu_uuid.empty()) {
-          state.learner_gpu_uuid = gpu::gpu_uuid_of(weights.on_device->buffer.device());
+        if (weights.version <= state.received_version) return;
+        state.received_version = weights.version;
+        state.held.push_back(caf::make_message(std::move(weights)));
+        const auto version_of = [](const caf::message& m) { return m.get_as<msg::PolicyWeights>(0).version; };
+        // The newest held version old enough; the oldest while none is (the
+        // first versions of a run have nothing older to stand in for them).
+        size_t pick = 0;
+        for (size_t i = 0; i < state.held.size(); ++i) {
+          if (version_of(state.held[i]) <= state.received_version - state.delay_versions) pick = i;
         }
-        state.latest = caf::make_message(std::move(weights));
+        auto chosen = state.held[pick];
+        state.held.erase(state.held.begin(), state.held.begin() + static_cast<std::ptrdiff_t>(pick));
+        const int64_t version = version_of(chosen);
+        if (version <= state.latest_version) return;
+        state.latest_version = version;
+        const auto& chosen_weights = chosen.get_as<msg::PolicyWeights>(0);
+        if (chosen_weights.on_device && state.learner_gpu_uuid.empty()) {
+          state.learner_gpu_uuid = gpu::gpu_uuid_of(chosen_weights.on_device->buffer.device());
+        }
+        state.latest = std::move(chosen);
         state.latest_host = caf::message{};
         state.latest_ipc = caf::message{};
         for (const auto& item : state.rollouts) push_latest(self, item.first);
@@ -165,6 +187,8 @@ WeightSyncActor::behavior_type weight_sync_behavior(Self self) {
         auto status =
             describe_actor(self, "weight-sync", "weight_sync", behind ? "syncing" : "idle", state.counters, {});
         status.numbers["latest_version"] = static_cast<double>(state.latest_version);
+        status.numbers["received_version"] = static_cast<double>(state.received_version);
+        status.numbers["delay_versions"] = static_cast<double>(state.delay_versions);
         status.numbers["rollouts"] = static_cast<double>(state.rollouts.size());
         status.numbers["pushes"] = static_cast<double>(state.pushes);
         for (const auto& item : state.pushes_by_transport) {
@@ -176,8 +200,8 @@ WeightSyncActor::behavior_type weight_sync_behavior(Self self) {
   };
 }
 
-WeightSyncActor spawn_weight_sync_actor(caf::actor_system& system) {
-  return system.spawn(weight_sync_behavior);
+WeightSyncActor spawn_weight_sync_actor(caf::actor_system& system, int64_t delay_versions) {
+  return system.spawn(weight_sync_behavior, delay_versions);
 }
 
 }  // namespace sao::actors

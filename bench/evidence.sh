@@ -2,7 +2,7 @@
 # The evidence suite (issue #8): reruns the paper's claims at small scale on
 # this machine and regenerates docs/results.md from the raw runs.
 #
-#   bench/evidence.sh [--only compare,ablations,stability,drift,bench] [--seeds N]
+#   bench/evidence.sh [--only compare,ablations,stability,staleness,drift,bench] [--seeds N]
 #                     [--stability-seeds N] [--out DIR]
 #                     [--report FILE] [--report-only]
 #
@@ -12,6 +12,9 @@
 #            attention, running-mean baseline, PPO clip instead of DIS (arithmetic)
 # stability  SAO for 1,000 learner steps on the maze, next to GRPO-async with
 #            the same staleness limit
+# staleness  data D = 0, 2, 8, 32 versions old (rollout.weight_delay_versions)
+#            for SAO (DIS), SAO with PPO clip, asynchronous GRPO and a plain
+#            importance-weighted policy gradient with no trust region
 # drift      the drifting environment: SAO vs running-mean baseline vs GRPO,
 #            once with a new answer style (plain <-> reversed) and once with a
 #            change in what is asked (additions <-> multiplications)
@@ -27,7 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-only="compare,ablations,stability,drift,bench"
+only="compare,ablations,stability,staleness,drift,bench"
 seeds=3
 stability_seeds=1  # 1,000 maze steps of SAO take about 45 minutes here
 out=runs/evidence
@@ -150,6 +153,25 @@ if ! $report_only; then
       run stability sao "$seed" config/sao_agentic.json "$maze_sft" "${long[@]}" --set replay.max_staleness=4
       run stability grpo_async "$seed" config/grpo_agentic.json "$maze_sft" "${long[@]}" --set train.mode=async \
         --set replay.min_batch=8 --set replay.max_batch=8 --set replay.max_staleness=4
+    done
+  fi
+  if wants staleness; then
+    # The learner sees data at least D versions old: the weight-sync actor
+    # holds back the newest D versions (rollout.weight_delay_versions) and
+    # replay admits up to D + 4. Same 64-trajectory updates for every method.
+    arith_sft=$(warm_start arith "")
+    stale=(--set train.steps=200 --set train.eval_every=50)
+    for seed in $(seq 1 "$seeds"); do
+      for delay in 0 2 8 32; do
+        lag=(--set rollout.weight_delay_versions=$delay --set replay.max_staleness=$((delay + 4)))
+        run staleness "sao_d$delay" "$seed" "" "$arith_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}"
+        run staleness "sao_ppo_clip_d$delay" "$seed" "" "$arith_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}" \
+          --set learner.policy_loss=ppo
+        run staleness "is_pg_d$delay" "$seed" "" "$arith_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}" \
+          --set learner.dis_eps_low=1 --set learner.dis_eps_high=1e30
+        run staleness "grpo_async_d$delay" "$seed" config/grpo_async_arith.json "$arith_sft" "${stale[@]}" \
+          "${lag[@]}"
+      done
     done
   fi
   if wants bench; then

@@ -60,7 +60,7 @@ sao::model::ModelConfig tiny_byte_model() {
 }
 
 sao::msg::PolicyWeights weights_of(const sao::model::CausalLM& policy, int64_t version) {
-  return {version, sao::model::pack_module(*policy)};
+  return {version, sao::model::pack_module(*policy), {}, {}};
 }
 
 }  // namespace
@@ -190,6 +190,32 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
   for (const auto& actor : {replay.address(), weight_sync.address(), env.address()}) {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
+}
+
+TEST_CASE("with rollout.weight_delay_versions = 2 the weight-sync actor publishes the version two behind") {
+  System s;
+  caf::scoped_actor driver{*s.system};
+  auto weight_sync = sao::actors::spawn_weight_sync_actor(*s.system, 2);
+  sao::model::CausalLM policy(tiny_byte_model());
+  sao::model::init_weights(*policy, 1);
+  auto published_after = [&](int64_t version) {
+    driver->send(weight_sync, weights_of(policy, version));
+    std::map<std::string, double> numbers;
+    driver->request(weight_sync, kHangGuard, sao::atoms::status_atom_v)
+        .receive([&](const sao::msg::ActorStatus& status) { numbers = status.numbers; }, [](const caf::error&) {});
+    CHECK(numbers.at("received_version") == version);
+    CHECK(numbers.at("delay_versions") == 2);
+    return numbers.at("latest_version");
+  };
+  // Until a version two behind exists, the oldest stands in for it.
+  CHECK(published_after(0) == 0);
+  CHECK(published_after(1) == 0);
+  CHECK(published_after(2) == 0);
+  CHECK(published_after(3) == 1);
+  CHECK(published_after(4) == 2);
+  // A skipped version (the learner may publish 5 then 8) still keeps the gap.
+  CHECK(published_after(8) == 4);
+  caf::anon_send_exit(weight_sync, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("an env actor turns environment errors into error replies and stays up") {

@@ -212,6 +212,21 @@ TEST_CASE("derived settings: GRPO needs whole groups per rollout batch") {
         std::string::npos);
 }
 
+TEST_CASE("derived settings: a weight delay above replay.max_staleness is refused, since it would drop every episode") {
+  auto document = default_config_document();
+  document["rollout"]["weight_delay_versions"] = 8;
+  document["replay"]["max_staleness"] = 12;
+  CHECK(parse_run_config(document, "test.json").rollout.weight_delay_versions == 8);
+  document["replay"]["max_staleness"] = 4;
+  CHECK(error_of(document) ==
+        "test.json: rollout.weight_delay_versions (8) exceeds replay.max_staleness (4): every trajectory would be "
+        "dropped as stale");
+  document["replay"]["max_staleness"] = -1;  // never drop
+  CHECK(parse_run_config(document, "test.json").rollout.weight_delay_versions == 8);
+  document["rollout"]["weight_delay_versions"] = 4097;
+  CHECK(error_of(document) == "test.json.rollout.weight_delay_versions: must be in [0, 4096], got 4097");
+}
+
 TEST_CASE("a model vocabulary smaller than the tokenizer's is refused") {
   auto document = default_config_document();
   document["model"]["vocab_size"] = 100;

@@ -118,6 +118,7 @@ void rollout_keys(Rollout& rollout, Visit visit) {
   visit("env_timeout_ms", rollout.env_timeout_ms);
   visit("device", rollout.device);
   visit("bf16_autocast", rollout.bf16_autocast);
+  visit("weight_delay_versions", rollout.weight_delay_versions);
 }
 
 template <typename Train, typename Visit>
@@ -219,6 +220,7 @@ void read_rollout(JsonReader reader, RolloutSection& rollout) {
   require_range(where, "max_turns", rollout.max_turns, 1, 100000);
   require_range(where, "top_k", rollout.top_k, 0, 1 << 24);
   require_range(where, "env_timeout_ms", rollout.env_timeout_ms, 1, 3600000);
+  require_range(where, "weight_delay_versions", rollout.weight_delay_versions, 0, 4096);
   model::parse_device(rollout.device, where + ".device");
   if (rollout.weight_switch != "in_flight" && rollout.weight_switch != "turn_boundary") {
     throw Error(where + ".weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" + rollout.weight_switch +
@@ -291,6 +293,15 @@ void derive_dependent_settings(RunConfig& config) {
     config.replay.min_batch = config.replay.max_batch = config.rollout.num_actors * config.rollout.episodes_per_actor;
     config.replay.max_staleness = 0;
     config.replay.capacity = std::max(config.replay.capacity, config.replay.max_batch);
+  }
+  // Delayed weights make every token at least that many versions stale, so
+  // a delay above the admission bound would drop every trajectory.
+  if (config.rollout.weight_delay_versions > 0 && config.replay.max_staleness >= 0 &&
+      config.rollout.weight_delay_versions > config.replay.max_staleness) {
+    throw Error(config.source + ": rollout.weight_delay_versions (" +
+                std::to_string(config.rollout.weight_delay_versions) + ") exceeds replay.max_staleness (" +
+                std::to_string(config.replay.max_staleness) + (config.train.mode == "sync" ? ", 0 in sync mode" : "") +
+                "): every trajectory would be dropped as stale");
   }
   config.replay.validate(config.source + ".replay");
   config.learner.validate(config.source + ".learner");

@@ -70,6 +70,9 @@ struct RolloutSection {
   int64_t env_timeout_ms = 5000;            // a reset/step slower than this loses the episode
   std::string device = "cpu";               // where each rollout actor decodes: "cpu", "cuda", "cuda:N"
   bool bf16_autocast = false;               // bf16 matrix products when decoding on CUDA (log-probs stay fp32)
+  // Staleness stress for experiments: rollouts run the policy this many
+  // versions behind the learner's newest (0 in real runs; see weight_sync_actor.hpp).
+  int64_t weight_delay_versions = 0;
   bool temperature_is_policy() const { return temperature == 1.0 && top_k == 0 && top_p >= 1.0; }
 };
 
