@@ -193,4 +193,8 @@ if ! $report_only; then
   fi
 fi
 
-python3 bench/evidence_report.py "$out" "$report" "$(dirname "$report")/img/results"
+# The staleness section alone is spliced into the existing report, so it can
+# be rerun without the runs every other section is built from.
+splice=()
+[ "$only" = staleness ] && splice=(--splice staleness)
+python3 bench/evidence_report.py "$out" "$report" "$(dirname "$report")/img/results" "${splice[@]}"

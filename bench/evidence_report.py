@@ -85,6 +85,56 @@ def mean_spread(values):
     return f"{mean:.3f} ± {spread:.3f}", mean, spread
 
 
+# Two-sided 95% quantiles of Student's t by degrees of freedom (a table, as
+# the report uses only the standard library); between entries the smaller df
+# is used, which widens the interval.
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
+
+
+def t975(df):
+    keys = [k for k in T975 if k <= df]
+    return T975[max(keys)] if keys else float("inf")
+
+
+def mean_ci(values):
+    """'mean [low, high]' with the 95% t-interval over seeds, the mean, and the half-width."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-", None, None
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return f"{mean:.3f} (1 seed)", mean, None
+    half = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]", mean, half
+
+
+def welch(a_values, b_values):
+    """Difference of means a - b and the half-width of its 95% Welch interval
+    (None with fewer than two seeds on a side). Separated = the interval
+    excludes 0."""
+    a = [v for v in a_values if v is not None]
+    b = [v for v in b_values if v is not None]
+    if len(a) < 2 or len(b) < 2:
+        return (statistics.fmean(a) - statistics.fmean(b) if a and b else None), None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    difference = statistics.fmean(a) - statistics.fmean(b)
+    if va + vb == 0:
+        return difference, 0.0
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return difference, t975(math.floor(df)) * math.sqrt(va + vb)
+
+
+def welch_text(a_values, b_values):
+    difference, half = welch(a_values, b_values)
+    if difference is None:
+        return "not measured"
+    if half is None:
+        return f"{difference:+.3f} (fewer than 2 seeds on a side: not judged)"
+    call = "separated" if abs(difference) > half else "not separated"
+    return f"{difference:+.3f} ± {half:.3f} (95% CI of the difference): {call}"
+
+
 def final_accuracy(run):
     return number(run["evals"][-1]["accuracy"]) if run["evals"] else None
 
@@ -194,6 +244,20 @@ def stability_rows(runs):
     return rows
 
 
+def collapse_step(steps):
+    """Collapse: the 50-step mean reward falls below half the best it had
+    reached so far (from step 50 on). The step it happens, or None."""
+    smoothed = moving([number(s.get("reward_mean")) for s in steps], 50)
+    peak_so_far = None
+    for index, value in enumerate(smoothed):
+        if value is None or index < 50:
+            continue
+        peak_so_far = value if peak_so_far is None else max(peak_so_far, value)
+        if value < 0.5 * peak_so_far:
+            return steps[index]["step"]
+    return None
+
+
 def stability_row(run):
     steps = run["steps"]
     if not steps:
@@ -202,16 +266,7 @@ def stability_row(run):
     grad = [number(s.get("grad_norm")) for s in steps]
     reward = [number(s.get("reward_mean")) for s in steps]
     smoothed = moving(reward, 50)
-    # Collapse: the 50-step reward falls below half the best it had reached so far.
-    collapse = None
-    peak_so_far = None
-    for index, value in enumerate(smoothed):
-        if value is None or index < 50:
-            continue
-        peak_so_far = value if peak_so_far is None else max(peak_so_far, value)
-        if value < 0.5 * peak_so_far:
-            collapse = steps[index]["step"]
-            break
+    collapse = collapse_step(steps)
     ent = [e for e in entropy if e is not None]
     grads = [g for g in grad if g is not None]
     accuracies = ", ".join(f"{e['step']}: {e['accuracy']:.3f}" for e in run["evals"] if number(e["accuracy"]) is not None)
@@ -341,6 +396,124 @@ def pipeline_section(variants):
     return lines + [""]
 
 
+STALENESS_METHODS = [("sao", "SAO (DIS)"), ("sao_ppo_clip", "SAO, PPO clip"),
+                     ("is_pg", "SAO's critic, importance-weighted PG, no trust region"),
+                     ("grpo_async", "GRPO G=8, asynchronous (PPO clip)")]
+STALENESS_TITLE = "## Staleness stress: training on data D versions old"
+
+
+def run_mean(run, *keys):
+    """Mean over a run's steps of the sum of `keys` (steps lacking them skipped)."""
+    values = []
+    for step in run["steps"]:
+        parts = [number(step.get(k)) for k in keys]
+        if all(p is not None for p in parts):
+            values.append(sum(parts))
+    return statistics.fmean(values) if values else None
+
+
+def run_max(run, key):
+    values = [number(s.get(key)) for s in run["steps"]]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def staleness_section(variants, images, report):
+    """One row per method and delay; verdicts: each method against SAO at
+    the same delay, and each method's largest delay against its delay 0."""
+    cells = {}
+    for name, runs in variants.items():
+        method, _, delay = name.rpartition("_d")
+        if delay.isdigit():
+            cells[(method, int(delay))] = runs
+    delays = sorted({d for _, d in cells})
+    if not cells:
+        return []
+    seeds = sorted({len(r) for r in cells.values()})
+    lines = [STALENESS_TITLE, "",
+             "Paper: asynchronous GRPO collapses as data gets stale, while SAO's token-level trust region (DIS) holds.",
+             "", "`bench/evidence.sh --only staleness [--seeds N]`: arithmetic from the shared warm start, 200 learner "
+             "steps of 64 trajectories each (GRPO: 8 prompts x 8), `rollout.weight_delay_versions=D` (the weight-sync "
+             "actor hands rollouts the newest version at least D behind the learner's) and `replay.max_staleness=D+4`. "
+             "The importance-weighted PG is SAO with the DIS band opened to (0, inf) (`learner.dis_eps_low=1 "
+             "learner.dis_eps_high=1e30`): every token is kept at its full ratio. Collapse: the 50-step mean training "
+             "reward falls below half its best so far. Rejected/clipped: the share of action tokens outside the DIS "
+             "band (SAO, IS-PG) or clipped by PPO, low + high, mean over steps. Ratio max: the largest token "
+             "importance ratio of a run, median over seeds. Intervals are 95% t-intervals over seeds "
+             f"({', '.join(str(n) for n in seeds)} seeds per cell).", "",
+             "| method | D | staleness seen (mean) | held-out before | held-out final, mean [95% CI] | collapsed | "
+             "rejected / clipped tokens | ratio max | wall s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    finals = {}
+    for method, label in STALENESS_METHODS:
+        for delay in delays:
+            runs = cells.get((method, delay))
+            if not runs:
+                continue
+            finals[(method, delay)] = [final_accuracy(r) for r in runs]
+            final_text = mean_ci(finals[(method, delay)])[0]
+            before = mean_spread([first_accuracy(r) for r in runs])[1]
+            collapsed = sum(collapse_step(r["steps"]) is not None for r in runs)
+            staleness = [v for v in (run_mean(r, "staleness_mean") for r in runs) if v is not None]
+            staleness = statistics.fmean(staleness) if staleness else None
+            rejected = [run_mean(r, "dis_reject_low_frac", "dis_reject_high_frac") or
+                        run_mean(r, "ppo_clip_low_frac", "ppo_clip_high_frac") for r in runs]
+            rejected = [v for v in rejected if v is not None]
+            ratio = [v for v in (run_max(r, "ratio_max") for r in runs) if v is not None]
+            walls = [r["wall"] for r in runs if r["wall"] is not None]
+            text = lambda value, form: "-" if value is None else format(value, form)
+            lines.append(f"| {label} | {delay} | {text(staleness, '.1f')} | {text(before, '.3f')} | {final_text} | "
+                         f"{collapsed}/{len(runs)} | "
+                         f"{text(100 * statistics.fmean(rejected) if rejected else None, '.2f')}% | "
+                         f"{text(statistics.median(ratio) if ratio else None, '.3g')} | "
+                         f"{text(statistics.fmean(walls) if walls else None, '.0f')} |")
+    lines.append("")
+    for delay in delays:
+        for method, label in STALENESS_METHODS[1:]:
+            if ("sao", delay) in finals and (method, delay) in finals:
+                lines.append(f"- D={delay}: SAO (DIS) - {label}: "
+                             f"{welch_text(finals[('sao', delay)], finals[(method, delay)])}")
+    lines.append("")
+    top = delays[-1]
+    for method, label in STALENESS_METHODS:
+        if (method, 0) in finals and (method, top) in finals and top != 0:
+            lines.append(f"- {label}, D={top} - D=0: {welch_text(finals[(method, top)], finals[(method, 0)])}")
+    lines.append("")
+    relative = os.path.dirname(report)
+    groups = [(label, cells[(m, top)]) for m, label in STALENESS_METHODS if (m, top) in cells]
+    png = os.path.join(images, f"staleness_d{top}.png")
+    plot(groups, png, "step", "reward,accuracy,dis_rejection,staleness")
+    lines += [f"![every method at D={top}]({os.path.relpath(png, relative)})", ""]
+    for method, label in STALENESS_METHODS:
+        groups = [(f"D={d}", cells[(method, d)]) for d in delays if (method, d) in cells]
+        if groups:
+            png = os.path.join(images, f"staleness_{method}.png")
+            plot(groups, png, "step", "reward,accuracy")
+            lines += [f"![{label} at each D]({os.path.relpath(png, relative)})", ""]
+    return lines
+
+
+def splice(report, section_lines):
+    """Puts a generated section (its first line is its '## ' heading) into an
+    existing report: in place of the section of that heading, or before the
+    hand-written sections (fault tolerance, benchmarks, GPU) when new."""
+    with open(report) as handle:
+        lines = handle.read().rstrip("\n").split("\n")
+    heading = section_lines[0]
+    body = section_lines if section_lines[-1] == "" else section_lines + [""]
+    if heading in lines:
+        start = lines.index(heading)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = body
+    else:
+        anchors = [i for i, line in enumerate(lines) if line.startswith("## Fault tolerance") or
+                   line.startswith("## Runtime benchmarks")]
+        at = anchors[0] if anchors else len(lines)
+        lines[at:at] = body
+    with open(report, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
 BENCHES = [
     ("learner", "Learner: a full SAO step", "`./build/bench/bench_learner`: one SAO step (K critic updates + the DIS "
      "actor update) on 64 trajectories of the default model, in trained tokens/s and as a fraction of the fp32 matmul "
@@ -401,6 +574,17 @@ def main():
     out, report, images = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(images, exist_ok=True)
     found = experiments(out)
+    # --splice staleness: regenerate only that section inside the existing
+    # report, so one section can be rerun without the runs of the others.
+    if len(sys.argv) > 5 and sys.argv[4] == "--splice":
+        for name in sys.argv[5].split(","):
+            if name != "staleness":
+                sys.exit(f"evidence_report: --splice supports staleness only, got {name}")
+            if "staleness" not in found:
+                sys.exit(f"evidence_report: no finished staleness runs under {out}/staleness")
+            splice(report, staleness_section(found["staleness"], images, report))
+        print(f"updated {report}")
+        return
     md = ["# Results: the paper's claims at small scale", "",
           "Generated by `bench/evidence.sh` (runs) and `bench/evidence_report.py` (this page) from the raw",
           f"`metrics.jsonl` of every run under `{out}/`; rebuild it without rerunning with",
@@ -490,6 +674,9 @@ def main():
             plot([(v, r) for v, r in found["stability"].items()], png, axis,
                  "reward,accuracy,entropy,grad_norm,staleness,dis_rejection", 25)
             md += [f"![stability vs {axis}]({os.path.relpath(png, os.path.dirname(report))})", ""]
+
+    if "staleness" in found:
+        md += staleness_section(found["staleness"], images, report)
 
     if "drift" in found:
         md += ["## Online learning: the drifting environment", "", f"Paper: {PAPER['drift']}", "",

@@ -88,7 +88,7 @@ struct EnvSection {
 
 struct TrainSection {
   std::string mode = "async";      // "async" (SAO, GRPO-async) | "sync" (batch barrier)
-  int64_t steps = 300;             // learner steps in the run
+  int64_t steps = 600;             // learner steps in the run
   int64_t eval_every = 25;         // held-out evaluation every N learner steps (0: start and end only)
   int64_t checkpoint_every = 100;  // 0: only the final checkpoint
   std::string init_checkpoint;     // policy to start from; empty: RUN_DIR/sft, trained first if missing
