@@ -433,14 +433,15 @@ def staleness_section(variants, images, report):
     lines = [STALENESS_TITLE, "",
              "Paper: asynchronous GRPO collapses as data gets stale, while SAO's token-level trust region (DIS) holds.",
              "", "`bench/evidence.sh --only staleness [--seeds N]`: arithmetic from the shared warm start, 200 learner "
-             "steps of 64 trajectories each (GRPO: 8 prompts x 8), `rollout.weight_delay_versions=D` (the weight-sync "
+             "steps of 64 trajectories each (GRPO: 8 prompts x 8) at the default run's learning rates (actor 1e-5, "
+             "critic 5e-3), `rollout.weight_delay_versions=D` (the weight-sync "
              "actor hands rollouts the newest version at least D behind the learner's) and `replay.max_staleness=D+4`. "
              "The importance-weighted PG is SAO with the DIS band opened to (0, inf) (`learner.dis_eps_low=1 "
              "learner.dis_eps_high=1e30`): every token is kept at its full ratio. Collapse: the 50-step mean training "
              "reward falls below half its best so far. Rejected/clipped: the share of action tokens outside the DIS "
              "band (SAO, IS-PG) or clipped by PPO, low + high, mean over steps. Ratio max: the largest token "
              "importance ratio of a run, median over seeds. Intervals are 95% t-intervals over seeds "
-             f"({', '.join(str(n) for n in seeds)} seeds per cell).", "",
+             f"(seeds per cell: {', '.join(str(n) for n in seeds)}).", "",
              "| method | D | staleness seen (mean) | held-out before | held-out final, mean [95% CI] | collapsed | "
              "rejected / clipped tokens | ratio max | wall s |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -456,8 +457,9 @@ def staleness_section(variants, images, report):
             collapsed = sum(collapse_step(r["steps"]) is not None for r in runs)
             staleness = [v for v in (run_mean(r, "staleness_mean") for r in runs) if v is not None]
             staleness = statistics.fmean(staleness) if staleness else None
-            rejected = [run_mean(r, "dis_reject_low_frac", "dis_reject_high_frac") or
-                        run_mean(r, "ppo_clip_low_frac", "ppo_clip_high_frac") for r in runs]
+            rejected = [run_mean(r, "dis_reject_low_frac", "dis_reject_high_frac") for r in runs]
+            rejected = [v if v is not None else run_mean(r, "ppo_clip_low_frac", "ppo_clip_high_frac")
+                        for v, r in zip(rejected, runs)]
             rejected = [v for v in rejected if v is not None]
             ratio = [v for v in (run_max(r, "ratio_max") for r in runs) if v is not None]
             walls = [r["wall"] for r in runs if r["wall"] is not None]
@@ -479,13 +481,22 @@ def staleness_section(variants, images, report):
         if (method, 0) in finals and (method, top) in finals and top != 0:
             lines.append(f"- {label}, D={top} - D=0: {welch_text(finals[(method, top)], finals[(method, 0)])}")
     lines.append("")
+    collapsed = sum(collapse_step(r["steps"]) is not None for runs in cells.values() for r in runs)
+    total = sum(len(runs) for runs in cells.values())
+    separated = [line for line in lines if line.endswith(": separated")]
+    lines += [f"**Verdict:** {collapsed} of {total} runs collapsed; "
+              + (f"{len(separated)} of the differences above are separated by their 95% intervals."
+                 if min(seeds) >= 2 else
+                 "with one seed per cell no difference is judged: rerun with `--seeds 5` to decide."), ""]
     relative = os.path.dirname(report)
-    groups = [(label, cells[(m, top)]) for m, label in STALENESS_METHODS if (m, top) in cells]
+    # Plot labels are the variant names: `sao plot` reads LABEL=DIR,DIR and a
+    # long label holds '=' and ','.
+    groups = [(m, cells[(m, top)]) for m, _ in STALENESS_METHODS if (m, top) in cells]
     png = os.path.join(images, f"staleness_d{top}.png")
     plot(groups, png, "step", "reward,accuracy,dis_rejection,staleness")
     lines += [f"![every method at D={top}]({os.path.relpath(png, relative)})", ""]
     for method, label in STALENESS_METHODS:
-        groups = [(f"D={d}", cells[(method, d)]) for d in delays if (method, d) in cells]
+        groups = [(f"D{d}", cells[(method, d)]) for d in delays if (method, d) in cells]
         if groups:
             png = os.path.join(images, f"staleness_{method}.png")
             plot(groups, png, "step", "reward,accuracy")
