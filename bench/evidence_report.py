@@ -483,9 +483,11 @@ def staleness_section(variants, images, report):
     lines.append("")
     collapsed = sum(collapse_step(r["steps"]) is not None for runs in cells.values() for r in runs)
     total = sum(len(runs) for runs in cells.values())
+    compared = [line for line in lines if line.endswith("separated")]
     separated = [line for line in lines if line.endswith(": separated")]
     lines += [f"**Verdict:** {collapsed} of {total} runs collapsed; "
-              + (f"{len(separated)} of the differences above are separated by their 95% intervals."
+              + (f"{len(separated)} of the {len(compared)} differences above "
+                 f"{'is' if len(separated) == 1 else 'are'} separated by their 95% intervals."
                  if min(seeds) >= 2 else
                  "with one seed per cell no difference is judged: rerun with `--seeds 5` to decide."), ""]
     relative = os.path.dirname(report)
