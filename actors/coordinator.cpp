@@ -12,6 +12,7 @@
 #include "actors/weight_sync_actor.hpp"
 #include "algo/learner.hpp"
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "config/live_knobs.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 
@@ -30,7 +31,8 @@ std::vector<RolloutActor> all_rollouts(const CoordinatorState& state) {
 namespace {
 
 EnvActorConfig env_config(const config::RunConfig& run, size_t index) {
-  return {"env-" + std::to_string(index), run.env.name, run.task_document};
+  return {"env-" + std::to_string(index), run.env.name, run.task_document, run.env.latency,
+          base::splitmix64(static_cast<uint64_t>(run.run.seed) ^ (0x1A7E0000ULL + index))};
 }
 
 EnvActor spawn_env(Self self, size_t index) {

@@ -4,8 +4,11 @@
 #include "actors/introspection.hpp"
 #include "env/environment.hpp"
 
+#include <chrono>
 #include <map>
 #include <memory>
+#include <random>
+#include <utility>
 
 namespace sao::actors {
 
@@ -17,6 +20,10 @@ struct EnvActorState {
   std::vector<std::unique_ptr<env::Environment>> idle;
   int64_t learner_step = -1;
   int64_t errors = 0;
+  // Replies held for their simulated latency, by a key the due message carries.
+  std::mt19937_64 latency_rng;
+  int64_t next_held = 0;
+  std::map<int64_t, std::pair<caf::typed_response_promise<msg::EnvReply>, msg::EnvReply>> held;
   ActorCounters counters;
   static inline const char* name = "env";
 };
@@ -48,6 +55,22 @@ void release(EnvActorState& state, int64_t episode_id) {
   state.episodes.erase(it);
 }
 
+using Self = EnvActor::stateful_pointer<EnvActorState>;
+
+// The reply now, or a promise of it after a drawn latency. Errors are not
+// delayed: the simulated latency stands for the work of a healthy call.
+caf::result<msg::EnvReply> answer(Self self, msg::EnvReply reply) {
+  auto& state = self->state;
+  const double delay_ms = state.config.latency.draw_ms(state.latency_rng);
+  if (delay_ms <= 0.0) return reply;
+  auto promise = self->make_response_promise<msg::EnvReply>();
+  const int64_t key = state.next_held++;
+  state.held.emplace(key, std::make_pair(promise, std::move(reply)));
+  self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000.0)), atoms::reply_due_atom_v,
+                     key);
+  return promise;
+}
+
 caf::error env_error(EnvActorState& state, msg::Errc code, const std::string& what) {
   ++state.errors;
   state.counters.last_error = what;
@@ -57,17 +80,19 @@ caf::error env_error(EnvActorState& state, msg::Errc code, const std::string& wh
 
 EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorState> self, EnvActorConfig config) {
   self->state.config = std::move(config);
+  self->state.latency_rng.seed(self->state.config.latency_seed);
   return {
       [self](const msg::EnvReset& request) -> caf::result<msg::EnvReply> {
         auto& state = self->state;
         ++state.counters.handled;
-        if (expired(request.deadline_unix_ms)) return env_error(state, msg::Errc::kRequestExpired, "reset request expired before it was served");
+        if (expired(request.deadline_unix_ms))
+          return env_error(state, msg::Errc::kRequestExpired, "reset request expired before it was served");
         try {
           auto environment = acquire(state);
           report::WorkTimer timer(state.counters.work[report::kWorkEnv]);
           auto step = environment->reset(request.seed);
           state.episodes[request.episode_id] = std::move(environment);
-          return to_reply(request.episode_id, step);
+          return answer(self, to_reply(request.episode_id, step));
         } catch (const std::exception& error) {
           state.episodes.erase(request.episode_id);
           return env_error(state, msg::Errc::kEnvFailed, std::string("reset failed: ") + error.what());
@@ -88,7 +113,7 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
           report::WorkTimer timer(state.counters.work[report::kWorkEnv]);
           auto step = it->second->step(request.action);
           if (step.terminated || step.truncated) release(state, request.episode_id);
-          return to_reply(request.episode_id, step);
+          return answer(self, to_reply(request.episode_id, step));
         } catch (const std::exception& error) {
           state.episodes.erase(request.episode_id);
           return env_error(state, msg::Errc::kEnvFailed, std::string("step failed: ") + error.what());
@@ -101,6 +126,13 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
         for (auto& environment : state.idle) environment->on_training_step(learner_step);
         for (auto& item : state.episodes) item.second->on_training_step(learner_step);
       },
+      [self](atoms::reply_due_atom, int64_t key) {
+        auto& state = self->state;
+        auto it = state.held.find(key);
+        if (it == state.held.end()) return;
+        it->second.first.deliver(std::move(it->second.second));
+        state.held.erase(it);
+      },
       [self](atoms::status_atom) {
         auto& state = self->state;
         ++state.counters.handled;
@@ -108,6 +140,7 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
                               state.counters,
                               {{"open_episodes", static_cast<double>(state.episodes.size())},
                                {"idle_environments", static_cast<double>(state.idle.size())},
+                               {"replies_held", static_cast<double>(state.held.size())},
                                {"errors", static_cast<double>(state.errors)}});
       },
   };

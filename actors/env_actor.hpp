@@ -6,17 +6,34 @@
 #pragma once
 
 #include "actors/protocol.hpp"
+#include "env/latency.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
+#include <utility>
 
 namespace sao::actors {
 
 struct EnvActorConfig {
+  EnvActorConfig() = default;
+  // Latency last and optional: most env actors have none.
+  EnvActorConfig(std::string name_, std::string environment_, nlohmann::json env_config_,
+                 env::LatencyModel latency_ = {}, uint64_t latency_seed_ = 0)
+      : name(std::move(name_)),
+        environment(std::move(environment_)),
+        env_config(std::move(env_config_)),
+        latency(std::move(latency_)),
+        latency_seed(latency_seed_) {}
+
   std::string name;           // e.g. "env-0"
   std::string environment;    // registry name
   nlohmann::json env_config;  // the environment's config section
+  // Simulated latency of every reset and step (env.latency*): the reply is
+  // held that long without holding the actor's thread.
+  env::LatencyModel latency;
+  uint64_t latency_seed = 0;
 };
 
 // Spawns the actor (state and behaviour are private to the .cpp).

@@ -429,6 +429,7 @@ CAF_ADD_ATOM(sao, sao::atoms, actors_atom, "actors")
 CAF_ADD_ATOM(sao, sao::atoms, join_atom, "join")
 CAF_ADD_ATOM(sao, sao::atoms, rollout_atom, "rollout")
 CAF_ADD_ATOM(sao, sao::atoms, env_atom, "env")  // also: the coordinator gives a rollout its env actor
+CAF_ADD_ATOM(sao, sao::atoms, reply_due_atom, "replydue")  // self: an env reply held for its latency is due
 CAF_END_TYPE_ID_BLOCK(sao)
 
 namespace sao::actors {

@@ -9,6 +9,7 @@
 #include "actors/run_control.hpp"
 #include "actors/system_config.hpp"
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "base/json_parse.hpp"
 #include "model/device.hpp"
 #include "tokenizer/load_tokenizer.hpp"
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -118,7 +120,10 @@ NodeSession start_session(caf::actor_system& system, caf::scoped_actor& self, co
   auto& coordinator = session.grant.coordinator;
   for (int64_t e = 0; e < options.envs; ++e) {
     const std::string name = options.name + "/env-" + std::to_string(e);
-    session.envs.push_back(spawn_env_actor(system, EnvActorConfig{name, run.env.name, run.task_document}));
+    session.envs.push_back(spawn_env_actor(
+        system,
+        EnvActorConfig{name, run.env.name, run.task_document, run.env.latency,
+                       base::splitmix64(static_cast<uint64_t>(run.run.seed) ^ std::hash<std::string>{}(name))}));
     // Registered so that drifting environments hear the learner's step; an
     // env node's envs also serve rollouts that have none.
     const bool from_env_node = options.role == "env";

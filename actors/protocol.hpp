@@ -26,9 +26,10 @@ namespace sao::actors {
 using StatusActor = caf::typed_actor<caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using EnvActor = caf::typed_actor<caf::replies_to<msg::EnvReset>::with<msg::EnvReply>,
-                                   caf::replies_to<msg::EnvAction>::with<msg::EnvReply>,
-                                   caf::reacts_to<atoms::train_step_atom, int64_t>,
-                                   caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+                                  caf::replies_to<msg::EnvAction>::with<msg::EnvReply>,
+                                  caf::reacts_to<atoms::train_step_atom, int64_t>,
+                                  caf::reacts_to<atoms::reply_due_atom, int64_t>,  // self: env latency
+                                  caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using RolloutActor = caf::typed_actor<caf::reacts_to<msg::PolicyWeights>,
                                        caf::reacts_to<atoms::decode_atom>,  // self: one decode step

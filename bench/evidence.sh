@@ -2,12 +2,13 @@
 # The evidence suite (issue #8): reruns the paper's claims at small scale on
 # this machine and regenerates docs/results.md from the raw runs.
 #
-#   bench/evidence.sh [--only compare,ablations,stability,staleness,drift,bench] [--seeds N]
+#   bench/evidence.sh [--only compare,maze,ablations,stability,staleness,drift,bench] [--seeds N]
 #                     [--stability-seeds N] [--out DIR]
 #                     [--report FILE] [--report-only]
 #
 # compare    SAO vs GRPO (G=8, sync and async) vs PPO, 64 trajectories per
-#            update, same number of updates, on arithmetic and on the maze
+#            update, same number of updates, on arithmetic
+# maze       the same comparison on the maze (agentic, multi-turn)
 # ablations  SAO without the faster critic (K=1), without frozen critic
 #            attention, running-mean baseline, PPO clip instead of DIS (arithmetic)
 # stability  SAO for 1,000 learner steps on the maze, next to GRPO-async with
@@ -30,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-only="compare,ablations,stability,staleness,drift,bench"
+only="compare,maze,ablations,stability,staleness,drift,bench"
 seeds=3
 stability_seeds=1  # 1,000 maze steps of SAO take about 45 minutes here
 out=runs/evidence
@@ -134,7 +135,7 @@ if ! $report_only; then
       run drift_tasks grpo "$seed" config/grpo_drift.json "$tasks_sft" "${tasks_run[@]}"
     done
   fi
-  if wants compare; then
+  if wants maze; then
     maze_sft=$(warm_start maze config/sao_agentic.json)
     maze=(--set train.steps=100 --set train.eval_every=20)
     for seed in $(seq 1 "$seeds"); do
@@ -193,8 +194,10 @@ if ! $report_only; then
   fi
 fi
 
-# The staleness section alone is spliced into the existing report, so it can
-# be rerun without the runs every other section is built from.
+# The parts run replace their own sections inside an existing report, so a
+# part can be rerun without the runs every other section is built from, and
+# the hand-written sections (fault tolerance, GPU, ...) stay; a missing
+# report is written anew.
 splice=()
-[ "$only" = staleness ] && splice=(--splice staleness)
+[ -f "$report" ] && splice=(--splice "$only")
 python3 bench/evidence_report.py "$out" "$report" "$(dirname "$report")/img/results" "${splice[@]}"

@@ -167,60 +167,85 @@ def late_reward(run):
     return statistics.fmean(tail)
 
 
+def accuracy_at_wall(run, seconds):
+    """Held-out accuracy at `seconds` of wall time: linear between the two
+    evaluations around it (the last one when the run ended earlier)."""
+    points = [(e["wall_time_s"], number(e["accuracy"])) for e in run["evals"]
+              if number(e.get("wall_time_s")) is not None and number(e["accuracy"]) is not None]
+    if not points:
+        return None
+    if seconds <= points[0][0]:
+        return points[0][1]
+    for (t0, a0), (t1, a1) in zip(points, points[1:]):
+        if t0 <= seconds <= t1:
+            return a0 if t1 == t0 else a0 + (a1 - a0) * (seconds - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def run_wall(run):
+    """A run's training wall time: its last evaluation's clock (set-up excluded)."""
+    times = [number(e.get("wall_time_s")) for e in run["evals"]]
+    times = [t for t in times if t is not None]
+    return times[-1] if times else None
+
+
 def comparison_table(variants, order):
-    lines = ["| variant | seeds | held-out before | held-out final (mean ± sd) | training reward, last 10% of updates "
-             "| trajectories | tokens | wall s (mean) |",
-             "|---|---|---|---|---|---|---|---|"]
-    means = {}
-    for variant in order:
-        if variant not in variants:
-            continue
+    """Rows of final held-out accuracy (equal trajectories) and held-out
+    accuracy at the shortest variant's wall time (equal wall time), each a
+    mean with its 95% t-interval over seeds. Returns the lines, the per-seed
+    finals, the per-seed equal-wall values and that wall time."""
+    present = [v for v in order if v in variants]
+    walls = [statistics.fmean(w for w in (run_wall(r) for r in variants[v]) if w is not None) for v in present
+             if any(run_wall(r) is not None for r in variants[v])]
+    equal_wall = min(walls) if walls else None
+    wall_head = f"held-out at {equal_wall:.0f} s (equal wall time)" if equal_wall else "held-out at equal wall time"
+    lines = [f"| variant | seeds | held-out before | held-out final (equal trajectories), mean [95% CI] | {wall_head} "
+             "| training reward, last 10% of updates | trajectories | tokens | wall s (mean) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    finals, at_wall = {}, {}
+    for variant in present:
         runs = variants[variant]
-        final_text, mean, spread = mean_spread([final_accuracy(r) for r in runs])
+        finals[variant] = [final_accuracy(r) for r in runs]
+        at_wall[variant] = [accuracy_at_wall(r, equal_wall) for r in runs] if equal_wall else []
         first_text, _, _ = mean_spread([first_accuracy(r) for r in runs])
         trajectories = statistics.fmean(totals(r)[0] for r in runs)
         tokens = statistics.fmean(totals(r)[1] for r in runs)
-        walls = [r["wall"] for r in runs if r["wall"] is not None]
-        wall = f"{statistics.fmean(walls):.0f}" if walls else "-"
-        reward_text, _, _ = mean_spread([late_reward(r) for r in runs])
-        lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {first_text} | {final_text} | {reward_text} | "
-                     f"{trajectories:.0f} | {tokens:.0f} | {wall} |")
-        means[variant] = (mean, spread, len(runs))
-    return lines, means
+        wall_values = [r["wall"] for r in runs if r["wall"] is not None]
+        wall = f"{statistics.fmean(wall_values):.0f}" if wall_values else "-"
+        lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {first_text.split(' ±')[0]} | "
+                     f"{mean_ci(finals[variant])[0]} | {mean_ci(at_wall[variant])[0]} | "
+                     f"{mean_ci([late_reward(r) for r in runs])[0]} | {trajectories:.0f} | {tokens:.0f} | {wall} |")
+    return lines, finals, at_wall, equal_wall
 
 
-def verdict(means, a, b):
-    if a not in means or b not in means or means[a][0] is None or means[b][0] is None:
-        return f"{a} vs {b}: not measured"
-    (ma, sa, na), (mb, sb, nb) = means[a], means[b]
-    difference = ma - mb
-    noise = max(sa, sb)
-    if na < 2 or nb < 2:
-        call = "one seed only, no spread to judge by"
-    elif abs(difference) <= noise:
-        call = "within one standard deviation: not distinguishable at this scale"
-    else:
-        call = f"{'higher' if difference > 0 else 'lower'} by more than one standard deviation"
-    return f"{LABELS.get(a, a)} {ma:.3f} vs {LABELS.get(b, b)} {mb:.3f} (difference {difference:+.3f}): {call}"
+def verdict(values, a, b):
+    """'A - B: +0.012 ± 0.020 (95% CI of the difference): not separated'."""
+    if a not in values or b not in values:
+        return f"{LABELS.get(a, a)} - {LABELS.get(b, b)}: not measured"
+    return f"{LABELS.get(a, a)} - {LABELS.get(b, b)}: {welch_text(values[a], values[b])}"
 
 
-def claim_check(means, baseline, others):
-    """One plain sentence: does the paper's ordering (baseline best) hold here?"""
+def claim_check(values, baseline, others, what):
+    """One plain sentence: does the paper's ordering (baseline best) hold
+    here, judged by 95% Welch intervals of the difference?"""
     better, worse, tied = [], [], []
     for other in others:
-        if other not in means or means[other][0] is None or means[baseline][0] is None:
+        if other not in values or baseline not in values:
             continue
-        difference = means[baseline][0] - means[other][0]
-        noise = max(means[baseline][1], means[other][1])
-        (better if difference > noise else worse if difference < -noise else tied).append(LABELS.get(other, other))
+        difference, half = welch(values[baseline], values[other])
+        if difference is None or half is None:
+            continue
+        (better if difference > half else worse if difference < -half else tied).append(LABELS.get(other, other))
+    name = LABELS.get(baseline, baseline)
+    if not (better or worse or tied):
+        return f"**Not judged ({what}):** fewer than two seeds on a side."
     if worse:
-        return ("**Differs from the paper here:** " + LABELS.get(baseline, baseline) + " is behind " +
-                ", ".join(worse) + " by more than one standard deviation.")
+        return (f"**Differs from the paper ({what}):** {name} is behind " + ", ".join(worse) +
+                ", separated by the 95% interval of the difference.")
     if better and not tied:
-        return "**Holds here:** " + LABELS.get(baseline, baseline) + " is ahead of every other variant by more than one standard deviation."
-    return ("**Not shown at this scale:** " + LABELS.get(baseline, baseline) +
-            (" is ahead of " + ", ".join(better) + " but" if better else "") +
-            " within one standard deviation of " + ", ".join(tied) + ".")
+        return f"**Holds ({what}):** {name} is ahead of every other variant, separated by the 95% intervals."
+    return (f"**Not separated ({what}):** {name}" + (" is ahead of " + ", ".join(better) + " (separated) but" if better else "") +
+            " not separated from " + ", ".join(tied) + f" at {len(values[baseline])} seeds.")
 
 
 def moving(values, window):
@@ -301,14 +326,10 @@ def gain_lines(rows):
     for variant, _, _, _, after, _, last in rows:
         gains.setdefault(variant, []).append(last - after)
     lines = [""] + [f"- {LABELS.get(v, v)}: reward gain inside a regime (last 10 - first 10 steps) over all "
-                    f"switches and seeds {mean_spread(g)[0]}" for v, g in gains.items()]
+                    f"switches and seeds {mean_ci(g)[0]}" for v, g in gains.items()]
     if "sao" in gains:
-        _, sao_mean, sao_sd = mean_spread(gains["sao"])
         for other in (v for v in gains if v != "sao"):
-            _, other_mean, other_sd = mean_spread(gains[other])
-            separated = abs(sao_mean - other_mean) > max(sao_sd, other_sd)
-            lines.append(f"- SAO vs {LABELS.get(other, other)}: {sao_mean - other_mean:+.3f} "
-                         f"({'more than' if separated else 'within'} one standard deviation)")
+            lines.append(f"- SAO - {LABELS.get(other, other)}, gain: {welch_text(gains['sao'], gains[other])}")
     return lines
 
 
@@ -324,10 +345,10 @@ def drift_table(runs):
     for (variant, switch), values in sorted(by_key.items(), key=lambda item: (VARIANT_ORDER.index(item[0][0])
                                                                               if item[0][0] in VARIANT_ORDER else 99,
                                                                               item[0][1])):
-        before = mean_spread([v[0] for v in values])[0]
-        after = mean_spread([v[1] for v in values])[0]
-        last = mean_spread([v[2] for v in values])[0]
-        gain = mean_spread([v[2] - v[1] for v in values])[0]
+        before = mean_ci([v[0] for v in values])[0]
+        after = mean_ci([v[1] for v in values])[0]
+        last = mean_ci([v[2] for v in values])[0]
+        gain = mean_ci([v[2] - v[1] for v in values])[0]
         recovered = [v[3] for v in values if v[3] is not None]
         recovery = f"{statistics.fmean(recovered):.0f} ({len(recovered)}/{len(values)})" if recovered else \
             f"- (0/{len(values)})"
@@ -506,25 +527,93 @@ def staleness_section(variants, images, report):
     return lines
 
 
+def heading_level(line):
+    """2 for '## ...', 3 for '### ...', 0 for any other line."""
+    hashes = len(line) - len(line.lstrip("#"))
+    return hashes if hashes in (2, 3) and line[hashes:hashes + 1] == " " else 0
+
+
+def headings(lines):
+    """(index, level) of every heading outside fenced code blocks (bench
+    output inside ``` may hold lines that start with '#')."""
+    found, fenced = [], False
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and heading_level(line):
+            found.append((i, heading_level(line)))
+    return found
+
+
+def split_sections(lines, level):
+    """The generated page cut at its headings of `level`: [(heading, lines)],
+    the part before the first heading under heading None."""
+    cuts = [i for i, l in headings(lines) if l == level]
+    parts = [(None, lines[:cuts[0]] if cuts else lines)]
+    for start, end in zip(cuts, cuts[1:] + [len(lines)]):
+        parts.append((lines[start], lines[start:end]))
+    return parts
+
+
 def splice(report, section_lines):
-    """Puts a generated section (its first line is its '## ' heading) into an
-    existing report: in place of the section of that heading, or before the
-    hand-written sections (fault tolerance, benchmarks, GPU) when new."""
+    """Puts a generated section (its first line is its '## ' or '### '
+    heading) into an existing report: in place of the section of that heading,
+    or when new, a '## ' section before the hand-written sections (fault
+    tolerance, benchmarks, GPU) and a '### ' one at the end of the benchmarks."""
     with open(report) as handle:
         lines = handle.read().rstrip("\n").split("\n")
     heading = section_lines[0]
+    level = heading_level(heading)
     body = section_lines if section_lines[-1] == "" else section_lines + [""]
-    if heading in lines:
-        start = lines.index(heading)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    marks = headings(lines)
+    starts = [i for i, _ in marks if lines[i] == heading]
+    if starts:
+        start = starts[0]
+        end = next((i for i, l in marks if i > start and l <= level), len(lines))
         lines[start:end] = body
-    else:
-        anchors = [i for i, line in enumerate(lines) if line.startswith("## Fault tolerance") or
-                   line.startswith("## Runtime benchmarks")]
+    elif level == 2:
+        anchors = [i for i, l in marks if l == 2 and (lines[i].startswith("## Fault tolerance") or
+                                                      lines[i].startswith("## Runtime benchmarks"))]
         at = anchors[0] if anchors else len(lines)
+        lines[at:at] = body
+    else:
+        bench = [i for i, _ in marks if lines[i].startswith("## Runtime benchmarks")]
+        if not bench:
+            sys.exit(f"evidence_report: {report} has no '## Runtime benchmarks' section for {heading}")
+        at = next((i for i, l in marks if i > bench[0] and l == 2), len(lines))
         lines[at:at] = body
     with open(report, "w") as handle:
         handle.write("\n".join(lines) + "\n")
+
+
+# Which generated headings each evidence.sh part owns (prefixes of the line).
+PART_HEADINGS = {
+    "compare": ["## SAO vs GRPO vs PPO: arithmetic", "## Pipeline (arithmetic"],
+    "maze": ["## SAO vs GRPO vs PPO: maze"],
+    "ablations": ["## Ablations"],
+    "stability": ["## Stability"],
+    "staleness": ["## Staleness stress"],
+    "drift": ["## Online learning"],
+}
+
+
+def splice_parts(report, md, parts):
+    """Replaces, inside an existing report, the generated sections of the
+    named parts (plus the page's head and 'How each run is made'), leaving
+    every other section, hand-written ones included, as it is."""
+    own = ["## How each run is made"] + [h for part in parts for h in PART_HEADINGS.get(part, [])]
+    sections = split_sections(md, 2)
+    with open(report) as handle:
+        old = handle.read().rstrip("\n").split("\n")
+    old_head = split_sections(old, 2)[0][1]
+    with open(report, "w") as handle:
+        handle.write("\n".join(sections[0][1] + old[len(old_head):]) + "\n")
+    for heading, lines in sections[1:]:
+        if any(heading.startswith(prefix) for prefix in own):
+            splice(report, lines)
+        elif heading == "## Runtime benchmarks" and "bench" in parts:
+            for _, sub_lines in split_sections(lines, 3)[1:]:
+                splice(report, sub_lines)
 
 
 BENCHES = [
@@ -587,21 +676,23 @@ def main():
     out, report, images = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(images, exist_ok=True)
     found = experiments(out)
-    # --splice staleness: regenerate only that section inside the existing
-    # report, so one section can be rerun without the runs of the others.
+    # --splice PART,...: regenerate only those parts' sections inside the
+    # existing report, so a part can be rerun without the runs of the others
+    # and the hand-written sections (fault tolerance, GPU, ...) stay.
+    parts = None
     if len(sys.argv) > 5 and sys.argv[4] == "--splice":
-        for name in sys.argv[5].split(","):
-            if name != "staleness":
-                sys.exit(f"evidence_report: --splice supports staleness only, got {name}")
-            if "staleness" not in found:
-                sys.exit(f"evidence_report: no finished staleness runs under {out}/staleness")
-            splice(report, staleness_section(found["staleness"], images, report))
-        print(f"updated {report}")
-        return
+        parts = sys.argv[5].split(",")
+        known = list(PART_HEADINGS) + ["bench"]
+        unknown = [p for p in parts if p not in known]
+        if unknown:
+            sys.exit(f"evidence_report: --splice knows {', '.join(known)}; got {', '.join(unknown)}")
+        if not os.path.exists(report):
+            sys.exit(f"evidence_report: --splice needs an existing report; {report} is missing")
     md = ["# Results: the paper's claims at small scale", "",
           "Generated by `bench/evidence.sh` (runs) and `bench/evidence_report.py` (this page) from the raw",
           f"`metrics.jsonl` of every run under `{out}/`; rebuild it without rerunning with",
-          "`bench/evidence.sh --report-only`. Rerun a part with `bench/evidence.sh --only compare|ablations|stability|drift`.",
+          "`bench/evidence.sh --report-only`. Rerun a part with `bench/evidence.sh --only PART` (compare, maze, ablations,",
+          "stability, staleness, drift, bench), which replaces that part's sections and leaves the rest of this page.",
           "", f"Hardware: {hardware()}.", "",
           "Scale: a 0.77M-parameter model, byte tokenizer, tasks built into the runtime (`arithmetic`, the agentic",
           "`maze`, the drifting `drift`), warm-started by SFT once per task and shared by all runs of that task;",
@@ -614,8 +705,8 @@ def main():
            "Every run is `./build/sao train [--config FILE] --run-dir OUT/EXPERIMENT/VARIANT/seed_N --set run.seed=N "
            "--set train.init_checkpoint=OUT/sft_TASK/sft --set train.checkpoint_every=0 --set console.enabled=false` "
            "plus the overrides below (the exact lines are in `bench/evidence.sh`; each run's resolved config is its "
-           f"`config.json`). Seeds 1-3 (stability: {stability_seeds}).", "",
-           "- arithmetic: default config, `train.steps=300 train.eval_every=50`; SAO/PPO/ablations add "
+           f"`config.json`). Seeds 1..N as each table's seeds column says (stability: {stability_seeds}).", "",
+           "- arithmetic: default config (actor lr 1e-5, critic lr 5e-3), `train.steps=300 train.eval_every=50`; SAO/PPO/ablations add "
            "`replay.min_batch=64 replay.max_batch=64 rollout.episodes_per_actor=64`; GRPO-sync is `config/grpo_arith.json`, "
            "GRPO-async `config/grpo_async_arith.json`; PPO `learner.algorithm=ppo`; ablations `learner.critic_updates=1`, "
            "`learner.freeze_critic_attention=false`, `learner.baseline=running_mean`, `learner.policy_loss=ppo`.",
@@ -629,7 +720,7 @@ def main():
            "- warm starts: `sao sft --run-dir OUT/sft_arith` (default), `--config config/sao_agentic.json` (maze), "
            "`--config config/sao_drift.json` (drift; drift_tasks adds its task overrides and `sft.steps=150`).", ""]
     missing = [name for name in ("arith", "maze", "stability", "drift", "drift_tasks") if name not in found]
-    if missing:
+    if missing and parts is None:
         md += [f"Not run yet (no finished runs under `{out}/`): {', '.join(missing)}.", ""]
 
     for task, title in (("arith", "arithmetic (reasoning)"), ("maze", "maze (agentic, multi-turn)")):
@@ -642,11 +733,17 @@ def main():
         md += [f"## SAO vs GRPO vs PPO: {title}", "", f"Paper: {PAPER['compare']}", "",
                "Every algorithm trains on 64 trajectories per update (SAO 64 x 1, GRPO 8 prompts x 8) for the same",
                "number of updates, so trajectories and generated tokens are matched.", ""]
-        table, means = comparison_table(variants, order)
+        table, finals, at_wall, equal_wall = comparison_table(variants, order)
         md += table + [""]
-        for other in ("grpo_sync", "grpo_async", "ppo"):
-            md.append("- " + verdict(means, "sao", other))
-        md += ["", claim_check(means, "sao", ["grpo_sync", "grpo_async", "ppo"]), ""]
+        others = ["grpo_sync", "grpo_async", "ppo"]
+        md += ["At equal trajectories (final held-out accuracy):"] + \
+              ["- " + verdict(finals, "sao", other) for other in others] + [""]
+        if equal_wall:
+            md += [f"At equal wall time ({equal_wall:.0f} s of training):"] + \
+                  ["- " + verdict(at_wall, "sao", other) for other in others] + [""]
+        md += [claim_check(finals, "sao", others, "equal trajectories"), ""]
+        if equal_wall:
+            md += [claim_check(at_wall, "sao", others, "equal wall time"), ""]
         groups = [(v, variants[v]) for v in order if v in variants]
         for axis in ("trajectories", "tokens", "wall_time_s"):
             png = os.path.join(images, f"{task}_compare_{axis}.png")
@@ -660,11 +757,11 @@ def main():
         variants = found["arith"]
         order = ["sao", "sao_k1", "sao_unfrozen_critic", "sao_running_mean", "sao_ppo_clip"]
         md += ["## Ablations (arithmetic)", "", f"Paper: {PAPER['ablations']}", ""]
-        table, means = comparison_table(variants, order)
+        table, finals, _, _ = comparison_table(variants, order)
         md += table + [""]
         for other in order[1:]:
-            md.append("- " + verdict(means, "sao", other))
-        md += ["", claim_check(means, "sao", order[1:]), ""]
+            md.append("- " + verdict(finals, "sao", other))
+        md += ["", claim_check(finals, "sao", order[1:], "equal trajectories"), ""]
         png = os.path.join(images, "arith_ablations.png")
         plot([(v, variants[v]) for v in order if v in variants], png, "trajectories", "accuracy,reward")
         md += [f"![ablations]({os.path.relpath(png, os.path.dirname(report))})", ""]
@@ -697,7 +794,7 @@ def main():
                "`build/bench/bench_drift_recovery RUN_DIR 10 0.05`: reward before = mean of the 10 steps before the switch,",
                "first 10 after = the 10 steps after it, last 10 = the last 10 steps before the next switch (or the end),",
                "recovery = steps until a 10-step mean made only of post-switch steps is within 0.05 of the level before",
-               "(10 at the earliest; - = not before the next switch or the end). Mean ± sd over seeds.", "",
+               "(10 at the earliest; - = not before the next switch or the end). Means with 95% t-intervals over seeds.", "",
                "### A new answer style", "",
                "The required answer style switches every 50 learner steps (plain, then reversed digits, then plain);",
                "the warm start (SFT) answered plain only.", ""]
@@ -711,7 +808,7 @@ def main():
         for r in rows:
             if r[2] == first_switch:
                 end_levels.setdefault(r[0], []).append(r[6])
-        levels = ", ".join(f"{LABELS.get(v, v)} {mean_spread(values)[0]}" for v, values in end_levels.items())
+        levels = ", ".join(f"{LABELS.get(v, v)} {mean_ci(values)[0]}" for v, values in end_levels.items())
         md += ["", ("**Differs from the paper here:** no variant recovers within a regime whose answers it must newly "
                     "learn (the drop after the first switch stays until the switch back)"
                     if not recovered_new else f"{len(recovered_new)} switch(es) with a drop were recovered from "
@@ -746,6 +843,10 @@ def main():
 
     md += bench_section(out)
 
+    if parts is not None:
+        splice_parts(report, md, parts)
+        print(f"updated {report}: {', '.join(parts)}")
+        return
     with open(report, "w") as handle:
         handle.write("\n".join(md) + "\n")
     print(f"wrote {report}")

@@ -218,6 +218,44 @@ TEST_CASE("with rollout.weight_delay_versions = 2 the weight-sync actor publishe
   caf::anon_send_exit(weight_sync, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("an env actor with latency holds replies without holding its thread") {
+  System s;
+  caf::scoped_actor self{*s.system};
+  SUBCASE("every request of a burst is held at once, not served one after another") {
+    sao::actors::EnvActorConfig config{"env-0", "arithmetic", nlohmann::json::object()};
+    config.latency.distribution = "fixed";
+    config.latency.mean_ms = 600000.0;  // never due within the test
+    auto env = sao::actors::spawn_env_actor(*s.system, config);
+    for (int64_t id = 1; id <= 4; ++id) self->send(env, sao::msg::EnvReset{id, 7});
+    // Mailbox order: the status request is served after the four resets.
+    double held = -1;
+    self->request(env, kHangGuard, sao::atoms::status_atom_v)
+        .receive([&](const sao::msg::ActorStatus& status) { held = status.numbers.at("replies_held"); },
+                 [](const caf::error&) {});
+    CHECK(held == 4);
+    caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
+  }
+  SUBCASE("a held reply arrives, no sooner than its latency") {
+    sao::actors::EnvActorConfig config{"env-0", "arithmetic", nlohmann::json::object()};
+    config.latency.distribution = "fixed";
+    config.latency.mean_ms = 300.0;
+    auto env = sao::actors::spawn_env_actor(*s.system, config);
+    const auto sent = std::chrono::steady_clock::now();
+    std::string observation;
+    self->request(env, kHangGuard, sao::msg::EnvReset{1, 7})
+        .receive([&](const sao::msg::EnvReply& reply) { observation = reply.outcome.observation; },
+                 [](const caf::error&) {});
+    CHECK_FALSE(observation.empty());
+    CHECK(std::chrono::steady_clock::now() - sent >= 300ms);  // a lower bound: holds on any machine
+    double held = -1;
+    self->request(env, kHangGuard, sao::atoms::status_atom_v)
+        .receive([&](const sao::msg::ActorStatus& status) { held = status.numbers.at("replies_held"); },
+                 [](const caf::error&) {});
+    CHECK(held == 0);
+    caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
+  }
+}
+
 TEST_CASE("an env actor turns environment errors into error replies and stays up") {
   System s;
   caf::scoped_actor self{*s.system};

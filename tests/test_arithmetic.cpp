@@ -296,3 +296,48 @@ TEST_CASE("reversed answers: sign first, digits least significant first") {
   config.answer_format = "backwards";
   CHECK_THROWS_WITH(config.validate(), doctest::Contains("task.answer_format"));
 }
+
+TEST_CASE("carry-forgotten answers: digit-wise, no carry or borrow") {
+  CHECK(ArithmeticTask::carry_forgotten_result({19, '+', 23}) == 32);  // 9+3=12 -> 2, 1+2 -> 3
+  CHECK(ArithmeticTask::carry_forgotten_result({95, '+', 7}) == 92);   // 5+7 -> 2, 9 -> 9
+  CHECK(ArithmeticTask::carry_forgotten_result({12, '+', 34}) == 46);  // no carry: the right answer
+  CHECK(ArithmeticTask::carry_forgotten_result({42, '-', 17}) == 35);  // |2-7| = 5, 4-1 = 3
+  CHECK(ArithmeticTask::carry_forgotten_result({3, '-', 10}) == -13);  // b > a: -(10 ~ 3) = -13
+  CHECK(ArithmeticTask::carry_forgotten_result({30, '-', 30}) == 0);
+  CHECK(ArithmeticTask::carry_forgotten_result({0, '+', 0}) == 0);
+  CHECK(ArithmeticTask::carry_forgotten_result({7, '*', 8}) == 56);  // '*' is left right
+}
+
+TEST_CASE("demonstrations slip at the configured rate and not at rate 0") {
+  ArithmeticConfig config;
+  const ArithmeticProblem carry{19, '+', 23};
+  SUBCASE("rate 0: the right answer, and the generator is not touched") {
+    const ArithmeticTask task(config);
+    std::mt19937_64 rng(5), untouched(5);
+    CHECK(task.demonstration_text(carry, rng) == "42");
+    CHECK(rng() == untouched());
+  }
+  SUBCASE("rate 1: always the slip, in the answer format") {
+    config.demonstration_slip_rate = 1.0;
+    config.answer_format = "reversed";
+    const ArithmeticTask task(config);
+    std::mt19937_64 rng(5);
+    CHECK(task.demonstration_text(carry, rng) == "23");          // 32 reversed
+    CHECK(task.demonstration_text({12, '+', 34}, rng) == "64");  // nothing to forget: 46 reversed
+  }
+  SUBCASE("rate 0.3: about 30% of carry problems") {
+    config.demonstration_slip_rate = 0.3;
+    const ArithmeticTask task(config);
+    std::mt19937_64 rng(11);
+    int slips = 0;
+    for (int i = 0; i < 10000; ++i) slips += task.demonstration_text(carry, rng) == "32";
+    CHECK(slips > 2800);  // 10,000 draws: sd 46, so +-200 is > 4 sd
+    CHECK(slips < 3200);
+  }
+  SUBCASE("out of range is an error naming the key") {
+    config.demonstration_slip_rate = 1.5;
+    CHECK_THROWS_WITH(config.validate(), doctest::Contains("task.demonstration_slip_rate: must be in [0, 1], got 1.5"));
+    config.demonstration_slip_rate = std::numeric_limits<double>::quiet_NaN();
+    CHECK_THROWS_WITH(config.validate(), doctest::Contains("task.demonstration_slip_rate"));
+  }
+}

@@ -114,6 +114,14 @@ TEST_CASE("wrong types and bad values name the key") {
   document["task"]["max_digits"] = 12;
   CHECK(error_of(document).find("task.max_digits") != std::string::npos);
   document = default_config_document();
+  document["env"]["latency"] = "lognormal";
+  CHECK(error_of(document) == "test.json.env.latency_ms: must be > 0 with latency \"lognormal\"");
+  document["env"]["latency_ms"] = 500;
+  CHECK(parse_run_config(document, "test.json").env.latency.mean_ms == 500);
+  document = default_config_document();
+  document["task"]["demonstration_slip_rate"] = 2;
+  CHECK(error_of(document) == "test.json.task: task.demonstration_slip_rate: must be in [0, 1], got 2");
+  document = default_config_document();
   document["sft"] = 5;
   CHECK(error_of(document) == "test.json.sft: expected an object, got number 5");
 }

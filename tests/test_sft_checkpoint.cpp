@@ -46,6 +46,17 @@ TEST_CASE("SFT batches mask exactly the answer and EOS targets") {
   }
 }
 
+TEST_CASE("SFT batches take given answer texts, one per problem") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  const std::vector<sao::env::ArithmeticProblem> problems = {{19, '+', 23}};
+  // A slipped demonstration: "32" is trained as written, not the right "42".
+  const auto batch = sao::train::make_sft_batch(tokenizer, problems, std::vector<std::string>{"32"});
+  CHECK(batch.input_ids[0][7].item<int64_t>() == tokenizer.encode("3")[0]);
+  CHECK(batch.input_ids[0][8].item<int64_t>() == tokenizer.encode("2")[0]);
+  CHECK_THROWS_WITH(sao::train::make_sft_batch(tokenizer, problems, std::vector<std::string>{"32", "42"}),
+                    "make_sft_batch: 2 answers for 1 problems");
+}
+
 TEST_CASE("the SFT learning rate warms up linearly and decays to 10%") {
   sao::config::SftSection options;
   options.learning_rate = 1.0;

@@ -146,6 +146,10 @@ template <typename Env, typename Visit>
 void env_keys(Env& env, Visit visit) {
   visit("name", env.name);
   visit("plugin", env.plugin);
+  visit("latency", env.latency.distribution);
+  visit("latency_ms", env.latency.mean_ms);
+  visit("latency_sigma", env.latency.sigma);
+  visit("latency_max_ms", env.latency.max_ms);
 }
 
 // group_size and synchronous are not keys: derive_dependent_settings sets them.
@@ -266,6 +270,7 @@ void read_env(JsonReader reader, EnvSection& env) {
   env_keys(env, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   if (env.name.empty()) throw Error(reader.where() + ".name: must name a registered environment");
+  env.latency.validate(reader.where());
 }
 
 void read_replay(JsonReader reader, replay::ReplayConfig& replay) {

@@ -7,6 +7,7 @@
 
 #include "algo/learner_config.hpp"
 #include "env/arithmetic.hpp"
+#include "env/latency.hpp"
 #include "model/generation.hpp"
 #include "model/model_config.hpp"
 #include "replay/replay_buffer.hpp"
@@ -84,6 +85,10 @@ struct EnvSection {
   // the config is parsed, so `name` may be one it registers. Every process
   // that parses the config loads it (an env node of a cluster too).
   std::string plugin;
+  // Simulated latency of every reset and step (keys latency, latency_ms,
+  // latency_sigma, latency_max_ms; env/latency.hpp): what a tool call or a
+  // sandbox would cost, so the asynchronous speed-up can be measured.
+  env::LatencyModel latency;
 };
 
 struct TrainSection {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -140,6 +141,11 @@ void ArithmeticConfig::validate() const {
   if (!(test_fraction > 0.0 && test_fraction <= 0.5)) {
     config_error("test_fraction", "must be in (0, 0.5], got " + std::to_string(test_fraction));
   }
+  if (!(demonstration_slip_rate >= 0.0 && demonstration_slip_rate <= 1.0)) {
+    std::ostringstream got;
+    got << demonstration_slip_rate;
+    config_error("demonstration_slip_rate", "must be in [0, 1], got " + got.str());
+  }
   if (answer_format != "plain" && answer_format != "reversed") {
     config_error("answer_format", "must be \"plain\" or \"reversed\", got \"" + answer_format + "\"");
   }
@@ -240,13 +246,59 @@ std::vector<ArithmeticProblem> ArithmeticTask::build_test_set() const {
   return problems;
 }
 
-std::string ArithmeticTask::target_text(const ArithmeticProblem& problem, const std::string& answer_format) {
-  std::string answer = problem.answer();
+namespace {
+std::string format_answer(int64_t value, const std::string& answer_format) {
+  std::string answer = std::to_string(value);
   if (answer_format == "reversed") {
     const size_t digits_begin = !answer.empty() && answer[0] == '-' ? 1 : 0;
     std::reverse(answer.begin() + static_cast<std::ptrdiff_t>(digits_begin), answer.end());
   }
   return answer;
+}
+
+// Digit-wise combination of two non-negative numbers, no carry between digits.
+int64_t digitwise(int64_t a, int64_t b, int (*combine)(int, int)) {
+  int64_t out = 0;
+  int64_t place = 1;
+  while (a > 0 || b > 0) {
+    out += combine(static_cast<int>(a % 10), static_cast<int>(b % 10)) * place;
+    a /= 10;
+    b /= 10;
+    place *= 10;
+  }
+  return out;
+}
+}  // namespace
+
+std::string ArithmeticTask::target_text(const ArithmeticProblem& problem, const std::string& answer_format) {
+  return format_answer(problem.result(), answer_format);
+}
+
+int64_t ArithmeticTask::carry_forgotten_result(const ArithmeticProblem& problem) {
+  if (problem.a < 0 || problem.b < 0) return problem.result();
+  const auto sum_mod_10 = [](int x, int y) { return (x + y) % 10; };
+  const auto larger_less_smaller = [](int x, int y) { return x > y ? x - y : y - x; };
+  switch (problem.op) {
+    case '+':
+      return digitwise(problem.a, problem.b, sum_mod_10);
+    case '-':
+      return problem.a >= problem.b ? digitwise(problem.a, problem.b, larger_less_smaller)
+                                    : -digitwise(problem.b, problem.a, larger_less_smaller);
+    default:
+      return problem.result();
+  }
+}
+
+std::string ArithmeticTask::demonstration_text(const ArithmeticProblem& problem, std::mt19937_64& rng) const {
+  // No draw at rate 0, so a teacher without slips leaves the SFT stream (and
+  // every warm start measured before this knob) unchanged.
+  if (config_.demonstration_slip_rate <= 0.0) return target_text(problem, config_.answer_format);
+  // A 53-bit uniform draw from the raw generator: portable, like the sampling.
+  const double draw = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  if (draw < config_.demonstration_slip_rate) {
+    return format_answer(carry_forgotten_result(problem), config_.answer_format);
+  }
+  return target_text(problem, config_.answer_format);
 }
 
 bool ArithmeticTask::verify(const ArithmeticProblem& problem, std::string_view model_output,

@@ -26,6 +26,12 @@ struct ArithmeticConfig {
   // Reversed answers let a tiny transformer compute carries in the order it
   // writes, so it learns the rule instead of memorising problems.
   std::string answer_format = "plain";
+  // The warm-start teacher's slip rate: the probability that a demonstration
+  // (SFT) writes the answer of a pupil who forgets every carry and borrow
+  // ("19+23=" -> "32", "42-17=" -> "35") where that differs from the right
+  // one. Rewards always check the right answer, so RL has a systematic error
+  // to undo that more demonstrations would only reinforce. Applies to + and -.
+  double demonstration_slip_rate = 0.0;
 
   // Throws sao::Error naming the offending key ("task.max_digits ...").
   // Also checks that at least test_size held-out problems exist, which may
@@ -78,6 +84,14 @@ class ArithmeticTask {
                      const std::string& answer_format = "plain");
   // The answer text the model should write, in the given format.
   static std::string target_text(const ArithmeticProblem& problem, const std::string& answer_format = "plain");
+
+  // The result without carries or borrows: each digit of a + b is the digits'
+  // sum mod 10, each digit of a - b the larger digit less the smaller
+  // (negated when b > a). Equals result() for '*' and when nothing carries.
+  static int64_t carry_forgotten_result(const ArithmeticProblem& problem);
+  // A warm-start demonstration's answer text: target_text(), or with
+  // probability demonstration_slip_rate the carry-forgotten answer.
+  std::string demonstration_text(const ArithmeticProblem& problem, std::mt19937_64& rng) const;
 
   // Full SFT text for the warm start: prompt() + answer(). The caller adds
   // BOS/EOS tokens.

@@ -39,6 +39,7 @@ void arithmetic_keys(Config& task, Visit visit) {
   visit("test_fraction", task.test_fraction);
   visit("test_size", task.test_size);
   visit("answer_format", task.answer_format);
+  visit("demonstration_slip_rate", task.demonstration_slip_rate);
 }
 }  // namespace
 

@@ -1,6 +1,8 @@
 // Supervised warm start; see sft.hpp.
 #include "train/sft.hpp"
 
+#include "base/error.hpp"
+
 #include "model/device.hpp"
 
 #include "tokenizer/load_tokenizer.hpp"
@@ -13,13 +15,25 @@ namespace sao::train {
 
 SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems,
                         const std::string& answer_format) {
+  std::vector<std::string> answers;
+  answers.reserve(problems.size());
+  for (const auto& problem : problems) answers.push_back(env::ArithmeticTask::target_text(problem, answer_format));
+  return make_sft_batch(tokenizer, problems, answers);
+}
+
+SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems,
+                        const std::vector<std::string>& answers) {
+  if (answers.size() != problems.size()) {
+    throw Error("make_sft_batch: " + std::to_string(answers.size()) + " answers for " +
+                std::to_string(problems.size()) + " problems");
+  }
   std::vector<std::vector<int64_t>> sequences;
   std::vector<size_t> prompt_lengths;
   size_t width = 0;
-  for (const auto& problem : problems) {
-    auto ids = encode_prompt(tokenizer, problem);
+  for (size_t i = 0; i < problems.size(); ++i) {
+    auto ids = encode_prompt(tokenizer, problems[i]);
     prompt_lengths.push_back(ids.size());
-    const auto answer = tokenizer.encode(env::ArithmeticTask::target_text(problem, answer_format));
+    const auto answer = tokenizer.encode(answers[i]);
     ids.insert(ids.end(), answer.begin(), answer.end());
     const auto end = tokenizer.action_end();
     ids.insert(ids.end(), end.begin(), end.end());
@@ -126,8 +140,12 @@ SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, cons
       policy, options, "sft",
       [&](int64_t) {
         std::vector<env::ArithmeticProblem> problems;
-        for (int64_t i = 0; i < options.batch_size; ++i) problems.push_back(task.sample_train(rng));
-        return make_sft_batch(tokenizer, problems, task.config().answer_format);
+        std::vector<std::string> answers;
+        for (int64_t i = 0; i < options.batch_size; ++i) {
+          problems.push_back(task.sample_train(rng));
+          answers.push_back(task.demonstration_text(problems.back(), rng));
+        }
+        return make_sft_batch(tokenizer, problems, answers);
       },
       metrics);
 }

@@ -25,6 +25,9 @@ struct SftBatch {
 
 SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems,
                         const std::string& answer_format = "plain");
+// The same with each problem's answer text given (answers[i] for problems[i]).
+SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems,
+                        const std::vector<std::string>& answers);
 // Mean cross-entropy of the answer tokens; logits [B, T, V].
 torch::Tensor sft_loss(const torch::Tensor& logits, const SftBatch& batch);
 // Linear warm-up, then cosine decay to 10% of the peak.

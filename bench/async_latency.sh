@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The asynchronous speed-up where it exists: environments that spend wall
+# time waiting (tool calls, sandboxes, remote services) rather than the
+# trainer's CPU. Each run trains the same warm start for STEPS learner steps
+# of 64 trajectories with a simulated env latency (env.latency, long-tailed
+# lognormal, mean L ms, on every reset and step) and N rollout actors, in
+# two modes:
+#   sao_async  SAO as shipped: rollouts and learner overlap
+#   grpo_sync  synchronous GRPO, G = 8 (config/grpo_arith.json)
+# and prints trajectories/s and learner steps/s per run, and the speed-up of
+# sao_async over the synchronous mode measured in the same sweep. (SAO behind
+# the synchronous barrier, train.mode=sync with learner.algorithm=sao, stops
+# after its first step: a known bug, issue #17, so it is not offered here.)
+#
+#   bench/async_latency.sh SFT_CHECKPOINT [--steps S] [--actors "1 4 16"]
+#                          [--latency "0 100 500"] [--modes "sao_async grpo_sync"] [--out DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sft=${1:?usage: bench/async_latency.sh SFT_CHECKPOINT [--steps S] [--actors LIST] [--latency LIST] [--modes LIST] [--out DIR]}
+shift
+steps=20
+actors="1 4 16"
+latencies="0 100 500"
+modes="sao_async grpo_sync"
+out=$(mktemp -d /tmp/sao_async_latency.XXXX)
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --steps) steps=$2; shift 2 ;;
+    --actors) actors=$2; shift 2 ;;
+    --latency) latencies=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "async_latency: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+sao=${SAO_BIN:-./build/sao}
+[ -x "$sao" ] || { echo "async_latency: build first (deploy/build.sh), or set SAO_BIN" >&2; exit 2; }
+[ -f "$sft/model.safetensors" ] || { echo "async_latency: no warm start at $sft (run sao sft first)" >&2; exit 2; }
+mkdir -p "$out"
+
+run() {  # run MODE ACTORS LATENCY_MS
+  local mode=$1 n=$2 latency=$3 dir=$out/$1_n$2_l$3
+  [ -f "$dir/summary.json" ] && return
+  local flags=(--set train.init_checkpoint="$sft" --set console.enabled=false --set train.eval_every=0
+               --set train.checkpoint_every=0 --set train.steps="$steps" --set rollout.num_actors="$n"
+               --set rollout.episodes_per_actor=$((64 / n > 4 ? 64 / n : 4)))
+  if [ "$latency" != 0 ]; then
+    # The timeout above the latency cap (20 x mean), so no episode is lost to it.
+    flags+=(--set env.latency=lognormal --set env.latency_ms="$latency" --set rollout.env_timeout_ms=$((40 * latency + 5000)))
+  fi
+  case "$mode" in
+    sao_async) flags+=(--set replay.min_batch=64 --set replay.max_batch=64) ;;
+    grpo_sync) flags=(--config config/grpo_arith.json "${flags[@]}") ;;
+    *) echo "async_latency: unknown mode $mode" >&2; exit 2 ;;
+  esac
+  # GRPO needs whole groups of 8 per rollout batch.
+  [ "$mode" = grpo_sync ] && flags+=(--set rollout.episodes_per_actor=$((64 / n > 8 ? 64 / n : 8)))
+  echo "async_latency: $mode, $n rollout actors, latency $latency ms" >&2
+  "$sao" train --run-dir "$dir" "${flags[@]}" > "$dir.log" 2>&1 ||
+    { echo "async_latency: $mode n=$n latency=$latency failed, see $dir.log" >&2; return; }
+}
+
+for latency in $latencies; do
+  for n in $actors; do
+    for mode in $modes; do run "$mode" "$n" "$latency"; done
+  done
+done
+
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+rows = {}
+for name in sorted(os.listdir(out)):
+    path = os.path.join(out, name, "metrics.jsonl")
+    if not os.path.isfile(path):
+        continue
+    steps = [json.loads(line) for line in open(path)]
+    steps = [s for s in steps if "trajectories" in s and "wall_time_s" in s]
+    if len(steps) < 2:
+        continue
+    # From the end of the first step to the end of the last: start-up and the
+    # first batch's fill are not throughput.
+    wall = steps[-1]["wall_time_s"] - steps[0]["wall_time_s"]
+    trajectories = sum(s["trajectories"] for s in steps[1:])
+    mode, n, latency = name.rsplit("_n", 1)[0], *name.rsplit("_n", 1)[1].split("_l")
+    rows[(int(latency), int(n), mode)] = (trajectories / wall, (len(steps) - 1) / wall)
+print(f"{'latency ms':>10} {'actors':>6} {'mode':>10} {'traj/s':>8} {'steps/s':>8} {'async speed-up':>15}")
+for (latency, n, mode), (tps, sps) in sorted(rows.items()):
+    base = rows.get((latency, n, "sao_async"))
+    ratio = f"{base[0] / tps:.2f}x" if base and mode != "sao_async" else ""
+    print(f"{latency:>10} {n:>6} {mode:>10} {tps:>8.1f} {sps:>8.2f} {ratio:>15}")
+print("async speed-up: sao_async trajectories/s over this mode's, same latency and actors, same sweep")
+PY
+echo "runs kept in $out" >&2
