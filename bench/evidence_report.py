@@ -207,12 +207,13 @@ def comparison_table(variants, order):
         runs = variants[variant]
         finals[variant] = [final_accuracy(r) for r in runs]
         at_wall[variant] = [accuracy_at_wall(r, equal_wall) for r in runs] if equal_wall else []
-        first_text, _, _ = mean_spread([first_accuracy(r) for r in runs])
+        firsts = [a for a in (first_accuracy(r) for r in runs) if a is not None]
+        first_text = f"{statistics.fmean(firsts):.3f}" if firsts else "-"
         trajectories = statistics.fmean(totals(r)[0] for r in runs)
         tokens = statistics.fmean(totals(r)[1] for r in runs)
         wall_values = [r["wall"] for r in runs if r["wall"] is not None]
         wall = f"{statistics.fmean(wall_values):.0f}" if wall_values else "-"
-        lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {first_text.split(' ±')[0]} | "
+        lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {first_text} | "
                      f"{mean_ci(finals[variant])[0]} | {mean_ci(at_wall[variant])[0]} | "
                      f"{mean_ci([late_reward(r) for r in runs])[0]} | {trajectories:.0f} | {tokens:.0f} | {wall} |")
     return lines, finals, at_wall, equal_wall

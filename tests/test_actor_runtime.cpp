@@ -218,6 +218,17 @@ TEST_CASE("with rollout.weight_delay_versions = 2 the weight-sync actor publishe
   caf::anon_send_exit(weight_sync, caf::exit_reason::user_shutdown);
 }
 
+namespace {
+// The env actor's count of replies it is holding for their latency (-1: no answer).
+double replies_held(caf::scoped_actor& self, const sao::actors::EnvActor& env) {
+  double held = -1;
+  self->request(env, kHangGuard, sao::atoms::status_atom_v)
+      .receive([&](const sao::msg::ActorStatus& status) { held = status.numbers.at("replies_held"); },
+               [](const caf::error&) {});
+  return held;
+}
+}  // namespace
+
 TEST_CASE("an env actor with latency holds replies without holding its thread") {
   System s;
   caf::scoped_actor self{*s.system};
@@ -228,10 +239,7 @@ TEST_CASE("an env actor with latency holds replies without holding its thread") 
     auto env = sao::actors::spawn_env_actor(*s.system, config);
     for (int64_t id = 1; id <= 4; ++id) self->send(env, sao::msg::EnvReset{id, 7});
     // Mailbox order: the status request is served after the four resets.
-    double held = -1;
-    self->request(env, kHangGuard, sao::atoms::status_atom_v)
-        .receive([&](const sao::msg::ActorStatus& status) { held = status.numbers.at("replies_held"); },
-                 [](const caf::error&) {});
+    const double held = replies_held(self, env);
     CHECK(held == 4);
     caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
   }
@@ -247,10 +255,7 @@ TEST_CASE("an env actor with latency holds replies without holding its thread") 
                  [](const caf::error&) {});
     CHECK_FALSE(observation.empty());
     CHECK(std::chrono::steady_clock::now() - sent >= 300ms);  // a lower bound: holds on any machine
-    double held = -1;
-    self->request(env, kHangGuard, sao::atoms::status_atom_v)
-        .receive([&](const sao::msg::ActorStatus& status) { held = status.numbers.at("replies_held"); },
-                 [](const caf::error&) {});
+    const double held = replies_held(self, env);
     CHECK(held == 0);
     caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
   }
