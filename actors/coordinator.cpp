@@ -309,7 +309,18 @@ CoordinatorActor::behavior_type coordinator_behavior(Self self, CoordinatorConfi
         // Drifting environments change their rule with the learner's progress.
         for (auto& env : self->state.envs) self->send(env, atoms::train_step_atom_v, report.step);
         for (auto& item : self->state.remote_envs) self->send(item.second, atoms::train_step_atom_v, report.step);
-        if (report.step >= self->state.config.run.train.steps) finish(self, msg::RunEnd::kBudget);
+        if (report.step >= self->state.config.run.train.steps) {
+          finish(self, msg::RunEnd::kBudget);
+          return;
+        }
+        // Sync mode: rollouts start a round when new weights arrive; a step
+        // that made none (critic warm-up, a skipped step) releases it here.
+        const auto updated = report.metrics.find("policy_updated");
+        if (self->state.config.run.replay.synchronous && updated != report.metrics.end() && updated->second == 0.0) {
+          for (auto& rollout : all_rollouts(self->state)) {
+            self->send(rollout, atoms::learner_idle_atom_v, report.policy_version);
+          }
+        }
       },
       [self](const msg::EpisodeLost& lost) {
         auto& state = self->state;

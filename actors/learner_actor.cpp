@@ -179,7 +179,12 @@ void run_step(Self self, msg::TrainBatch& batch) {
   if (result.policy_updated) self->send(state.weight_sync, current_weights(state));
   state.last_metrics = metrics;
   msg::StepReport report{state.learner->steps(), state.learner->policy_version(), metrics, latencies};
-  self->send(state.coordinator, msg::StepReport{report.step, report.policy_version, {}, {}});
+  // The coordinator needs only whether the policy changed: in sync mode a
+  // step without new weights (critic warm-up, a skipped step) must release
+  // the next round itself, since no weights will.
+  self->send(
+      state.coordinator,
+      msg::StepReport{report.step, report.policy_version, {{"policy_updated", result.policy_updated ? 1.0 : 0.0}}, {}});
   self->send(state.metrics, std::move(report));
   const auto& train = state.config.run.train;
   const int64_t step = state.learner->steps();

@@ -32,11 +32,13 @@ using EnvActor = caf::typed_actor<caf::replies_to<msg::EnvReset>::with<msg::EnvR
                                   caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using RolloutActor = caf::typed_actor<caf::reacts_to<msg::PolicyWeights>,
-                                       caf::reacts_to<atoms::decode_atom>,  // self: one decode step
-                                       caf::reacts_to<atoms::start_atom>,   // self: try to start a session
-                                       caf::reacts_to<atoms::pause_atom>, caf::reacts_to<atoms::resume_atom>,
-                                       caf::reacts_to<atoms::env_atom, EnvActor>,  // the env to play against
-                                       caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+                                      caf::reacts_to<atoms::decode_atom>,  // self: one decode step
+                                      caf::reacts_to<atoms::start_atom>,   // self: try to start a session
+                                      caf::reacts_to<atoms::pause_atom>, caf::reacts_to<atoms::resume_atom>,
+                                      caf::reacts_to<atoms::env_atom, EnvActor>,  // the env to play against
+                                      // sync mode: the learner ended a step without new weights
+                                      caf::reacts_to<atoms::learner_idle_atom, int64_t>,
+                                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using ReplayActor = caf::typed_actor<caf::replies_to<algo::Trajectory>::with<msg::ReplayAck>,
                                       caf::replies_to<atoms::room_atom>::with<msg::ReplayAck>,

@@ -404,6 +404,16 @@ RolloutActor::behavior_type rollout_behavior(Self self, RolloutActorConfig confi
         self->state.config.env = env;
         start_session(self);
       },
+      [self](atoms::learner_idle_atom, int64_t version) {
+        // Sync mode: the learner consumed the last round and kept the policy
+        // at `version` (critic warm-up or a skipped step): the next round
+        // runs on the weights this rollout already has.
+        auto& st = self->state;
+        ++st.counters.handled;
+        if (!st.config.synchronous || version != st.version) return;
+        st.last_round_version = st.version - 1;
+        start_session(self);
+      },
       [self](atoms::status_atom) {
         ++self->state.counters.handled;
         return status_of(self);

@@ -3,17 +3,20 @@
 # time waiting (tool calls, sandboxes, remote services) rather than the
 # trainer's CPU. Each run trains the same warm start for STEPS learner steps
 # of 64 trajectories with a simulated env latency (env.latency, long-tailed
-# lognormal, mean L ms, on every reset and step) and N rollout actors, in
-# two modes:
+# lognormal, mean L ms, on every reset and step) and N rollout actors
+# (64 / N episodes each), in three modes:
 #   sao_async  SAO as shipped: rollouts and learner overlap
+#   sao_sync   the same SAO behind the synchronous barrier (train.mode=sync):
+#              every rollout's round, then one learner step, then new rounds
 #   grpo_sync  synchronous GRPO, G = 8 (config/grpo_arith.json)
-# and prints trajectories/s and learner steps/s per run, and the speed-up of
-# sao_async over the synchronous mode measured in the same sweep. (SAO behind
-# the synchronous barrier, train.mode=sync with learner.algorithm=sao, stops
-# after its first step: a known bug, issue #17, so it is not offered here.)
+# and prints, per run, trajectories/s and learner steps/s (from the end of
+# the first step to the end of the last), the wall time of the whole run,
+# held-out accuracy at the end, and the speed-up of sao_async over each
+# synchronous mode measured in the same sweep. bench/scaling_model.py
+# latency OUT predicts every run from the latency-0 runs' measured costs.
 #
 #   bench/async_latency.sh SFT_CHECKPOINT [--steps S] [--actors "1 4 16"]
-#                          [--latency "0 100 500"] [--modes "sao_async grpo_sync"] [--out DIR]
+#                          [--latency "0 100 500"] [--modes "sao_async sao_sync grpo_sync"] [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sft=${1:?usage: bench/async_latency.sh SFT_CHECKPOINT [--steps S] [--actors LIST] [--latency LIST] [--modes LIST] [--out DIR]}
@@ -21,7 +24,7 @@ shift
 steps=20
 actors="1 4 16"
 latencies="0 100 500"
-modes="sao_async grpo_sync"
+modes="sao_async sao_sync grpo_sync"
 out=$(mktemp -d /tmp/sao_async_latency.XXXX)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -50,6 +53,7 @@ run() {  # run MODE ACTORS LATENCY_MS
   fi
   case "$mode" in
     sao_async) flags+=(--set replay.min_batch=64 --set replay.max_batch=64) ;;
+    sao_sync) flags+=(--set train.mode=sync) ;;
     grpo_sync) flags=(--config config/grpo_arith.json "${flags[@]}") ;;
     *) echo "async_latency: unknown mode $mode" >&2; exit 2 ;;
   esac
@@ -74,8 +78,9 @@ for name in sorted(os.listdir(out)):
     path = os.path.join(out, name, "metrics.jsonl")
     if not os.path.isfile(path):
         continue
-    steps = [json.loads(line) for line in open(path)]
-    steps = [s for s in steps if "trajectories" in s and "wall_time_s" in s]
+    lines = [json.loads(line) for line in open(path)]
+    steps = [s for s in lines if "trajectories" in s and "wall_time_s" in s]
+    evals = [s for s in lines if s.get("eval")]
     if len(steps) < 2:
         continue
     # From the end of the first step to the end of the last: start-up and the
@@ -83,12 +88,16 @@ for name in sorted(os.listdir(out)):
     wall = steps[-1]["wall_time_s"] - steps[0]["wall_time_s"]
     trajectories = sum(s["trajectories"] for s in steps[1:])
     mode, n, latency = name.rsplit("_n", 1)[0], *name.rsplit("_n", 1)[1].split("_l")
-    rows[(int(latency), int(n), mode)] = (trajectories / wall, (len(steps) - 1) / wall)
-print(f"{'latency ms':>10} {'actors':>6} {'mode':>10} {'traj/s':>8} {'steps/s':>8} {'async speed-up':>15}")
-for (latency, n, mode), (tps, sps) in sorted(rows.items()):
+    accuracy = evals[-1]["accuracy"] if len(evals) >= 2 else None
+    rows[(int(latency), int(n), mode)] = (trajectories / wall, (len(steps) - 1) / wall, steps[-1]["wall_time_s"], accuracy)
+print(f"{'latency ms':>10} {'actors':>6} {'mode':>10} {'traj/s':>8} {'steps/s':>8} {'run wall s':>10} "
+      f"{'held-out':>8} {'async speed-up':>15}")
+for (latency, n, mode), (tps, sps, wall, accuracy) in sorted(rows.items()):
     base = rows.get((latency, n, "sao_async"))
     ratio = f"{base[0] / tps:.2f}x" if base and mode != "sao_async" else ""
-    print(f"{latency:>10} {n:>6} {mode:>10} {tps:>8.1f} {sps:>8.2f} {ratio:>15}")
-print("async speed-up: sao_async trajectories/s over this mode's, same latency and actors, same sweep")
+    held_out = f"{accuracy:.4f}" if accuracy is not None else "-"
+    print(f"{latency:>10} {n:>6} {mode:>10} {tps:>8.1f} {sps:>8.2f} {wall:>10.1f} {held_out:>8} {ratio:>15}")
+print("async speed-up: sao_async trajectories/s over this mode's, same latency and actors, same sweep;")
+print("run wall s: the last learner step's wall time (start-up and warm start excluded); held-out: the final eval")
 PY
 echo "runs kept in $out" >&2

@@ -21,10 +21,28 @@ feed it: C >= (l + lo + r) / l CPU-seconds per second; otherwise the cpu bound
 decides first. All costs are CPU seconds of one run; a learner step's cost
 per trajectory falls as its batch grows, so the fit holds near the batch sizes
 of the calibration run.
+
+    bench/scaling_model.py latency OUT [SIGMA]   (OUT: a bench/async_latency.sh directory)
+
+The latency term. Every run MODE_nN_lL of OUT with L > 0 is predicted from
+the run of the same mode and N at L = 0 (its calibration: wall seconds per
+learner step T0, the rollouts' decode CPU seconds per trajectory rd, and its
+trajectories/s R0), with env latency drawn as env.latency draws it
+(lognormal of mean L, SIGMA (default 1), capped at 20 L). A rollout session
+of E = 64 / N episodes waits for the slowest of its E resets before decoding
+and for the slowest of its E steps before it ends:
+  sync   a learner step waits for every actor's session:
+         T = T0 + E[max over the N actors of (max of E resets + max of E steps)]
+         trajectories/s = N E / T   (a synchronous step trains one round)
+  async  each actor runs its sessions back to back; the learner takes 64 as
+         they come, and the latency-0 rate R0 (CPU-bound) stays a ceiling:
+         trajectories/s = min(R0, N E / (E[max of E resets + max of E steps] + E rd))
+The expectations are Monte-Carlo means of 20,000 draws.
 """
 import json
 import math
 import os
+import random
 import sys
 
 
@@ -70,7 +88,68 @@ def bounds(c, cores, n):
     }
 
 
+def latency_draws(mean_ms, sigma, count, rng):
+    """Seconds, as src/env/latency.cpp draws them: lognormal with mean mean_ms, capped at 20 x mean."""
+    mu = math.log(mean_ms) - 0.5 * sigma * sigma
+    return [min(math.exp(mu + sigma * rng.gauss(0.0, 1.0)), 20.0 * mean_ms) / 1e3 for _ in range(count)]
+
+
+def session_wait(mean_ms, sigma, episodes, rng):
+    """One session's env wait: the slowest of its resets, then the slowest of its steps."""
+    return max(latency_draws(mean_ms, sigma, episodes, rng)) + max(latency_draws(mean_ms, sigma, episodes, rng))
+
+
+def expected(sample, draws=20000):
+    return sum(sample() for _ in range(draws)) / draws
+
+
+def run_rates(run_dir):
+    """(trajectories/s, wall seconds per learner step) from the end of the first step to the end of the last."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as handle:
+        steps = [json.loads(line) for line in handle]
+    steps = [s for s in steps if "trajectories" in s and "wall_time_s" in s]
+    wall = steps[-1]["wall_time_s"] - steps[0]["wall_time_s"]
+    return sum(s["trajectories"] for s in steps[1:]) / wall, wall / (len(steps) - 1)
+
+
+def decode_seconds_per_trajectory(run_dir):
+    accounting, trajectories = load(run_dir)
+    rollouts = [a for a in accounting["actors"] if a["kind"] == "rollout"]
+    return sum(a["work"].get("model", {}).get("cpu_s", 0.0) for a in rollouts) / trajectories
+
+
+def latency_main(out, sigma):
+    runs = {}
+    for name in os.listdir(out):
+        if "_n" not in name or not os.path.isfile(os.path.join(out, name, "summary.json")):
+            continue
+        mode, rest = name.rsplit("_n", 1)
+        n, latency = (int(x) for x in rest.split("_l"))
+        runs[(mode, n, latency)] = os.path.join(out, name)
+    rng = random.Random(1)
+    print(f"{'mode':>10} {'actors':>6} {'latency ms':>10} {'predicted traj/s':>16} {'measured':>9} {'meas/pred':>9}")
+    for (mode, n, latency), run_dir in sorted(runs.items()):
+        measured, _ = run_rates(run_dir)
+        calibration = runs.get((mode, n, 0))
+        if latency == 0 or calibration is None:
+            print(f"{mode:>10} {n:>6} {latency:>10} {'(calibration)':>16} {measured:>9.1f} {'':>9}")
+            continue
+        rate0, step0 = run_rates(calibration)
+        episodes = max(64 // n, 8 if mode == "grpo_sync" else 4)
+        if mode.endswith("_sync"):
+            wait = expected(lambda: max(session_wait(latency, sigma, episodes, rng) for _ in range(n)), 4000)
+            predicted = n * episodes / (step0 + wait)  # a sync step takes one round: N E trajectories
+        else:
+            decode = episodes * decode_seconds_per_trajectory(calibration)
+            wait = expected(lambda: session_wait(latency, sigma, episodes, rng))
+            predicted = min(rate0, n * episodes / (wait + decode))
+        print(f"{mode:>10} {n:>6} {latency:>10} {predicted:>16.1f} {measured:>9.1f} {measured / predicted:>9.2f}")
+
+
 def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "latency":
+        latency_main(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 1.0)
+        return
     if len(sys.argv) < 4:
         print(__doc__)
         sys.exit(2)

@@ -223,6 +223,31 @@ TEST_CASE("GRPO-sync never mixes policy versions within a batch") {
   fs::remove_all(dir);
 }
 
+// The synchronous barrier waits for new weights; a critic warm-up step makes
+// none, so this run hung after its first step until the coordinator learnt to
+// release rounds after steps that leave the policy as it was.
+TEST_CASE("SAO in sync mode trains through its critic warm-up, one round of one version per step") {
+  const auto dir = fresh_dir("sao_sync");
+  auto config = easy_config(
+      dir.string(), {"train.steps=7", "train.mode=\"sync\"", "rollout.num_actors=2", "rollout.episodes_per_actor=8"});
+  REQUIRE(config.learner.critic_warmup_steps == 3);
+  auto policy = warm_start(config);
+  const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
+  CHECK(outcome.reason == "budget");
+  CHECK(outcome.steps == 7);
+  CHECK(outcome.actors_left_running == 0);
+  const auto steps = step_lines(dir.string());
+  REQUIRE(steps.size() == 7);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    CHECK(steps[i]["trajectories"] == 16);
+    CHECK(steps[i]["staleness_max"] == 0);
+    CHECK(steps[i]["critic_only"] == (i < 3 ? 1.0 : 0.0));
+    // Versions 0, 0, 0 through the warm-up, then one per actor update.
+    CHECK(steps[i]["policy_version"] == (i < 3 ? 0 : static_cast<int>(i) - 2));
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("an environment that throws or hangs is restarted; lost episodes are counted and the run continues") {
   sao::env::register_environment("flaky", [](const nlohmann::json& config, const std::string& where) {
     return std::make_unique<FlakyEnvironment>(config, where);
