@@ -2,9 +2,10 @@
 # The asynchronous speed-up where it exists: environments that spend wall
 # time waiting (tool calls, sandboxes, remote services) rather than the
 # trainer's CPU. Each run trains the same warm start for STEPS learner steps
-# of 64 trajectories with a simulated env latency (env.latency, long-tailed
-# lognormal, mean L ms, on every reset and step) and N rollout actors
-# (64 / N episodes each), in three modes:
+# of 64 trajectories (sync GRPO: N x 8 when N > 8) with a simulated env
+# latency (env.latency, long-tailed lognormal, mean L ms, on every reset and
+# step) and N rollout actors (64 / N episodes each, GRPO at least 8), in
+# three modes:
 #   sao_async  SAO as shipped: rollouts and learner overlap
 #   sao_sync   the same SAO behind the synchronous barrier (train.mode=sync):
 #              every rollout's round, then one learner step, then new rounds
@@ -46,7 +47,7 @@ run() {  # run MODE ACTORS LATENCY_MS
   [ -f "$dir/summary.json" ] && return
   local flags=(--set train.init_checkpoint="$sft" --set console.enabled=false --set train.eval_every=0
                --set train.checkpoint_every=0 --set train.steps="$steps" --set rollout.num_actors="$n"
-               --set rollout.episodes_per_actor=$((64 / n > 4 ? 64 / n : 4)))
+               --set rollout.episodes_per_actor=$((64 / n > 1 ? 64 / n : 1)))
   if [ "$latency" != 0 ]; then
     # The timeout above the latency cap (20 x mean), so no episode is lost to it.
     flags+=(--set env.latency=lognormal --set env.latency_ms="$latency" --set rollout.env_timeout_ms=$((40 * latency + 5000)))

@@ -135,7 +135,7 @@ def latency_main(out, sigma):
             print(f"{mode:>10} {n:>6} {latency:>10} {'(calibration)':>16} {measured:>9.1f} {'':>9}")
             continue
         rate0, step0 = run_rates(calibration)
-        episodes = max(64 // n, 8 if mode == "grpo_sync" else 4)
+        episodes = max(64 // n, 8 if mode == "grpo_sync" else 1)
         if mode.endswith("_sync"):
             wait = expected(lambda: max(session_wait(latency, sigma, episodes, rng) for _ in range(n)), 4000)
             predicted = n * episodes / (step0 + wait)  # a sync step takes one round: N E trajectories
