@@ -71,9 +71,9 @@ struct GatekeeperState {
   int64_t refusals = 0;
   static inline const char* name = "gatekeeper";
 };
-using Self = GatekeeperActor::stateful_pointer<GatekeeperState>;
+using GatekeeperSelf = GatekeeperActor::stateful_pointer<GatekeeperState>;
 
-caf::error refuse(Self self, const std::string& node, const std::string& why) {
+caf::error refuse(GatekeeperSelf self, const std::string& node, const std::string& why) {
   ++self->state.refusals;
   std::fprintf(stderr, "gatekeeper: refused node '%s': %s\n", node.c_str(), why.c_str());
   return msg::make_error(msg::Errc::kJoinRefused, "learner refused the join: " + why);
@@ -90,7 +90,7 @@ struct StatusSource {
 // section, then writes the file. A source that does not answer in time (a
 // busy actor) leaves its section out of this refresh; without the error
 // handler CAF's default would end the gatekeeper.
-void collect_status(Self self, std::shared_ptr<const std::vector<StatusSource>> sources, size_t index,
+void collect_status(GatekeeperSelf self, std::shared_ptr<const std::vector<StatusSource>> sources, size_t index,
                     nlohmann::json status) {
   if (index == sources->size()) {
     status["nodes_joined"] = self->state.nodes_joined;
@@ -113,7 +113,7 @@ void collect_status(Self self, std::shared_ptr<const std::vector<StatusSource>> 
 // The coordinator's and the cluster's numbers, weight-sync's (which version
 // each rollout runs) and replay's (trajectories from each rollout): what a
 // script or test reads to see which nodes contribute and what they run.
-void refresh_status(Self self) {
+void refresh_status(GatekeeperSelf self) {
   const auto& state = self->state;
   auto sources = std::make_shared<const std::vector<StatusSource>>(std::vector<StatusSource>{
       {"coordinator", state.coordinator, caf::make_message(atoms::status_atom_v)},
@@ -126,7 +126,7 @@ void refresh_status(Self self) {
 // Admits a node unless another process connected now already uses its name
 // (its actors' names, and weight-sync's bookkeeping, would collide). The same
 // process asking again (a rejoin) is fine.
-void admit(Self self, PendingJoin join) {
+void admit(GatekeeperSelf self, PendingJoin join) {
   self->request(self->state.coordinator, std::chrono::seconds(10), atoms::join_atom_v, join.node)
       .then(
           [self, promise = join.promise, node = join.node, role = join.role,
@@ -149,7 +149,7 @@ void admit(Self self, PendingJoin join) {
           });
 }
 
-GatekeeperActor::behavior_type gatekeeper_behavior(Self self, GatekeeperConfig config) {
+GatekeeperActor::behavior_type gatekeeper_behavior(GatekeeperSelf self, GatekeeperConfig config) {
   self->state.config = std::move(config);
   return {
       [self](atoms::start_atom, const caf::actor& coordinator, const caf::actor& replay,

@@ -35,17 +35,17 @@ EnvActorConfig env_config(const config::RunConfig& run, size_t index) {
           base::splitmix64(static_cast<uint64_t>(run.run.seed) ^ (0x1A7E0000ULL + index))};
 }
 
-EnvActor spawn_env(Self self, size_t index) {
+EnvActor spawn_env(CoordinatorSelf self, size_t index) {
   auto env = spawn_env_actor(self->system(), env_config(self->state.config.run, index));
   self->monitor(env);
   return env;
 }
 
-void finish(Self self, msg::RunEnd reason);
+void finish(CoordinatorSelf self, msg::RunEnd reason);
 
 // Ends the run through the normal finish (final evaluation, checkpoint,
 // summary) with the failing actor's name and the error that began its streak.
-void give_up(Self self, const std::string& actor, const std::string& latest) {
+void give_up(CoordinatorSelf self, const std::string& actor, const std::string& latest) {
   auto& state = self->state;
   if (state.stopping) return;
   const auto& train = state.config.run.train;
@@ -58,7 +58,7 @@ void give_up(Self self, const std::string& actor, const std::string& latest) {
   finish(self, msg::RunEnd::kGaveUp);
 }
 
-RolloutActor spawn_rollout(Self self, size_t index) {
+RolloutActor spawn_rollout(CoordinatorSelf self, size_t index) {
   auto& config = self->state.rollout_configs[index];
   config.env = self->state.envs[index % self->state.envs.size()];
   auto rollout = spawn_rollout_actor(self->system(), config);
@@ -66,7 +66,7 @@ RolloutActor spawn_rollout(Self self, size_t index) {
   return rollout;
 }
 
-void restart_env(Self self, size_t index, const std::string& why) {
+void restart_env(CoordinatorSelf self, size_t index, const std::string& why) {
   auto& state = self->state;
   const auto timeout = std::chrono::milliseconds(state.config.run.rollout.env_timeout_ms);
   // Many episodes of one batch time out together: restart once per incident.
@@ -89,7 +89,7 @@ void restart_env(Self self, size_t index, const std::string& why) {
   }
 }
 
-void start(Self self) {
+void start(CoordinatorSelf self) {
   auto& state = self->state;
   const auto& run = state.config.run;
   state.restart_budget =
@@ -127,7 +127,7 @@ void start(Self self) {
              caf::actor_cast<CoordinatorActor>(self));
 }
 
-void shutdown_children(Self self) {
+void shutdown_children(CoordinatorSelf self) {
   auto& state = self->state;
   std::vector<caf::actor_addr> children = {state.metrics.address(), state.weight_sync.address(),
                                            state.learner.address(), state.replay.address(),
@@ -143,7 +143,7 @@ void shutdown_children(Self self) {
 }
 
 // Ends the run: every child is told to exit, then whoever started it hears how it ended.
-void end_run(Self self, msg::RunEnd end, std::string detail = "") {
+void end_run(CoordinatorSelf self, msg::RunEnd end, std::string detail = "") {
   if (detail.empty()) detail = self->state.end_detail;
   shutdown_children(self);
   // The caller waits in a blocking (untyped) actor, hence anon_send.
@@ -152,14 +152,14 @@ void end_run(Self self, msg::RunEnd end, std::string detail = "") {
   self->quit();
 }
 
-void stop_metrics(Self self, msg::RunEnd end, const std::vector<msg::ActorStatus>& statuses) {
+void stop_metrics(CoordinatorSelf self, msg::RunEnd end, const std::vector<msg::ActorStatus>& statuses) {
   // The summary (RUN_DIR/summary.json) is written before the run is reported finished.
   self->request(self->state.metrics, std::chrono::seconds(30), atoms::stop_atom_v, statuses)
       .then([self, end](const std::string&) { end_run(self, end); },
             [self, end](const caf::error&) { end_run(self, end); });
 }
 
-void finish(Self self, msg::RunEnd reason) {
+void finish(CoordinatorSelf self, msg::RunEnd reason) {
   auto& state = self->state;
   if (state.stopping) return;
   state.stopping = true;
@@ -179,7 +179,7 @@ void finish(Self self, msg::RunEnd reason) {
           });
 }
 
-void on_down(Self self, const caf::down_msg& down) {
+void on_down(CoordinatorSelf self, const caf::down_msg& down) {
   auto& state = self->state;
   if (state.stopping) return;
   const std::string why = self->system().render(down.reason);
@@ -212,7 +212,7 @@ void on_down(Self self, const caf::down_msg& down) {
   }
 }
 // Every actor of the run with a display name, the coordinator first.
-std::pair<std::vector<StatusActor>, std::vector<std::string>> list_actors(Self self) {
+std::pair<std::vector<StatusActor>, std::vector<std::string>> list_actors(CoordinatorSelf self) {
   auto& state = self->state;
   std::vector<StatusActor> actors = {caf::actor_cast<StatusActor>(self),
                                      state.learner,
@@ -242,11 +242,11 @@ std::pair<std::vector<StatusActor>, std::vector<std::string>> list_actors(Self s
   return {actors, names};
 }
 
-void record_control(Self self, msg::ControlEvent event) {
+void record_control(CoordinatorSelf self, msg::ControlEvent event) {
   self->send(self->state.metrics, std::move(event));
 }
 
-void set_rollouts_paused(Self self, bool paused, const std::string& origin) {
+void set_rollouts_paused(CoordinatorSelf self, bool paused, const std::string& origin) {
   auto& state = self->state;
   state.rollouts_paused = paused;
   for (auto& rollout : all_rollouts(state)) {
@@ -262,7 +262,7 @@ void set_rollouts_paused(Self self, bool paused, const std::string& origin) {
 // Applies a live knob: replay first (it validates against the rest of the
 // replay config), then the learner, then logs it. The reply names what
 // changed, or the error of the first part that refused.
-caf::typed_response_promise<std::string> set_knob(Self self, const std::string& key, const std::string& text,
+caf::typed_response_promise<std::string> set_knob(CoordinatorSelf self, const std::string& key, const std::string& text,
                                                   const std::string& origin) {
   auto promise = self->make_response_promise<std::string>();
   config::KnobChange change;
@@ -294,7 +294,7 @@ caf::typed_response_promise<std::string> set_knob(Self self, const std::string& 
 }
 }  // namespace
 
-CoordinatorActor::behavior_type coordinator_behavior(Self self, CoordinatorConfig config) {
+CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, CoordinatorConfig config) {
   self->state.config = std::move(config);
   self->set_down_handler([self](const caf::down_msg& down) { on_down(self, down); });
   start(self);

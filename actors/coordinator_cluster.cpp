@@ -8,7 +8,7 @@ namespace sao::actors {
 namespace {
 // Gives a rollout without envs of its own the env node env that serves the
 // fewest rollouts, or none (it then idles) while no env node is connected.
-void assign_env_node_env(Self self, const std::string& rollout) {
+void assign_env_node_env(CoordinatorSelf self, const std::string& rollout) {
   auto& state = self->state;
   std::map<std::string, int64_t> load;
   for (const auto& env : state.env_node_envs) load[env] = 0;
@@ -25,7 +25,7 @@ void assign_env_node_env(Self self, const std::string& rollout) {
 }
 
 template <class Handle>
-void register_remote(Self self, std::map<std::string, Handle>& registry, const std::string& name,
+void register_remote(CoordinatorSelf self, std::map<std::string, Handle>& registry, const std::string& name,
                      const Handle& actor) {
   // A node that rejoins under its old name replaces its previous actor.
   auto it = registry.find(name);
@@ -39,7 +39,7 @@ void register_remote(Self self, std::map<std::string, Handle>& registry, const s
 
 // A cluster node's actor ended (its node stopped, crashed or disconnected).
 // The episodes its rollout had in flight are gone: counted as one batch.
-bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why) {
+bool on_remote_down(CoordinatorSelf self, const caf::down_msg& down, const std::string& why) {
   auto& state = self->state;
   for (auto it = state.remote_envs.begin(); it != state.remote_envs.end(); ++it) {
     if (it->second.address() != down.source) continue;
@@ -70,7 +70,7 @@ bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why
   return false;
 }
 
-msg::ActorStatus cluster_status(Self self) {
+msg::ActorStatus cluster_status(CoordinatorSelf self) {
   const auto& state = self->state;
   return describe_actor(self, "coordinator", "cluster", state.stopping ? "stopping" : "running", state.counters,
                         {{"remote_rollouts", static_cast<double>(state.remote_rollouts.size())},
@@ -80,7 +80,7 @@ msg::ActorStatus cluster_status(Self self) {
 }
 
 // Registry keys are "rollout NAME/rollout-i", "env NAME/env-i".
-caf::node_id node_using_name(Self self, const std::string& node_name) {
+caf::node_id node_using_name(CoordinatorSelf self, const std::string& node_name) {
   const std::string infix = " " + node_name + "/";
   for (const auto& [key, actor] : self->state.remote_rollouts) {
     if (key.find(infix) == key.find(' ')) return actor.node();
@@ -91,14 +91,14 @@ caf::node_id node_using_name(Self self, const std::string& node_name) {
   return caf::node_id{};
 }
 
-void rollout_joined(Self self, const std::string& name, const RolloutActor& rollout, bool needs_env) {
+void rollout_joined(CoordinatorSelf self, const std::string& name, const RolloutActor& rollout, bool needs_env) {
   const std::string key = "rollout " + name;
   register_remote(self, self->state.remote_rollouts, key, rollout);
   if (self->state.stopping || self->state.rollouts_paused) self->send(rollout, atoms::pause_atom_v);
   if (needs_env) assign_env_node_env(self, key);
 }
 
-void env_joined(Self self, const std::string& name, const EnvActor& env, bool from_env_node) {
+void env_joined(CoordinatorSelf self, const std::string& name, const EnvActor& env, bool from_env_node) {
   auto& state = self->state;
   const std::string key = "env " + name;
   register_remote(self, state.remote_envs, key, env);

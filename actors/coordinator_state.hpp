@@ -64,7 +64,7 @@ struct CoordinatorState {
   static inline const char* name = "coordinator";
 };
 
-using Self = CoordinatorActor::stateful_pointer<CoordinatorState>;
+using CoordinatorSelf = CoordinatorActor::stateful_pointer<CoordinatorState>;
 
 // Local and remote rollout actors.
 std::vector<RolloutActor> all_rollouts(const CoordinatorState& state);
@@ -72,14 +72,14 @@ std::vector<RolloutActor> all_rollouts(const CoordinatorState& state);
 // Cluster membership (coordinator_cluster.cpp): what the coordinator's
 // join handlers do.
 // A cluster node's actor ended: true if it was one (then handled).
-bool on_remote_down(Self self, const caf::down_msg& down, const std::string& why);
+bool on_remote_down(CoordinatorSelf self, const caf::down_msg& down, const std::string& why);
 // Membership numbers for the gatekeeper's status file.
-msg::ActorStatus cluster_status(Self self);
+msg::ActorStatus cluster_status(CoordinatorSelf self);
 // The process whose actors use a node name now (none: a default node_id).
-caf::node_id node_using_name(Self self, const std::string& node_name);
+caf::node_id node_using_name(CoordinatorSelf self, const std::string& node_name);
 // needs_env: the rollout's node has no envs; an env node's env serves it.
-void rollout_joined(Self self, const std::string& name, const RolloutActor& rollout, bool needs_env);
+void rollout_joined(CoordinatorSelf self, const std::string& name, const RolloutActor& rollout, bool needs_env);
 // from_env_node: an env node's env, shared by rollouts that need one.
-void env_joined(Self self, const std::string& name, const EnvActor& env, bool from_env_node);
+void env_joined(CoordinatorSelf self, const std::string& name, const EnvActor& env, bool from_env_node);
 
 }  // namespace sao::actors

@@ -55,11 +55,11 @@ void release(EnvActorState& state, int64_t episode_id) {
   state.episodes.erase(it);
 }
 
-using Self = EnvActor::stateful_pointer<EnvActorState>;
+using EnvSelf = EnvActor::stateful_pointer<EnvActorState>;
 
 // The reply now, or a promise of it after a drawn latency. Errors are not
 // delayed: the simulated latency stands for the work of a healthy call.
-caf::result<msg::EnvReply> answer(Self self, msg::EnvReply reply) {
+caf::result<msg::EnvReply> answer(EnvSelf self, msg::EnvReply reply) {
   auto& state = self->state;
   const double delay_ms = state.config.latency.draw_ms(state.latency_rng);
   if (delay_ms <= 0.0) return reply;

@@ -17,7 +17,7 @@ struct IntrospectionState {
 };
 
 namespace {
-using Self = IntrospectionActor::stateful_pointer<IntrospectionState>;
+using IntrospectionSelf = IntrospectionActor::stateful_pointer<IntrospectionState>;
 
 // CAF names nodes only once the network layer is up; a purely local run's
 // actors are named by host and process instead.
@@ -37,7 +37,7 @@ struct Gathering {
   SnapshotPromise promise;
 };
 
-void gather(Self self, const std::vector<StatusActor>& actors, const std::vector<std::string>& names,
+void gather(IntrospectionSelf self, const std::vector<StatusActor>& actors, const std::vector<std::string>& names,
             SnapshotPromise promise) {
   auto gathering = std::make_shared<Gathering>();
   gathering->statuses.resize(actors.size());
@@ -69,7 +69,7 @@ void gather(Self self, const std::vector<StatusActor>& actors, const std::vector
 }
 }  // namespace
 
-IntrospectionActor::behavior_type introspection_behavior(Self self, CoordinatorActor coordinator) {
+IntrospectionActor::behavior_type introspection_behavior(IntrospectionSelf self, CoordinatorActor coordinator) {
   self->state.coordinator = std::move(coordinator);
   return {
       [self](atoms::snapshot_atom) {

@@ -39,7 +39,7 @@ struct LearnerActorState {
 };
 
 namespace {
-using Self = LearnerActor::stateful_pointer<LearnerActorState>;
+using LearnerSelf = LearnerActor::stateful_pointer<LearnerActorState>;
 
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -64,7 +64,7 @@ msg::PolicyWeights current_weights(LearnerActorState& state) {
   return weights;
 }
 
-msg::EvalReport evaluate(Self self) {
+msg::EvalReport evaluate(LearnerSelf self) {
   auto& state = self->state;
   state.state = "evaluating";
   msg::EvalReport report{state.learner->steps(), state.learner->policy_version(),
@@ -83,7 +83,7 @@ msg::EvalReport evaluate(Self self) {
   return report;
 }
 
-std::string save_checkpoint(Self self) {
+std::string save_checkpoint(LearnerSelf self) {
   auto& state = self->state;
   state.state = "checkpointing";
   const auto dir = model::rl_checkpoint_dir(state.config.run.run.dir);
@@ -126,7 +126,7 @@ double latest_regime(const msg::TrainBatch& batch) {
   return regime;
 }
 
-void run_step(Self self, msg::TrainBatch& batch) {
+void run_step(LearnerSelf self, msg::TrainBatch& batch) {
   auto& state = self->state;
   const auto start = std::chrono::steady_clock::now();
   const double idle_ms = seconds_between(state.idle_since, start) * 1e3;
@@ -197,7 +197,7 @@ void run_step(Self self, msg::TrainBatch& batch) {
 }
 }  // namespace
 
-LearnerActor::behavior_type learner_behavior(Self self, LearnerActorConfig config) {
+LearnerActor::behavior_type learner_behavior(LearnerSelf self, LearnerActorConfig config) {
   auto& state = self->state;
   state.config = std::move(config);
   const auto& run = state.config.run;

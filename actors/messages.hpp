@@ -201,6 +201,7 @@ struct ReplayAck {
   bool accepted = false;
   int64_t queued = 0;
   bool full = false;
+  int64_t room = 0;  // trajectories the replay takes before it is full
 };
 
 // Replay -> learner.
@@ -341,7 +342,7 @@ typename Inspector::result_type inspect(Inspector& f, EnvReply& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplayAck& x) {
-  return f(caf::meta::type_name("ReplayAck"), x.accepted, x.queued, x.full);
+  return f(caf::meta::type_name("ReplayAck"), x.accepted, x.queued, x.full, x.room);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TrainBatch& x) {

@@ -40,7 +40,7 @@ struct MetricsActorState {
 };
 
 namespace {
-using Self = MetricsActor::stateful_pointer<MetricsActorState>;
+using MetricsSelf = MetricsActor::stateful_pointer<MetricsActorState>;
 
 // The actors' own time accounting (introspection numbers) summarised, or
 // null when no actor reported any (e.g. every status request timed out).
@@ -84,7 +84,7 @@ nlohmann::json summary_of(const MetricsActorState& state) {
   return summary;
 }
 
-void on_step(Self self, const msg::StepReport& report) {
+void on_step(MetricsSelf self, const msg::StepReport& report) {
   auto& state = self->state;
   nlohmann::json line(report.metrics);
   line["step"] = report.step;
@@ -132,7 +132,7 @@ std::string utc_timestamp() {
   return text;
 }
 
-void on_control(Self self, const msg::ControlEvent& event) {
+void on_control(MetricsSelf self, const msg::ControlEvent& event) {
   auto& state = self->state;
   nlohmann::json line = {{"event", event.command},  {"key", event.key},
                          {"value", event.value},    {"origin", event.origin},
@@ -213,7 +213,7 @@ void restore_from(MetricsActorState& state, report::RewoundMetrics rewound) {
                         {"time", utc_timestamp()}};
 }
 
-MetricsActor::behavior_type metrics_behavior(Self self, MetricsActorConfig config) {
+MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfig config) {
   auto& state = self->state;
   state.config = std::move(config);
   const auto metrics_path = (std::filesystem::path(state.config.run_dir) / "metrics.jsonl").string();

@@ -105,8 +105,8 @@ struct NodeSession {
   }
 };
 
-NodeSession start_session(caf::actor_system& system, caf::scoped_actor& self, const WorkerNodeOptions& options,
-                          JoinGrant grant) {
+NodeSession start_node_session(caf::actor_system& system, caf::scoped_actor& self, const WorkerNodeOptions& options,
+                               JoinGrant grant) {
   const auto document = nlohmann::json::parse(grant.run_config_json);
   const auto run = config::parse_run_config(document, "the learner's run config");
   if (options.role == "rollout") {
@@ -276,7 +276,7 @@ int run_worker_node(const WorkerNodeOptions& options, const std::atomic<bool>* s
     std::fprintf(stderr, "node %s: joined the learner at %s:%u as %s node #%lld\n", options.name.c_str(),
                  options.learner_host.c_str(), static_cast<unsigned>(options.learner_port), options.role.c_str(),
                  static_cast<long long>(joined.grant.node_number));
-    auto session = start_session(system, self, options, std::move(joined.grant));
+    auto session = start_node_session(system, self, options, std::move(joined.grant));
     const auto end = serve(system, self, options, session, stop_requested);
     stop_session(self, session);
     if (end == SessionEnd::kRunFinished)

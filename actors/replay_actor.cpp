@@ -22,9 +22,9 @@ struct ReplayActorState {
 };
 
 namespace {
-using Self = ReplayActor::stateful_pointer<ReplayActorState>;
+using ReplaySelf = ReplayActor::stateful_pointer<ReplayActorState>;
 
-void try_dispatch(Self self) {
+void try_dispatch(ReplaySelf self) {
   auto& state = self->state;
   if (!state.learner_idle) return;
   msg::TrainBatch batch;
@@ -38,7 +38,7 @@ void try_dispatch(Self self) {
 }
 }  // namespace
 
-ReplayActor::behavior_type replay_behavior(Self self, replay::ReplayConfig config, LearnerActor learner) {
+ReplayActor::behavior_type replay_behavior(ReplaySelf self, replay::ReplayConfig config, LearnerActor learner) {
   self->state.buffer = std::make_unique<replay::ReplayBuffer>(config);
   self->state.learner = std::move(learner);
   return {
@@ -48,12 +48,12 @@ ReplayActor::behavior_type replay_behavior(Self self, replay::ReplayConfig confi
         ++state.received_from[trajectory.origin.rollout];
         const bool accepted = state.buffer->add(std::move(trajectory), state.learner_version);
         try_dispatch(self);
-        return msg::ReplayAck{accepted, state.buffer->queued(), state.buffer->full()};
+        return msg::ReplayAck{accepted, state.buffer->queued(), state.buffer->full(), state.buffer->room()};
       },
       [self](atoms::room_atom) {
         auto& state = self->state;
         ++state.counters.handled;
-        return msg::ReplayAck{false, state.buffer->queued(), state.buffer->full()};
+        return msg::ReplayAck{false, state.buffer->queued(), state.buffer->full(), state.buffer->room()};
       },
       [self](atoms::learner_idle_atom, int64_t policy_version) {
         ++self->state.counters.handled;

@@ -56,6 +56,12 @@ struct RolloutActorState {
   int64_t next_group = 0;
   bool paused = false;
   bool replay_full = false;
+  // From the replay's newest answer; -1 until the first one.
+  int64_t replay_room = -1;
+  int64_t replay_queued = 0;
+  // Trajectories sent to replay whose answer has not come back: the next
+  // session waits for them, so that it sees how full the replay is now.
+  int64_t unacked = 0;
   bool decode_scheduled = false;
   bool retry_scheduled = false;
   int64_t env_requests_in_flight = 0;  // sent to the env actor, not yet answered
@@ -69,10 +75,26 @@ struct RolloutActorState {
 };
 
 namespace {
-using Self = RolloutActor::stateful_pointer<RolloutActorState>;
+using RolloutSelf = RolloutActor::stateful_pointer<RolloutActorState>;
 
-void start_session(Self self);
-void schedule_decode(Self self);
+void start_session(RolloutSelf self);
+void schedule_decode(RolloutSelf self);
+
+void note_replay_answer(RolloutActorState& state, const msg::ReplayAck& ack) {
+  state.replay_full = ack.full;
+  state.replay_room = ack.room;
+  state.replay_queued = ack.queued;
+}
+
+// A session starts only when the replay has room for all of it (or is
+// empty, whatever the session's size). Otherwise a rollout that finished a
+// session while the learner was busy would queue past the capacity, and
+// every trajectory would wait more than one learner step before training.
+bool replay_has_room(const RolloutActorState& state) {
+  if (state.replay_full) return false;
+  if (state.replay_room < 0 || state.replay_queued == 0) return true;
+  return state.replay_room >= state.config.rollout.episodes_per_actor;
+}
 
 bool any_generating(const RolloutActorState& state) {
   return state.batch && state.batch->any_generating();
@@ -80,7 +102,7 @@ bool any_generating(const RolloutActorState& state) {
 
 // Registers with weight-sync, saying where this rollout runs. Without the
 // GPU's UUID (on the CPU, or after CUDA IPC failed here) it is sent host bytes.
-void register_with_weight_sync(Self self) {
+void register_with_weight_sync(RolloutSelf self) {
   auto& state = self->state;
   msg::RolloutPlacement placement;
   placement.device = model::device_name(state.device);
@@ -89,7 +111,7 @@ void register_with_weight_sync(Self self) {
              placement);
 }
 
-void apply_weights(Self self, const msg::PolicyWeights& weights) {
+void apply_weights(RolloutSelf self, const msg::PolicyWeights& weights) {
   auto& state = self->state;
   {
     report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
@@ -119,7 +141,7 @@ void apply_weights(Self self, const msg::PolicyWeights& weights) {
   self->send(state.config.weight_sync, msg::VersionAck{state.config.name, state.version});
 }
 
-void apply_pending_weights(Self self) {
+void apply_pending_weights(RolloutSelf self) {
   auto& state = self->state;
   if (state.pending_weights.empty()) return;
   const auto pending = std::move(state.pending_weights);
@@ -127,7 +149,7 @@ void apply_pending_weights(Self self) {
   apply_weights(self, pending.get_as<msg::PolicyWeights>(0));
 }
 
-void report_lost(Self self, size_t index, msg::LossCause cause, const std::string& detail) {
+void report_lost(RolloutSelf self, size_t index, msg::LossCause cause, const std::string& detail) {
   auto& state = self->state;
   auto& ids = state.ids[index];
   if (ids.reported) return;
@@ -139,7 +161,7 @@ void report_lost(Self self, size_t index, msg::LossCause cause, const std::strin
 
 // Sends every newly finished episode to replay and counts every newly lost
 // one; ends the session when no episode is left.
-void report_rows(Self self) {
+void report_rows(RolloutSelf self) {
   auto& state = self->state;
   for (size_t index = 0; index < state.batch->size(); ++index) {
     const auto& row = state.batch->row(index);
@@ -163,8 +185,11 @@ void report_rows(Self self) {
     trajectory.origin.regime_index = row.regime_index;
     state.ids[index].reported = true;
     ++state.episodes_done;
+    ++state.unacked;
     self->request(state.config.replay, caf::infinite, std::move(trajectory)).then([self](const msg::ReplayAck& ack) {
-      self->state.replay_full = ack.full;
+      auto& st = self->state;
+      note_replay_answer(st, ack);
+      if (--st.unacked == 0) start_session(self);
     });
   }
   if (!state.batch->finished()) return;
@@ -192,7 +217,7 @@ int64_t env_request_budget_ms(RolloutActorState& state) {
   return rollout.env_timeout_ms * std::max<int64_t>(1, queued * sharers);
 }
 
-void request_step(Self self, const rollout::TurnEnd& ended) {
+void request_step(RolloutSelf self, const rollout::TurnEnd& ended) {
   auto& state = self->state;
   const int64_t session_id = state.session_id;
   const size_t index = ended.row;
@@ -220,7 +245,7 @@ void request_step(Self self, const rollout::TurnEnd& ended) {
           });
 }
 
-void begin_decoding(Self self) {
+void begin_decoding(RolloutSelf self) {
   auto& state = self->state;
   const uint64_t seed = base::splitmix64(state.config.seed ^ (static_cast<uint64_t>(state.session_id) << 20) ^
                                          static_cast<uint64_t>(state.config.index));
@@ -228,13 +253,13 @@ void begin_decoding(Self self) {
   report_rows(self);
 }
 
-void schedule_decode(Self self) {
+void schedule_decode(RolloutSelf self) {
   if (self->state.decode_scheduled) return;
   self->state.decode_scheduled = true;
   self->send(self, atoms::decode_atom_v);
 }
 
-void decode_step(Self self) {
+void decode_step(RolloutSelf self) {
   auto& state = self->state;
   state.decode_scheduled = false;
   if (!any_generating(state)) return;
@@ -250,18 +275,20 @@ void decode_step(Self self) {
   if (any_generating(state)) schedule_decode(self);
 }
 
-void retry_later(Self self) {
+void retry_later(RolloutSelf self) {
   if (self->state.retry_scheduled) return;
   self->state.retry_scheduled = true;
   self->delayed_send(self, std::chrono::milliseconds(20), atoms::start_atom_v);
 }
 
-void start_session(Self self) {
+void start_session(RolloutSelf self) {
   auto& state = self->state;
   // No env: a cluster rollout waits until the coordinator assigns one.
   if (state.batch || state.paused || state.version < 0 || !state.config.env) return;
   if (state.config.synchronous && state.version <= state.last_round_version) return;  // wait for new weights
-  if (state.replay_full) {
+  // Replay's last answer for this session starts the next one.
+  if (state.unacked > 0) return;
+  if (!replay_has_room(state)) {
     retry_later(self);
     return;
   }
@@ -308,7 +335,7 @@ void start_session(Self self) {
   }
 }
 
-msg::ActorStatus status_of(Self self) {
+msg::ActorStatus status_of(RolloutSelf self) {
   const auto& state = self->state;
   std::string activity = "idle";
   if (state.paused) {
@@ -332,11 +359,12 @@ msg::ActorStatus status_of(Self self) {
        {"weight_switches", static_cast<double>(state.weight_switches)},
        {"current_turn", static_cast<double>(turn)},
        {"replay_full", state.replay_full ? 1.0 : 0.0},
+       {"replay_unacked", static_cast<double>(state.unacked)},
        {"paused", state.paused ? 1.0 : 0.0}});
 }
 }  // namespace
 
-RolloutActor::behavior_type rollout_behavior(Self self, RolloutActorConfig config) {
+RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfig config) {
   auto& state = self->state;
   state.config = std::move(config);
   if (state.config.group_size < 1) state.config.group_size = 1;
@@ -371,7 +399,7 @@ RolloutActor::behavior_type rollout_behavior(Self self, RolloutActorConfig confi
       [self](atoms::start_atom) {
         ++self->state.counters.handled;
         self->state.retry_scheduled = false;
-        if (!self->state.replay_full) {
+        if (replay_has_room(self->state)) {
           start_session(self);
           return;
         }
@@ -379,8 +407,8 @@ RolloutActor::behavior_type rollout_behavior(Self self, RolloutActorConfig confi
         self->request(self->state.config.replay, std::chrono::seconds(5), atoms::room_atom_v)
             .then(
                 [self](const msg::ReplayAck& room) {
-                  self->state.replay_full = room.full;
-                  if (self->state.replay_full) {
+                  note_replay_answer(self->state, room);
+                  if (!replay_has_room(self->state)) {
                     retry_later(self);
                   } else {
                     start_session(self);

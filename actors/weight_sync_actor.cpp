@@ -49,9 +49,9 @@ struct WeightSyncState {
 };
 
 namespace {
-using Self = WeightSyncActor::stateful_pointer<WeightSyncState>;
+using WeightSyncSelf = WeightSyncActor::stateful_pointer<WeightSyncState>;
 
-void push_latest(Self self, const std::string& rollout) {
+void push_latest(WeightSyncSelf self, const std::string& rollout) {
   auto& state = self->state;
   if (state.latest_version < 0 || state.awaiting_ack[rollout]) return;
   if (state.running_version[rollout] >= state.latest_version) return;
@@ -103,7 +103,7 @@ void push_latest(Self self, const std::string& rollout) {
 }
 }  // namespace
 
-WeightSyncActor::behavior_type weight_sync_behavior(Self self, int64_t delay_versions) {
+WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t delay_versions) {
   self->state.delay_versions = delay_versions;
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;

@@ -160,7 +160,9 @@ int main(int argc, char** argv) {
               "sync_s", "sync_GB/s", "vs_loop", "load_s");
   for (const auto& item : cases) {
     sao::model::CausalLM policy(item.config);
-    sao::msg::PolicyWeights weights{1, sao::model::pack_module(*policy)};
+    sao::msg::PolicyWeights weights;
+    weights.version = 1;
+    weights.tensors = sao::model::pack_module(*policy);
     const auto bytes = static_cast<double>(weights.tensors.bytes.size());
 
     std::vector<double> pack, serialise, sync, load;

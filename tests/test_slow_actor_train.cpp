@@ -248,6 +248,29 @@ TEST_CASE("SAO in sync mode trains through its critic warm-up, one round of one 
   fs::remove_all(dir);
 }
 
+// A rollout used to start its next session before replay had answered for
+// the last one, so it saw an old "not full" and queued a session past the
+// capacity: trajectories then waited two learner steps instead of one.
+TEST_CASE("one rollout never queues past the replay's capacity") {
+  const auto dir = fresh_dir("replay_room");
+  auto config = easy_config(dir.string(), {"train.steps=30", "rollout.episodes_per_actor=16", "replay.capacity=32",
+                                           "replay.max_batch=32", "replay.max_staleness=-1"});
+  auto policy = warm_start(config);
+  const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
+  CHECK(outcome.reason == "budget");
+  const auto steps = step_lines(dir.string());
+  REQUIRE(steps.size() == 30);
+  int64_t handed_out = 0;
+  for (const auto& step : steps) {
+    // What the replay held when the learner took its batch.
+    const auto held = step["trajectories"].get<int64_t>() + step["queued_after"].get<int64_t>();
+    CHECK(held <= 32);
+    handed_out += step["trajectories"].get<int64_t>();
+  }
+  CHECK(handed_out >= 30);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("an environment that throws or hangs is restarted; lost episodes are counted and the run continues") {
   sao::env::register_environment("flaky", [](const nlohmann::json& config, const std::string& where) {
     return std::make_unique<FlakyEnvironment>(config, where);

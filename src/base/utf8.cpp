@@ -115,4 +115,8 @@ bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
+std::string quoted_excerpt(std::string_view text, std::size_t max_bytes) {
+  return "'" + truncate_utf8(text, max_bytes) + "'";
+}
+
 }  // namespace sao::base

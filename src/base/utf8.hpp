@@ -19,6 +19,9 @@ std::size_t utf8_prefix_length(std::string_view text, std::size_t max_bytes);
 // `text` cut to at most `max_bytes` bytes on a character boundary, with
 // `ellipsis` appended when anything was cut (the ellipsis is not counted).
 std::string truncate_utf8(std::string_view text, std::size_t max_bytes, std::string_view ellipsis = "...");
+// The text in single quotes, cut to `max_bytes` on a character boundary: how
+// an error message shows input it refuses.
+std::string quoted_excerpt(std::string_view text, std::size_t max_bytes = 200);
 
 // `text` with the bytes that are not part of a well-formed UTF-8 sequence
 // (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF) replaced by

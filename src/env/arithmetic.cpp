@@ -25,7 +25,7 @@ namespace {
 // second when a config asks for more held-out problems than can be found.
 constexpr uint64_t kEnumerationBudget = uint64_t{1} << 25;
 constexpr uint64_t kTestSetSeed = 0x5A0A417E57ULL;
-constexpr uint64_t kSplitSalt = 0x9E3779B97F4A7C15ULL;
+constexpr uint64_t kArithmeticSplitSalt = 0x9E3779B97F4A7C15ULL;
 
 // Uniform in [0, n) by rejection on raw mt19937_64 output, whose sequence the
 // standard fixes exactly (unlike uniform_int_distribution's mapping).
@@ -189,7 +189,7 @@ std::ostream& operator<<(std::ostream& out, const ArithmeticProblem& problem) {
 }
 
 Split split_of(const ArithmeticProblem& problem, double test_fraction) {
-  uint64_t h = base::splitmix64(kSplitSalt ^ static_cast<uint64_t>(problem.a));
+  uint64_t h = base::splitmix64(kArithmeticSplitSalt ^ static_cast<uint64_t>(problem.a));
   h = base::splitmix64(h ^ static_cast<unsigned char>(problem.op));
   h = base::splitmix64(h ^ static_cast<uint64_t>(problem.b));
   return base::hash_unit(h) < test_fraction ? Split::kTest : Split::kTrain;

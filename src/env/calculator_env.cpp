@@ -15,8 +15,8 @@ namespace sao::env {
 
 namespace {
 
-constexpr uint64_t kSplitSalt = 0x63616c63756c6174ULL;  // "calculat"
-constexpr uint64_t kHeldoutSeed = 0x5eed0ca1ULL;
+constexpr uint64_t kCalculatorSplitSalt = 0x63616c63756c6174ULL;  // "calculat"
+constexpr uint64_t kCalculatorHeldoutSeed = 0x5eed0ca1ULL;
 constexpr size_t kMaxExpressionBytes = 256;
 constexpr int kMaxNesting = 32;
 // A tool's error is shown to the policy: bounded, so it cannot fill the context.
@@ -212,7 +212,7 @@ nlohmann::json CalculatorEnvironment::tools_schema() {
 }
 
 CalculatorEnvironment::CalculatorEnvironment(CalculatorConfig config) : config_(std::move(config)) {
-  std::mt19937_64 rng(kHeldoutSeed);
+  std::mt19937_64 rng(kCalculatorHeldoutSeed);
   std::set<std::string> seen;
   for (int64_t attempt = 0; static_cast<int64_t>(heldout_.size()) < config_.heldout_size; ++attempt) {
     if (attempt > 1000000) {
@@ -225,7 +225,7 @@ CalculatorEnvironment::CalculatorEnvironment(CalculatorConfig config) : config_(
 }
 
 bool CalculatorEnvironment::is_heldout(const std::string& expression) const {
-  return base::hash_unit(base::splitmix64(kSplitSalt ^ hash_text(expression))) < config_.test_fraction;
+  return base::hash_unit(base::splitmix64(kCalculatorSplitSalt ^ hash_text(expression))) < config_.test_fraction;
 }
 
 std::string CalculatorEnvironment::sample_expression(std::mt19937_64& rng) const {

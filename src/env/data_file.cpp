@@ -18,10 +18,6 @@ namespace {
 // file (or a binary one); reading on would only exhaust memory.
 constexpr size_t kMaxLineBytes = size_t{16} << 20;
 
-std::string quote(const std::string& text) {
-  return "'" + base::truncate_utf8(text, 80) + "'";
-}
-
 }  // namespace
 
 std::string required_string(const nlohmann::json& object, const char* key, const std::string& where) {
@@ -115,7 +111,7 @@ std::vector<ChatTurn> chat_turns_of(const nlohmann::json& messages, bool ends_wi
       expect_user = true;
       continue;
     }
-    throw Error(at + ": unknown role " + quote(role) + " (system, user, assistant or tool)");
+    throw Error(at + ": unknown role " + base::quoted_excerpt(role, 80) + " (system, user, assistant or tool)");
   }
   if (turns.empty()) throw Error(where + ": \"messages\" has no user message");
   if (ends_with_reply && !turns.back().has_reply) {

@@ -13,9 +13,9 @@ namespace sao::env {
 namespace {
 // Split hashes are salted per environment so two environments with similar
 // content do not share their held-out sets by accident.
-constexpr uint64_t kSplitSalt = 0x6578616d706c6531ULL;  // "example1"
+constexpr uint64_t kExampleSplitSalt = 0x6578616d706c6531ULL;  // "example1"
 // The held-out list is built from a constant seed: identical on every run.
-constexpr uint64_t kHeldoutSeed = 0x5eed0001ULL;
+constexpr uint64_t kExampleHeldoutSeed = 0x5eed0001ULL;
 
 std::string key_of(const ExampleEnvironment::Words& words) {
   std::string key;
@@ -27,7 +27,7 @@ std::string key_of(const ExampleEnvironment::Words& words) {
 ExampleEnvironment::ExampleEnvironment(ExampleConfig config) : config_(config) {
   // Build the held-out split once. Bounded: the word space is huge for any
   // valid config (26^word_length words per turn), so this ends quickly.
-  std::mt19937_64 rng(kHeldoutSeed);
+  std::mt19937_64 rng(kExampleHeldoutSeed);
   std::set<Words> seen;
   for (int64_t attempt = 0; static_cast<int64_t>(heldout_.size()) < config_.heldout_size; ++attempt) {
     if (attempt > 1000000) {
@@ -40,7 +40,7 @@ ExampleEnvironment::ExampleEnvironment(ExampleConfig config) : config_(config) {
 }
 
 bool ExampleEnvironment::is_heldout(const Words& words) const {
-  return base::hash_unit(base::splitmix64(kSplitSalt ^ hash_text(key_of(words)))) < config_.test_fraction;
+  return base::hash_unit(base::splitmix64(kExampleSplitSalt ^ hash_text(key_of(words)))) < config_.test_fraction;
 }
 
 ExampleEnvironment::Words ExampleEnvironment::sample_words(std::mt19937_64& rng) const {

@@ -10,10 +10,6 @@
 namespace sao::env {
 
 namespace {
-std::string quote(const std::string& text, size_t limit = 200) {
-  return "'" + base::truncate_utf8(text, limit) + "'";
-}
-
 std::string label_of(const ExternalConfig& config) {
   return config.label.empty() ? default_channel_label(config.channel) : config.label;
 }
@@ -39,10 +35,10 @@ nlohmann::json ExternalEnvironment::call(nlohmann::json request) {
     channel_.fail(what, problem, true);
   };
   auto require = [&](const char* key, bool ok, const char* type) {
-    if (!reply.contains(key)) fail(std::string("reply has no \"") + key + "\": " + quote(line));
+    if (!reply.contains(key)) fail(std::string("reply has no \"") + key + "\": " + base::quoted_excerpt(line));
     if (!ok) {
       fail(std::string("\"") + key + "\" must be " + type + ", got " + reply[key].type_name() + " " +
-           quote(base::dump_json(reply[key])));
+           base::quoted_excerpt(base::dump_json(reply[key])));
     }
   };
   require("observation", reply.contains("observation") && reply["observation"].is_string(), "a string");

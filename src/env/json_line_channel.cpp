@@ -1,6 +1,7 @@
 // JSON-lines transport; see json_line_channel.hpp.
 #include "env/json_line_channel.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/host_port.hpp"
 #include "base/json_parse.hpp"
@@ -33,17 +34,6 @@ namespace sao::env {
 namespace {
 constexpr size_t kMaxLine = 1 << 20;
 constexpr size_t kStderrTail = 2000;
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// Cut on a character boundary: a message cut mid-character would be
-// invalid UTF-8 wherever it is shown next.
-std::string quote(const std::string& text, size_t limit = 200) {
-  return "'" + base::truncate_utf8(text, limit) + "'";
-}
 
 void set_nonblocking(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -187,7 +177,7 @@ void JsonLineChannel::start_process() {
   if (rc != 0) {
     ::close(pair[0]);
     ::close(err[0]);
-    fail("start", "cannot run " + quote(config_.command.front()) + ": " + std::strerror(rc), false);
+    fail("start", "cannot run " + base::quoted_excerpt(config_.command.front()) + ": " + std::strerror(rc), false);
   }
   fd_ = pair[0];
   stderr_fd_ = err[0];
@@ -212,16 +202,17 @@ void JsonLineChannel::connect_tcp() {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   const int rc = ::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
-  if (rc != 0) fail("connect", "cannot resolve " + quote(config_.address) + ": " + ::gai_strerror(rc), false);
+  if (rc != 0)
+    fail("connect", "cannot resolve " + base::quoted_excerpt(config_.address) + ": " + ::gai_strerror(rc), false);
   std::string problem = "no address";
-  const int64_t deadline = now_ms() + config_.timeout_ms;
+  const int64_t deadline = base::steady_ms() + config_.timeout_ms;
   for (addrinfo* a = found; a != nullptr && fd_ < 0; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     int error = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
     if (error == EINPROGRESS) {
       pollfd item{fd, POLLOUT, 0};
-      const int ready = ::poll(&item, 1, static_cast<int>(std::max<int64_t>(0, deadline - now_ms())));
+      const int ready = ::poll(&item, 1, static_cast<int>(std::max<int64_t>(0, deadline - base::steady_ms())));
       socklen_t length = sizeof(error);
       if (ready <= 0) {
         error = ETIMEDOUT;
@@ -239,7 +230,7 @@ void JsonLineChannel::connect_tcp() {
     fd_ = fd;
   }
   ::freeaddrinfo(found);
-  if (fd_ < 0) fail("connect", "cannot connect to " + quote(config_.address) + ": " + problem, false);
+  if (fd_ < 0) fail("connect", "cannot connect to " + base::quoted_excerpt(config_.address) + ": " + problem, false);
 }
 
 void JsonLineChannel::ensure_connected() {
@@ -274,7 +265,7 @@ void JsonLineChannel::send_line(const std::string& line, int64_t deadline_ms, co
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      const int64_t left = deadline_ms - now_ms();
+      const int64_t left = deadline_ms - base::steady_ms();
       pollfd item{fd_, POLLOUT, 0};
       if (left <= 0 || ::poll(&item, 1, static_cast<int>(left)) == 0) {
         ++timeouts_;
@@ -299,7 +290,7 @@ bool JsonLineChannel::read_line(std::string& line, int64_t deadline_ms, const st
       return true;
     }
     if (buffer_.size() > kMaxLine) fail(what, "reply is longer than 1 MiB without a newline", true);
-    const int64_t left = deadline_ms - now_ms();
+    const int64_t left = deadline_ms - base::steady_ms();
     if (left <= 0) return false;
     pollfd items[2] = {{fd_, POLLIN, 0}, {stderr_fd_, POLLIN, 0}};
     const int ready = ::poll(items, stderr_fd_ >= 0 ? 2 : 1, static_cast<int>(left));
@@ -327,7 +318,7 @@ nlohmann::json JsonLineChannel::call(nlohmann::json request) {
   const int64_t allowed_ms =
       just_started_ ? std::max(config_.timeout_ms, config_.startup_timeout_ms) : config_.timeout_ms;
   just_started_ = false;
-  const int64_t deadline = now_ms() + allowed_ms;
+  const int64_t deadline = base::steady_ms() + allowed_ms;
   // Invalid UTF-8 in an action becomes U+FFFD rather than an exception.
   send_line(base::dump_json(request) + "\n", deadline, what);
   std::string line;
@@ -346,11 +337,13 @@ nlohmann::json JsonLineChannel::call(nlohmann::json request) {
   } catch (const Error& error) {
     const std::string reason = error.what();
     const bool too_deep = reason.find("nested deeper") != std::string::npos;
-    fail(what, too_deep ? reason : "reply is not JSON: " + quote(line) + " (write logs to stderr, never to stdout)",
+    fail(what,
+         too_deep ? reason
+                  : "reply is not JSON: " + base::quoted_excerpt(line) + " (write logs to stderr, never to stdout)",
          true);
   }
-  if (!reply.is_object()) fail(what, "reply is not a JSON object: " + quote(line), true);
-  if (!reply.contains("id")) fail(what, "reply has no \"id\": " + quote(line), true);
+  if (!reply.is_object()) fail(what, "reply is not a JSON object: " + base::quoted_excerpt(line), true);
+  if (!reply.contains("id")) fail(what, "reply has no \"id\": " + base::quoted_excerpt(line), true);
   if (!reply["id"].is_number_integer() || reply["id"].get<int64_t>() != id) {
     fail(what, "reply has id " + base::dump_json(reply["id"]) + ", expected " + std::to_string(id), true);
   }

@@ -13,8 +13,8 @@
 namespace sao::env {
 
 namespace {
-constexpr uint64_t kSplitSalt = 0x6d617a6531000000ULL;  // "maze1"
-constexpr uint64_t kHeldoutSeed = 0x5eed0002ULL;
+constexpr uint64_t kMazeSplitSalt = 0x6d617a6531000000ULL;  // "maze1"
+constexpr uint64_t kMazeHeldoutSeed = 0x5eed0002ULL;
 constexpr int64_t kMaxAttempts = 2000000;
 constexpr char kMoves[4] = {'N', 'E', 'S', 'W'};
 constexpr int64_t kRowStep[4] = {-1, 0, 1, 0};
@@ -102,7 +102,7 @@ int64_t maze_apply_move(const MazeLayout& layout, int64_t at, char move) {
 }
 
 MazeEnvironment::MazeEnvironment(MazeConfig config) : config_(config) {
-  std::mt19937_64 rng(kHeldoutSeed);
+  std::mt19937_64 rng(kMazeHeldoutSeed);
   std::set<std::string> seen;
   for (int64_t attempt = 0; static_cast<int64_t>(heldout_.size()) < config_.heldout_size; ++attempt) {
     if (attempt > kMaxAttempts) {
@@ -115,7 +115,7 @@ MazeEnvironment::MazeEnvironment(MazeConfig config) : config_(config) {
 }
 
 bool MazeEnvironment::is_heldout(const MazeLayout& layout) const {
-  return base::hash_unit(base::splitmix64(kSplitSalt ^ hash_text(layout.key()))) < config_.test_fraction;
+  return base::hash_unit(base::splitmix64(kMazeSplitSalt ^ hash_text(layout.key()))) < config_.test_fraction;
 }
 
 MazeLayout MazeEnvironment::sample_layout(std::mt19937_64& rng) const {

@@ -1,6 +1,7 @@
 // OpenEnv HTTP environments; see openenv_env.hpp and docs/environments.md.
 #include "env/openenv_env.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
 #include "base/json_reader.hpp"
@@ -23,15 +24,6 @@ namespace sao::env {
 namespace {
 constexpr size_t kMaxReplyBytes = 16u << 20;  // an observation is text for a policy, not a data set
 constexpr int64_t kHealthPollMs = 100;
-
-std::string quote(const std::string& text, size_t limit = 200) {
-  return "'" + base::truncate_utf8(text, limit) + "'";
-}
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // "http://host:port[/prefix]" split into the client's base and the path
 // prefix. Throws sao::Error naming `where` for anything else.
@@ -106,23 +98,24 @@ OpenEnvReply parse_openenv_result(const nlohmann::json& reply, const std::string
   if (!reply.is_object()) throw Error(where + ": the reply must be a JSON object, got " + reply.type_name());
   const std::string line = base::dump_json(reply);
   OpenEnvReply result;
-  if (!reply.contains("observation")) throw Error(where + ": the reply has no \"observation\": " + quote(line));
+  if (!reply.contains("observation"))
+    throw Error(where + ": the reply has no \"observation\": " + base::quoted_excerpt(line));
   if (!reply["observation"].is_object()) {
     throw Error(where + ": \"observation\" must be an object, got " + reply["observation"].type_name() + " " +
-                quote(base::dump_json(reply["observation"])));
+                base::quoted_excerpt(base::dump_json(reply["observation"])));
   }
   result.observation = reply["observation"];
-  if (!reply.contains("done")) throw Error(where + ": the reply has no \"done\": " + quote(line));
+  if (!reply.contains("done")) throw Error(where + ": the reply has no \"done\": " + base::quoted_excerpt(line));
   if (!reply["done"].is_boolean()) {
     throw Error(where + ": \"done\" must be a boolean, got " + reply["done"].type_name() + " " +
-                quote(base::dump_json(reply["done"])));
+                base::quoted_excerpt(base::dump_json(reply["done"])));
   }
   result.done = reply["done"].get<bool>();
   if (reply.contains("reward") && !reply["reward"].is_null()) {
     const auto& reward = reply["reward"];
     if (!reward.is_number() && !reward.is_boolean()) {
       throw Error(where + ": \"reward\" must be a number or null, got " + reward.type_name() + " " +
-                  quote(base::dump_json(reward)));
+                  base::quoted_excerpt(base::dump_json(reward)));
     }
     // OpenEnv's Observation allows a boolean reward (bool | int | float | None).
     result.reward = reward.is_boolean() ? (reward.get<bool>() ? 1.0 : 0.0) : reward.get<double>();
@@ -266,7 +259,8 @@ nlohmann::json OpenEnvEnvironment::exchange(const nlohmann::json& message, const
       !answer["data"].is_object()) {
     socket.abort();
     healthy_ = false;
-    fail(what, "the answer must be {\"type\": string, \"data\": object}, got " + quote(base::dump_json(answer)));
+    fail(what, "the answer must be {\"type\": string, \"data\": object}, got " +
+                   base::quoted_excerpt(base::dump_json(answer)));
   }
   const std::string type = answer["type"].get<std::string>();
   const auto& data = answer["data"];
@@ -279,8 +273,8 @@ nlohmann::json OpenEnvEnvironment::exchange(const nlohmann::json& message, const
       *validation = base::truncate_utf8(detail, 300);
       return nullptr;
     }
-    std::string problem =
-        "the server answered error " + (code.empty() ? std::string("(no code)") : code) + ": " + quote(detail, 300);
+    std::string problem = "the server answered error " + (code.empty() ? std::string("(no code)") : code) + ": " +
+                          base::quoted_excerpt(detail, 300);
     if (code == "CAPACITY_REACHED") {
       problem +=
           "; the server holds at most max_concurrent_envs sessions: raise it, add servers to env.urls, or "
@@ -347,7 +341,7 @@ void OpenEnvEnvironment::ensure_healthy() {
       fail("GET /health", "gave up after " + std::to_string(reconnects_) + " reconnects (max_reconnects)");
     }
   }
-  const int64_t deadline = now_ms() + config_.startup_timeout_ms;
+  const int64_t deadline = base::steady_ms() + config_.startup_timeout_ms;
   std::string last_problem;
   while (true) {
     try {
@@ -358,12 +352,12 @@ void OpenEnvEnvironment::ensure_healthy() {
       } catch (const std::exception&) {
       }
       if (status == 200 && health.is_object() && health.value("status", "") == "healthy") break;
-      last_problem = "HTTP " + std::to_string(status) + " " + quote(base::replace_invalid_utf8(body));
+      last_problem = "HTTP " + std::to_string(status) + " " + base::quoted_excerpt(base::replace_invalid_utf8(body));
     } catch (const Error& error) {
       --errors_;  // a failed poll is not yet an error of the run
       last_problem = error.what();
     }
-    if (now_ms() >= deadline) {
+    if (base::steady_ms() >= deadline) {
       fail("GET /health", "not healthy within startup_timeout_ms = " + std::to_string(config_.startup_timeout_ms) +
                               "; last answer: " + last_problem);
     }
@@ -383,7 +377,7 @@ EnvStep OpenEnvEnvironment::to_step(const OpenEnvReply& reply) {
     step.observation = value.is_string() ? value.get<std::string>() : base::dump_json(value);
   } else {
     fail("reply", "the observation has no \"" + config_.observation_key +
-                      "\" (env.observation_key): " + quote(base::dump_json(reply.observation)));
+                      "\" (env.observation_key): " + base::quoted_excerpt(base::dump_json(reply.observation)));
   }
   step.reward = reply.reward;
   step.terminated = reply.done;
@@ -392,9 +386,9 @@ EnvStep OpenEnvEnvironment::to_step(const OpenEnvReply& reply) {
     if (!config_.success_key.empty()) {
       const auto it = reply.observation.find(config_.success_key);
       if (it == reply.observation.end() || !(it->is_boolean() || it->is_number())) {
-        fail("reply",
-             "the final observation's \"" + config_.success_key +
-                 "\" (env.success_key) must be a boolean or a number: " + quote(base::dump_json(reply.observation)));
+        fail("reply", "the final observation's \"" + config_.success_key +
+                          "\" (env.success_key) must be a boolean or a number: " +
+                          base::quoted_excerpt(base::dump_json(reply.observation)));
       }
       success = it->is_boolean() ? (it->get<bool>() ? 1.0 : 0.0) : it->get<double>();
     }

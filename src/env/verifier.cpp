@@ -75,10 +75,6 @@ std::string number_text(double value) {
   return out.str();
 }
 
-std::string quote(const std::string& text) {
-  return "'" + base::truncate_utf8(text, 80) + "'";
-}
-
 // The answer, or each element of a list of accepted answers.
 std::vector<nlohmann::json> accepted_answers(const nlohmann::json& answer, const std::string& where) {
   if (!answer.is_array()) return {answer};
@@ -132,7 +128,9 @@ class ExactVerifier final : public Verifier {
     for (const auto& text : answer.texts) {
       if (normalise(text) == given) return {1.0, true, "exact match"};
     }
-    return {0.0, false, "expected " + quote(answer.texts.front()) + ", got " + quote(trim_ascii(response))};
+    return {0.0, false,
+            "expected " + base::quoted_excerpt(answer.texts.front(), 80) + ", got " +
+                base::quoted_excerpt(trim_ascii(response), 80)};
   }
 
   std::string demonstration_text(const PreparedAnswer& answer) const override { return answer.texts.front(); }
@@ -162,8 +160,8 @@ class NumericVerifier final : public Verifier {
       if (accepted.is_number()) {
         value = accepted.get<double>();
       } else if (!accepted.is_string() || !parse_number_text(accepted.get<std::string>(), value)) {
-        throw Error(where + ": \"answer\" " + quote(base::dump_json(accepted)) + " is not a number (the " + type() +
-                    " verifier needs one)");
+        throw Error(where + ": \"answer\" " + base::quoted_excerpt(base::dump_json(accepted), 80) +
+                    " is not a number (the " + type() + " verifier needs one)");
       }
       if (!std::isfinite(value)) throw Error(where + ": \"answer\" is not finite");
       prepared.numbers.push_back(value);
@@ -179,7 +177,7 @@ class NumericVerifier final : public Verifier {
     if (!found) {
       return {0.0, false,
               last_number_ ? "no number in the response"
-                           : "the response " + quote(trim_ascii(response)) + " is not a number"};
+                           : "the response " + base::quoted_excerpt(trim_ascii(response), 80) + " is not a number"};
     }
     if (!last_number_) written = trim_ascii(response);
     for (const double expected : answer.numbers) {
@@ -222,7 +220,9 @@ class RegexVerifier final : public Verifier {
     for (size_t i = 0; i < answer.patterns.size(); ++i) {
       if (answer.patterns[i]->matches_whole(given)) return {1.0, true, "matches /" + answer.texts[i] + "/"};
     }
-    return {0.0, false, quote(given) + " does not match /" + base::truncate_utf8(answer.texts.front(), 80) + "/"};
+    return {
+        0.0, false,
+        base::quoted_excerpt(given, 80) + " does not match /" + base::truncate_utf8(answer.texts.front(), 80) + "/"};
   }
 
   std::string demonstration_text(const PreparedAnswer&) const override { return ""; }
@@ -252,10 +252,12 @@ class CommandVerifier final : public Verifier {
                                       {"answer", answer.answer}});
     const std::string what = channel_.last_call();
     if (!reply.contains("reward") || !reply["reward"].is_number()) {
-      channel_.fail(what, "reply needs \"reward\" (a number): " + quote(base::dump_json(reply)), true);
+      channel_.fail(what, "reply needs \"reward\" (a number): " + base::quoted_excerpt(base::dump_json(reply), 80),
+                    true);
     }
     if (!reply.contains("correct") || !reply["correct"].is_boolean()) {
-      channel_.fail(what, "reply needs \"correct\" (true or false): " + quote(base::dump_json(reply)), true);
+      channel_.fail(
+          what, "reply needs \"correct\" (true or false): " + base::quoted_excerpt(base::dump_json(reply), 80), true);
     }
     if (reply.contains("reason") && !reply["reason"].is_string()) {
       channel_.fail(what, "\"reason\" must be a string", true);

@@ -1,6 +1,7 @@
 // WebSocket client over websocketpp; see websocket_client.hpp.
 #include "env/websocket_client.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/utf8.hpp"
 
@@ -19,10 +20,6 @@ namespace {
 using Client = websocketpp::client<websocketpp::config::asio_client>;
 constexpr int64_t kCloseTimeoutMs = 200;
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 }  // namespace
 
 // Member order is destruction order reversed: the connection goes first, then
@@ -46,7 +43,7 @@ struct WebSocketClient::Impl {
   template <typename Done>
   bool run_until(Done done, int64_t deadline_ms) {
     while (!done()) {
-      const int64_t left = deadline_ms - now_ms();
+      const int64_t left = deadline_ms - base::steady_ms();
       if (left <= 0) return false;
       if (io.stopped()) io.restart();
       if (io.run_one_for(std::chrono::milliseconds(left)) == 0 && io.stopped() && !done()) {
@@ -66,7 +63,7 @@ WebSocketClient::~WebSocketClient() {
     if (impl_->open && impl_->connection) {
       websocketpp::lib::error_code ignored;
       impl_->connection->close(websocketpp::close::status::normal, "", ignored);
-      impl_->run_until([&] { return impl_->ended; }, now_ms() + kCloseTimeoutMs);
+      impl_->run_until([&] { return impl_->ended; }, base::steady_ms() + kCloseTimeoutMs);
     }
   } catch (...) {
     // Closing is a courtesy; the socket goes with the io_context anyway.
@@ -116,7 +113,7 @@ void WebSocketClient::connect(const std::string& url, int64_t timeout_ms) {
     impl.inbox.push_back(message->get_payload());
   });
   impl.client.connect(impl.connection);
-  const bool settled = impl.run_until([&] { return impl.open || impl.ended; }, now_ms() + timeout_ms);
+  const bool settled = impl.run_until([&] { return impl.open || impl.ended; }, base::steady_ms() + timeout_ms);
   if (impl.ended) {
     const std::string why = impl.ending;
     abort();
@@ -140,7 +137,8 @@ void WebSocketClient::send_text(const std::string& text) {
 bool WebSocketClient::receive_text(std::string& text, int64_t timeout_ms) {
   if (!impl_) throw Error(peer_ + ": the WebSocket is not open");
   Impl& impl = *impl_;
-  const bool arrived = impl.run_until([&] { return !impl.inbox.empty() || impl.ended; }, now_ms() + timeout_ms);
+  const bool arrived =
+      impl.run_until([&] { return !impl.inbox.empty() || impl.ended; }, base::steady_ms() + timeout_ms);
   if (!impl.inbox.empty()) {
     text = std::move(impl.inbox.front());
     impl.inbox.pop_front();

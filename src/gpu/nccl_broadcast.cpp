@@ -22,15 +22,15 @@ void check_nccl(ncclResult_t status, const std::string& what) {
   if (status != ncclSuccess) throw Error(what + ": " + ncclGetErrorString(status));
 }
 
-class DeviceScope {
+class NcclDeviceScope {
  public:
-  explicit DeviceScope(int device) {
+  explicit NcclDeviceScope(int device) {
     cudaGetDevice(&previous_);
     if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
   }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~NcclDeviceScope() { cudaSetDevice(previous_); }
+  NcclDeviceScope(const NcclDeviceScope&) = delete;
+  NcclDeviceScope& operator=(const NcclDeviceScope&) = delete;
 
  private:
   int previous_ = 0;
@@ -54,7 +54,7 @@ NcclGroup::NcclGroup(const NcclUniqueId& id, int rank, int ranks, const torch::D
     throw Error("NCCL: rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " ranks");
   }
   device_ = device.has_index() ? device.index() : 0;
-  DeviceScope scope(device_);
+  NcclDeviceScope scope(device_);
   ncclUniqueId raw{};
   std::memcpy(&raw, id.data(), sizeof raw);
   ncclComm_t comm = nullptr;
@@ -71,7 +71,7 @@ NcclGroup::NcclGroup(const NcclUniqueId& id, int rank, int ranks, const torch::D
 }
 
 NcclGroup::~NcclGroup() {
-  DeviceScope scope(device_);
+  NcclDeviceScope scope(device_);
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   if (comm_ != nullptr) ncclCommDestroy(static_cast<ncclComm_t>(comm_));
 }
@@ -106,7 +106,7 @@ void NcclGroup::broadcast(int root, const model::DevicePackedTensors* source, to
     }
   }
   const auto buckets = plan_buckets(index, total_bytes, max_bucket_bytes);
-  DeviceScope scope(device_);
+  NcclDeviceScope scope(device_);
   auto stream = static_cast<cudaStream_t>(stream_);
   auto comm = static_cast<ncclComm_t>(comm_);
   uint64_t largest = 0;

@@ -13,7 +13,7 @@
 namespace sao::model {
 namespace {
 
-std::string where(const std::string& path) {
+std::string file_where(const std::string& path) {
   return "checkpoint " + path + ": ";
 }
 
@@ -29,7 +29,7 @@ std::string kind_of(mode_t mode) {
 }
 
 [[noreturn]] void fail_not_regular(const std::string& path, mode_t mode) {
-  throw Error(where(path) + "is " + kind_of(mode) + ", not a regular file");
+  throw Error(file_where(path) + "is " + kind_of(mode) + ", not a regular file");
 }
 
 }  // namespace
@@ -39,17 +39,17 @@ RegularFile::RegularFile(const std::string& path) : path_(path) {
   // directory or device is better named than opened.
   struct stat before {};
   if (::stat(path.c_str(), &before) != 0) {
-    if (errno == ENOENT) throw Error(where(path) + "file does not exist");
-    throw Error(where(path) + "cannot access: " + std::strerror(errno));
+    if (errno == ENOENT) throw Error(file_where(path) + "file does not exist");
+    throw Error(file_where(path) + "cannot access: " + std::strerror(errno));
   }
   if (!S_ISREG(before.st_mode)) fail_not_regular(path, before.st_mode);
   fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd_ < 0) throw Error(where(path) + "cannot open for reading: " + std::strerror(errno));
+  if (fd_ < 0) throw Error(file_where(path) + "cannot open for reading: " + std::strerror(errno));
   struct stat opened {};
   if (::fstat(fd_, &opened) != 0) {
     const std::string reason = std::strerror(errno);
     ::close(fd_);
-    throw Error(where(path) + "cannot stat: " + reason);
+    throw Error(file_where(path) + "cannot stat: " + reason);
   }
   if (!S_ISREG(opened.st_mode)) {
     ::close(fd_);
@@ -69,10 +69,10 @@ void RegularFile::read_at(std::uint64_t offset, void* out, std::size_t bytes) co
     const auto got = ::pread(fd_, cursor + done, bytes - done, static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0)
-      throw Error(where(path_) + "read of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-                  " failed: " + std::strerror(errno));
+      throw Error(file_where(path_) + "read of " + std::to_string(bytes) + " bytes at offset " +
+                  std::to_string(offset) + " failed: " + std::strerror(errno));
     if (got == 0)
-      throw Error(where(path_) + "file ended " + std::to_string(done) + " bytes into a read of " +
+      throw Error(file_where(path_) + "file ended " + std::to_string(done) + " bytes into a read of " +
                   std::to_string(bytes) + " at offset " + std::to_string(offset) + " (changed while being read?)");
     done += static_cast<std::size_t>(got);
   }
@@ -81,7 +81,7 @@ void RegularFile::read_at(std::uint64_t offset, void* out, std::size_t bytes) co
 std::string read_regular_file(const std::string& path, std::uint64_t max_bytes) {
   const RegularFile file(path);
   if (file.size() > max_bytes)
-    throw Error(where(path) + "file is " + std::to_string(file.size()) + " bytes, over the limit of " +
+    throw Error(file_where(path) + "file is " + std::to_string(file.size()) + " bytes, over the limit of " +
                 std::to_string(max_bytes));
   std::string text(file.size(), '\0');
   file.read_at(0, text.data(), text.size());

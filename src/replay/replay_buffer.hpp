@@ -13,6 +13,7 @@
 
 #include "algo/trajectory.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -53,6 +54,8 @@ class ReplayBuffer {
   int64_t queued() const;           // trajectories waiting in complete groups
   int64_t pending_partial() const;  // trajectories in incomplete groups
   bool full() const { return queued() + pending_partial() >= config_.capacity; }
+  // Trajectories the buffer takes before it is full.
+  int64_t room() const { return std::max<int64_t>(0, config_.capacity - queued() - pending_partial()); }
   const ReplayStats& stats() const { return stats_; }
   ReplayConfig& config() { return config_; }
   // Staleness of a trajectory for a learner at `learner_version`.

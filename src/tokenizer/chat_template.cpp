@@ -28,7 +28,7 @@ namespace sao::tokenizer {
 
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
 // --- values ---------------------------------------------------------------
 
@@ -102,25 +102,25 @@ struct Value {
   }
 };
 
-Value from_json(const Json& json) {
+Value from_json(const OrderedJson& json) {
   switch (json.type()) {
-    case Json::value_t::null:
+    case OrderedJson::value_t::null:
       return Value::none();
-    case Json::value_t::boolean:
+    case OrderedJson::value_t::boolean:
       return Value::of(json.get<bool>());
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned:
+    case OrderedJson::value_t::number_integer:
+    case OrderedJson::value_t::number_unsigned:
       return Value::of(json.get<int64_t>());
-    case Json::value_t::number_float:
+    case OrderedJson::value_t::number_float:
       return Value::of_float(json.get<double>());
-    case Json::value_t::string:
+    case OrderedJson::value_t::string:
       return Value::of(json.get<std::string>());
-    case Json::value_t::array: {
+    case OrderedJson::value_t::array: {
       Array items;
       for (const auto& item : json) items.push_back(from_json(item));
       return Value::of(std::move(items));
     }
-    case Json::value_t::object: {
+    case OrderedJson::value_t::object: {
       Object entries;
       for (const auto& [key, item] : json.items()) entries.emplace_back(key, from_json(item));
       return Value::of(std::move(entries));
@@ -193,7 +193,7 @@ std::string float_text(double d) {
 }
 
 std::string json_string(const std::string& text) {
-  return Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
+  return OrderedJson(text).dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
 }
 
 // tojson as transformers defines it: json.dumps(ensure_ascii=False), item
@@ -211,7 +211,7 @@ std::string to_json_text(const Value& v, int indent, int depth) {
     case Value::Kind::kInt:
       return std::to_string(v.integer);
     case Value::Kind::kFloat:
-      return Json(v.number).dump();
+      return OrderedJson(v.number).dump();
     case Value::Kind::kString:
       return json_string(v.text);
     case Value::Kind::kArray: {
@@ -824,7 +824,7 @@ class Parser {
 
 // --- template structure ---------------------------------------------------
 
-struct Piece {
+struct TemplatePiece {
   enum class Type { kText, kOutput, kStatement };
   Type type;
   std::string text;
@@ -895,8 +895,8 @@ std::string preprocess(std::string source) {
   return out + stripped.substr(last);
 }
 
-std::vector<Piece> split_pieces(const std::string& source, const std::string& where) {
-  std::vector<Piece> pieces;
+std::vector<TemplatePiece> split_pieces(const std::string& source, const std::string& where) {
+  std::vector<TemplatePiece> pieces;
   size_t i = 0;
   int line = 1;
   bool strip_next_text = false;
@@ -919,7 +919,7 @@ std::vector<Piece> split_pieces(const std::string& source, const std::string& wh
     const int text_line = line;
     line += count_lines(source.substr(i, open - i));
     if (open == source.size()) {
-      if (!text.empty()) pieces.push_back({Piece::Type::kText, text, text_line});
+      if (!text.empty()) pieces.push_back({TemplatePiece::Type::kText, text, text_line});
       break;
     }
     const char kind = source[open + 1];
@@ -931,7 +931,7 @@ std::vector<Piece> split_pieces(const std::string& source, const std::string& wh
     } else if (content_begin < source.size() && source[content_begin] == '+') {
       ++content_begin;
     }
-    if (!text.empty()) pieces.push_back({Piece::Type::kText, text, text_line});
+    if (!text.empty()) pieces.push_back({TemplatePiece::Type::kText, text, text_line});
     // The closer is searched outside string literals: '}}' may sit in one.
     size_t close = content_begin;
     char quote = 0;
@@ -960,8 +960,8 @@ std::vector<Piece> split_pieces(const std::string& source, const std::string& wh
       --content_end;
     }
     const std::string content = source.substr(content_begin, content_end - content_begin);
-    if (kind == '{') pieces.push_back({Piece::Type::kOutput, content, line});
-    if (kind == '%') pieces.push_back({Piece::Type::kStatement, content, line});
+    if (kind == '{') pieces.push_back({TemplatePiece::Type::kOutput, content, line});
+    if (kind == '%') pieces.push_back({TemplatePiece::Type::kStatement, content, line});
     line += count_lines(source.substr(open, close + 2 - open));
     i = close + 2;
   }
@@ -970,7 +970,8 @@ std::vector<Piece> split_pieces(const std::string& source, const std::string& wh
 
 class TreeBuilder {
  public:
-  TreeBuilder(std::vector<Piece> pieces, std::string where) : pieces_(std::move(pieces)), where_(std::move(where)) {}
+  TreeBuilder(std::vector<TemplatePiece> pieces, std::string where)
+      : pieces_(std::move(pieces)), where_(std::move(where)) {}
 
   Body build() {
     std::string stop;
@@ -996,13 +997,13 @@ class TreeBuilder {
       line_ = piece.line;
       auto node = std::make_shared<Node>();
       node->line = piece.line;
-      if (piece.type == Piece::Type::kText) {
+      if (piece.type == TemplatePiece::Type::kText) {
         node->type = Node::Type::kText;
         node->text = piece.text;
         body.push_back(node);
         continue;
       }
-      if (piece.type == Piece::Type::kOutput) {
+      if (piece.type == TemplatePiece::Type::kOutput) {
         Parser parser(lex_expression(piece.text, piece.line, where_), where_);
         node->type = Node::Type::kOutput;
         node->expr = parser.expression();
@@ -1092,7 +1093,7 @@ class TreeBuilder {
     return body;
   }
 
-  std::vector<Piece> pieces_;
+  std::vector<TemplatePiece> pieces_;
   size_t index_ = 0;
   int nesting_ = 0;
   int line_ = 1;
@@ -1115,7 +1116,7 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
-  Renderer(const std::string& where, const Json& variables) : where_(where) {
+  Renderer(const std::string& where, const OrderedJson& variables) : where_(where) {
     scopes_.emplace_back();
     if (variables.is_object()) {
       for (const auto& [key, value] : variables.items()) scopes_.back()[key] = from_json(value);
