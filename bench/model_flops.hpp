@@ -35,9 +35,10 @@ inline double critic_forward_flops_per_token(const model::ModelConfig& config, d
 }
 
 // One SAO learner step per trained token, counted pass by pass as
-// algo::Learner runs it: a critic forward for the fixed targets, K critic
-// updates (forward + backward), a fresh critic forward for the advantages,
-// and the policy update (forward + backward). A backward costs two forwards
+// algo::Learner runs it: K critic updates (forward + backward; the first
+// forward also gives the fixed targets), a fresh critic forward for the
+// advantages, and the policy update (forward + backward); with K = 0 a
+// separate forward gives the targets. A backward costs two forwards
 // (activation and weight gradients), less the weight gradients of frozen
 // parameters (the critic's attention by default).
 inline double sao_step_flops_per_token(const model::ModelConfig& config, double context, int64_t critic_updates,
@@ -45,7 +46,9 @@ inline double sao_step_flops_per_token(const model::ModelConfig& config, double 
   const double policy = forward_flops_per_token(config, context);
   const double critic = critic_forward_flops_per_token(config, context);
   const double frozen = critic_attention_frozen ? 2.0 * attention_projection_weights(config) : 0.0;
-  return 3.0 * policy + static_cast<double>(critic_updates) * (3.0 * critic - frozen) + 2.0 * critic;
+  const double critic_forwards_without_backward = critic_updates > 0 ? 1.0 : 2.0;
+  return 3.0 * policy + static_cast<double>(critic_updates) * (3.0 * critic - frozen) +
+         critic_forwards_without_backward * critic;
 }
 
 }  // namespace sao::bench

@@ -228,16 +228,19 @@ class SaoLearner:
 
     def step(self, ids, mask, behaviour, rewards):
         lc, metrics = self.lc, {}
+        # As sao does: the first update's forward pass is also the snapshot
+        # the fixed targets are computed from (the critic has not changed yet).
+        first = self.critic_outputs(ids) if lc["critic_updates"] > 0 else None
         with torch.no_grad():
-            values, bootstrap = self.critic_outputs(ids)
+            values, bootstrap = (first[0].detach(), first[1].detach()) if first else self.critic_outputs(ids)
         b = ids.shape[0]
         critic_lambdas = torch.full((b,), lc["lambda_critic"])
         _, targets = skip_observation_gae(rewards, values, mask, bootstrap, lc["gamma"], critic_lambdas)
         v, r = values.masked_select(mask).double(), targets.masked_select(mask).double()
         metrics["explained_variance"] = 1.0 - (r - v).var(unbiased=False).item() / max(r.var(unbiased=False).item(), 1e-12)
-        for _ in range(lc["critic_updates"]):
+        for k in range(lc["critic_updates"]):
             self.critic_opt.zero_grad()
-            predicted, _ = self.critic_outputs(ids)
+            predicted, _ = first if k == 0 else self.critic_outputs(ids)
             loss = masked_mean((predicted - targets).pow(2), mask)
             metrics["value_loss"] = loss.item()
             loss.backward()

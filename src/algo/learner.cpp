@@ -271,11 +271,16 @@ void Learner::train(const std::vector<Trajectory>& kept, StepResult& result) {
 torch::Tensor Learner::critic_stage(const TrajectoryBatch& batch, StepResult& result) {
   Metrics& m = result.metrics;
   const int64_t rows = batch.batch_size();
-  CriticOutputs snapshot;
+  // The first update's forward pass is also the snapshot: the critic has
+  // not changed yet, so its values, detached, are what the fixed targets
+  // need. That saves one critic forward of the K + 2 the stage would run.
+  const bool updates = config_.critic_updates > 0;
+  CriticOutputs first;
   {
-    torch::NoGradGuard no_grad;
-    snapshot = critic_outputs(critic_, batch.input_ids, batch.lengths);
+    const torch::AutoGradMode grad_mode(updates);
+    first = critic_outputs(critic_, batch.input_ids, batch.lengths);
   }
+  const CriticOutputs snapshot{first.values.detach(), first.bootstrap.detach()};
   // Fixed targets for all K updates (SAO.md step 2).
   auto targets = skip_observation_gae(batch.rewards, snapshot.values, batch.action_mask, batch.terminated,
                                       snapshot.bootstrap, config_.gamma, constant_lambda(rows, config_.lambda_critic))
@@ -284,7 +289,7 @@ torch::Tensor Learner::critic_stage(const TrajectoryBatch& batch, StepResult& re
   const double ev = explained_variance(snapshot.values, targets, batch.action_mask);
   if (std::isfinite(ev)) m["explained_variance"] = ev;
   for (int64_t k = 0; k < config_.critic_updates; ++k) {
-    if (!critic_update(batch, targets, snapshot.values, m)) {
+    if (!critic_update(batch, targets, snapshot.values, m, k == 0 ? &first : nullptr)) {
       record_skip(result);
       return {};
     }
@@ -305,9 +310,9 @@ torch::Tensor Learner::critic_stage(const TrajectoryBatch& batch, StepResult& re
 }
 
 bool Learner::critic_update(const TrajectoryBatch& batch, const torch::Tensor& targets, const torch::Tensor& old_values,
-                            Metrics& m) {
+                            Metrics& m, const CriticOutputs* current) {
   critic_optimizer_->zero_grad();
-  auto out = critic_outputs(critic_, batch.input_ids, batch.lengths);
+  auto out = current != nullptr ? *current : critic_outputs(critic_, batch.input_ids, batch.lengths);
   auto loss = value_loss(out.values, targets, batch.action_mask, old_values, config_.value_clip);
   const double loss_value = loss.item<double>();
   if (!m.count("value_loss")) m["value_loss"] = loss_value;

@@ -136,8 +136,10 @@ class Learner {
   void check_admissible(const std::vector<Trajectory>& trajectories) const;
   void train(const std::vector<Trajectory>& kept, StepResult& result);
   torch::Tensor critic_stage(const TrajectoryBatch& batch, StepResult& result);
+  // One critic optimiser step; `current` is this step's forward pass when
+  // the caller already ran it (the first update reuses the snapshot's).
   bool critic_update(const TrajectoryBatch& batch, const torch::Tensor& targets, const torch::Tensor& old_values,
-                     Metrics& metrics);
+                     Metrics& metrics, const CriticOutputs* current);
   torch::Tensor baseline_advantages(const TrajectoryBatch& batch, Metrics& metrics) const;
   bool actor_stage(const TrajectoryBatch& batch, const torch::Tensor& advantages, bool train, Metrics& metrics);
   void record_skip(StepResult& result);
