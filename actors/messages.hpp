@@ -202,6 +202,9 @@ struct ReplayAck {
   int64_t queued = 0;
   bool full = false;
   int64_t room = 0;  // trajectories the replay takes before it is full
+  // The learner's next step needs more trajectories than replay holds
+  // (fewer than replay.min_batch, or no full synchronous round).
+  bool learner_starved = false;
 };
 
 // Replay -> learner.
@@ -342,7 +345,7 @@ typename Inspector::result_type inspect(Inspector& f, EnvReply& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplayAck& x) {
-  return f(caf::meta::type_name("ReplayAck"), x.accepted, x.queued, x.full, x.room);
+  return f(caf::meta::type_name("ReplayAck"), x.accepted, x.queued, x.full, x.room, x.learner_starved);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TrainBatch& x) {

@@ -36,6 +36,10 @@ void try_dispatch(ReplaySelf self) {
   state.learner_idle = false;
   self->send(state.learner, std::move(batch));
 }
+msg::ReplayAck answer(const ReplayActorState& state, bool accepted) {
+  const auto& buffer = *state.buffer;
+  return msg::ReplayAck{accepted, buffer.queued(), buffer.full(), buffer.room(), !buffer.ready(state.learner_version)};
+}
 }  // namespace
 
 ReplayActor::behavior_type replay_behavior(ReplaySelf self, replay::ReplayConfig config, LearnerActor learner) {
@@ -48,12 +52,12 @@ ReplayActor::behavior_type replay_behavior(ReplaySelf self, replay::ReplayConfig
         ++state.received_from[trajectory.origin.rollout];
         const bool accepted = state.buffer->add(std::move(trajectory), state.learner_version);
         try_dispatch(self);
-        return msg::ReplayAck{accepted, state.buffer->queued(), state.buffer->full(), state.buffer->room()};
+        return answer(state, accepted);
       },
       [self](atoms::room_atom) {
         auto& state = self->state;
         ++state.counters.handled;
-        return msg::ReplayAck{false, state.buffer->queued(), state.buffer->full(), state.buffer->room()};
+        return answer(state, false);
       },
       [self](atoms::learner_idle_atom, int64_t policy_version) {
         ++self->state.counters.handled;

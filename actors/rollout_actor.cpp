@@ -59,6 +59,7 @@ struct RolloutActorState {
   // From the replay's newest answer; -1 until the first one.
   int64_t replay_room = -1;
   int64_t replay_queued = 0;
+  bool learner_starved = true;
   // Trajectories sent to replay whose answer has not come back: the next
   // session waits for them, so that it sees how full the replay is now.
   int64_t unacked = 0;
@@ -84,15 +85,17 @@ void note_replay_answer(RolloutActorState& state, const msg::ReplayAck& ack) {
   state.replay_full = ack.full;
   state.replay_room = ack.room;
   state.replay_queued = ack.queued;
+  state.learner_starved = ack.learner_starved;
 }
 
-// A session starts only when the replay has room for all of it (or is
-// empty, whatever the session's size). Otherwise a rollout that finished a
-// session while the learner was busy would queue past the capacity, and
-// every trajectory would wait more than one learner step before training.
+// A session starts only when the replay has room for all of it, or when
+// the learner cannot step without more (fewer than replay.min_batch held;
+// an empty replay always), whatever the session's size. Otherwise a rollout
+// that finished a session while the learner was busy would queue past the
+// capacity, and every trajectory would wait more than one learner step.
 bool replay_has_room(const RolloutActorState& state) {
   if (state.replay_full) return false;
-  if (state.replay_room < 0 || state.replay_queued == 0) return true;
+  if (state.replay_room < 0 || state.learner_starved || state.replay_queued == 0) return true;
   return state.replay_room >= state.config.rollout.episodes_per_actor;
 }
 

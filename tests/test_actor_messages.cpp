@@ -157,9 +157,10 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(trajectory_back.origin.finished_at_ns == 123456789);
   CHECK(trajectory_back.origin.regime_index == 1.0);
 
-  const auto ack_back = round_trip(system, sao::msg::ReplayAck{true, 17, false, 47});
+  const auto ack_back = round_trip(system, sao::msg::ReplayAck{true, 17, false, 47, true});
   CHECK(ack_back.queued == 17);
   CHECK(ack_back.room == 47);
+  CHECK(ack_back.learner_starved);
   sao::msg::TrainBatch batch{{trajectory, trajectory}, 3, 9};
   auto batch_back = round_trip(system, batch);
   REQUIRE(batch_back.trajectories.size() == 2);

@@ -327,7 +327,7 @@ TEST_CASE("the rollout actor plays episodes by the shared rules: <|obs|> for an 
     replay->receive(
         [&](const sao::algo::Trajectory& trajectory) -> sao::msg::ReplayAck {
           received.push_back(trajectory);
-          return {true, 0, false};
+          return {true, 0, false, 64, true};  // consumed at once: always room
         },
         caf::after(60s) >> [&] { timed_out = true; });
   }

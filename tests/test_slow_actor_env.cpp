@@ -207,7 +207,7 @@ TEST_CASE("maze episodes through env, rollout and weight-sync actors are multi-t
     replay->receive(
         [&](const sao::algo::Trajectory& message) -> sao::msg::ReplayAck {
           received.push_back(message);
-          return {true, 0, false};
+          return {true, 0, false, 64, true};  // consumed at once: always room
         },
         caf::after(120s) >> [&] { timed_out = true; });
   }

@@ -271,6 +271,22 @@ TEST_CASE("one rollout never queues past the replay's capacity") {
   fs::remove_all(dir);
 }
 
+// A session larger than the room left must still start when the learner
+// cannot step without it (fewer than min_batch held): waiting for room there
+// would stop the run for good.
+TEST_CASE("a rollout starts a session that overfills the replay when the learner needs more") {
+  const auto dir = fresh_dir("replay_starved");
+  auto config = easy_config(dir.string(), {"train.steps=8", "rollout.episodes_per_actor=24", "replay.capacity=32",
+                                           "replay.min_batch=32", "replay.max_batch=32", "replay.max_staleness=-1"});
+  auto policy = warm_start(config);
+  const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
+  CHECK(outcome.reason == "budget");
+  const auto steps = step_lines(dir.string());
+  REQUIRE(steps.size() == 8);
+  for (const auto& step : steps) CHECK(step["trajectories"] == 32);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("an environment that throws or hangs is restarted; lost episodes are counted and the run continues") {
   sao::env::register_environment("flaky", [](const nlohmann::json& config, const std::string& where) {
     return std::make_unique<FlakyEnvironment>(config, where);
