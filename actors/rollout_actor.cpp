@@ -58,7 +58,6 @@ struct RolloutActorState {
   bool replay_full = false;
   // From the replay's newest answer; -1 until the first one.
   int64_t replay_room = -1;
-  int64_t replay_queued = 0;
   bool learner_starved = true;
   // Trajectories sent to replay whose answer has not come back: the next
   // session waits for them, so that it sees how full the replay is now.
@@ -84,7 +83,6 @@ void schedule_decode(RolloutSelf self);
 void note_replay_answer(RolloutActorState& state, const msg::ReplayAck& ack) {
   state.replay_full = ack.full;
   state.replay_room = ack.room;
-  state.replay_queued = ack.queued;
   state.learner_starved = ack.learner_starved;
 }
 
@@ -95,7 +93,7 @@ void note_replay_answer(RolloutActorState& state, const msg::ReplayAck& ack) {
 // capacity, and every trajectory would wait more than one learner step.
 bool replay_has_room(const RolloutActorState& state) {
   if (state.replay_full) return false;
-  if (state.replay_room < 0 || state.learner_starved || state.replay_queued == 0) return true;
+  if (state.replay_room < 0 || state.learner_starved) return true;
   return state.replay_room >= state.config.rollout.episodes_per_actor;
 }
 
