@@ -9,7 +9,9 @@
 #
 # Tasks: arithmetic (the default run's), arithmetic_reversed, arithmetic_3digit,
 # add_words (the dataset example with its sloppy teacher), maze (agentic),
-# calculator (tool use). Warm starts are kept under DIR (default
+# calculator (tool use), countdown (reach a target with three numbers) and
+# countdown_3turns (the same with the verifier's feedback and two retries;
+# 600 SFT steps, ~11 min of the run). Warm starts are kept under DIR (default
 # runs/pass_at_k) and reused when DIR/TASK/sft exists. Ends with a markdown
 # table (the one in docs/decisions.md).
 set -euo pipefail
@@ -40,6 +42,8 @@ tasks=(
   "add_words|--config examples/datasets/add_words.json"
   "maze|--config config/sao_agentic.json"
   "calculator|--config examples/tools/calculator.json"
+  "countdown|--config config/sao_countdown.json"
+  "countdown_3turns|--config config/sao_countdown.json --set task.max_turns=3 --set task.retry_demonstration_rate=0.5 --set rollout.max_turns=3 --set sft.steps=600"
 )
 sft_data_of() {
   case "$1" in

@@ -75,7 +75,8 @@ std::string key_of(const EnvStep& reset) {
 
 TEST_CASE("the built-in environments are registered") {
   const auto names = sao::env::registered_environments();
-  for (const char* expected : {"arithmetic", "example", "maze", "drift", "external", "dataset", "openenv"}) {
+  for (const char* expected :
+       {"arithmetic", "example", "maze", "drift", "external", "dataset", "openenv", "calculator", "countdown"}) {
     CHECK(std::find(names.begin(), names.end(), expected) != names.end());
   }
   try {

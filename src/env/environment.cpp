@@ -5,6 +5,7 @@
 #include "base/hash.hpp"
 #include "env/arithmetic_env.hpp"
 #include "env/calculator_env.hpp"
+#include "env/countdown_env.hpp"
 #include "env/dataset_env.hpp"
 #include "env/drift_env.hpp"
 #include "env/example_env.hpp"
@@ -35,6 +36,7 @@ Registry& registry() {
     created->factories["dataset"] = make_dataset_environment;
     created->factories["openenv"] = make_openenv_environment;
     created->factories["calculator"] = make_calculator_environment;
+    created->factories["countdown"] = make_countdown_environment;
     return created;
   }();
   return *instance;
@@ -56,7 +58,8 @@ std::vector<std::string> registered_environments() {
 }
 
 bool is_self_contained_environment(const std::string& name) {
-  return name == "arithmetic" || name == "example" || name == "maze" || name == "drift" || name == "calculator";
+  return name == "arithmetic" || name == "example" || name == "maze" || name == "drift" || name == "calculator" ||
+         name == "countdown";
 }
 
 std::unique_ptr<Environment> make_environment(const std::string& name, const nlohmann::json& config,

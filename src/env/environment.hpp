@@ -147,7 +147,8 @@ using EnvironmentFactory =
     std::function<std::unique_ptr<Environment>(const nlohmann::json& config, const std::string& where)>;
 
 // A registry so a config names an environment by string. Built-ins:
-// arithmetic, example, maze, drift, external, dataset, openenv; plugins
+// arithmetic, example, maze, drift, calculator, countdown, external, dataset,
+// openenv; plugins
 // (env_plugin.hpp, env.plugin) add theirs at run time.
 void register_environment(const std::string& name, EnvironmentFactory factory);
 // Throws sao::Error for an unknown name, listing the known ones.
@@ -155,7 +156,8 @@ std::unique_ptr<Environment> make_environment(const std::string& name, const nlo
                                               const std::string& where);
 std::vector<std::string> registered_environments();
 // True for the built-in environments that run entirely inside this process
-// from their config section (arithmetic, example, maze, drift). Any other
+// from their config section (arithmetic, example, maze, drift, calculator,
+// countdown). Any other
 // name (external: a program to run or an address to connect to; dataset:
 // files to read and perhaps a verifier program; openenv: a server to reach;
 // one registered at run time)

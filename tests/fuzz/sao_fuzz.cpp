@@ -6,6 +6,7 @@
 //   tokenizer  a tokenizer.json (of a Hugging Face model directory), loaded, then encoding and decoding
 //   chat_template  a tokenizer_config.json chat template, parsed, rendered and used for chat turns
 //   tool_call  a policy's action to the calculator environment (a tool call, malformed or not, or an answer)
+//   countdown  a policy's answer to the countdown environment, through its verifier
 //   data_file  a JSON-lines data file: a dataset task's problems (each verifier), played; and demonstrations
 //   http       a raw HTTP request to the console server
 //   join       a cluster join request (node, role, fingerprint, secret) to the gatekeeper
@@ -32,6 +33,7 @@
 #include "base/json_parse.hpp"
 #include "config/run_config.hpp"
 #include "env/calculator_env.hpp"
+#include "env/countdown_env.hpp"
 #include "env/data_file.hpp"
 #include "env/environment.hpp"
 #include "env/external_env.hpp"
@@ -373,6 +375,25 @@ Surface tool_call_surface() {
       if (step.info.value("role", std::string()) != "tool") std::abort();
     }
     return Outcome::kAccepted;
+  };
+  return surface;
+}
+
+// Whatever the policy writes, the countdown verifier gives a verdict with a
+// reason and ends the episode; it never throws.
+Surface countdown_surface() {
+  Surface surface;
+  surface.name = "countdown";
+  surface.seeds = {"3*7+12", " 12 + 7 * 3 ", "(7*3)+12", "12+(3*7)"};
+  surface.run = [](const std::string& input, const fs::path&) {
+    const sao::env::CountdownProblem problem{{12, 3, 7}, 33};
+    const auto verdict = sao::env::verify_countdown(problem, input);
+    if (verdict.reason.empty()) std::abort();
+    sao::env::CountdownEnvironment env(sao::env::countdown_config_from_json(nlohmann::json::object(), "fuzz"));
+    env.reset(3);
+    const auto step = env.step(input);
+    if (!step.terminated || step.info.value("reason", std::string()).empty()) std::abort();
+    return verdict.correct ? Outcome::kAccepted : Outcome::kClean;
   };
   return surface;
 }
@@ -893,8 +914,8 @@ int main(int argc, char** argv) {
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
   const std::vector<std::string> all = {"config",    "safetensors",   "env_reply", "openenv_reply",
-                                        "tokenizer", "chat_template", "tool_call", "data_file",
-                                        "http",      "join",          "tls_frames"};
+                                        "tokenizer", "chat_template", "tool_call", "countdown",
+                                        "data_file", "http",          "join",      "tls_frames"};
   int64_t failures = 0;
   bool known = false;
   for (const auto& name : all) {
@@ -910,6 +931,7 @@ int main(int argc, char** argv) {
     if (name == "chat_template") counts = fuzz_isolated(chat_template_surface(), cases, seed, scratch, out);
     if (name == "data_file") counts = fuzz_isolated(data_file_surface(), cases, seed, scratch, out);
     if (name == "tool_call") counts = fuzz_isolated(tool_call_surface(), cases, seed, scratch, out);
+    if (name == "countdown") counts = fuzz_isolated(countdown_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
     if (name == "tls_frames") counts = fuzz_tls_frames(cases, seed, scratch, out);
