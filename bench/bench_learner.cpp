@@ -11,9 +11,13 @@
 #include "model_flops.hpp"
 #include "report/system_info.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -44,9 +48,102 @@ std::vector<sao::algo::Trajectory> sample_batch(sao::model::CausalLM& policy, in
   return trajectories;
 }
 
+// Multi-turn episodes like the maze's: a 9-token prompt, then 1 to 8 turns of
+// 3 action tokens and an 8-token observation, so lengths run from 12 to 96
+// tokens in one batch. Tokens are random; behaviour log-probs are the
+// policy's own.
+std::vector<sao::algo::Trajectory> mixed_length_batch(sao::model::CausalLM& policy, int64_t batch, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  const auto token = [&random] { return static_cast<int64_t>(random() % 250 + 2); };
+  std::vector<sao::algo::Trajectory> trajectories;
+  for (int64_t i = 0; i < batch; ++i) {
+    std::vector<int64_t> prompt = {257};
+    for (int k = 0; k < 8; ++k) prompt.push_back(token());
+    std::vector<sao::algo::Turn> turns(static_cast<size_t>(1 + i % 8));
+    for (size_t k = 0; k < turns.size(); ++k) {
+      turns[k].action_tokens = {token(), token(), token()};
+      if (k + 1 < turns.size()) {
+        for (int o = 0; o < 8; ++o) turns[k].observation.push_back(token());
+      }
+      turns[k].logprobs.assign(3, 0.0f);
+      turns[k].versions.assign(3, 0);
+    }
+    auto trajectory = sao::algo::make_trajectory(prompt, turns, static_cast<double>(random() % 2), true, i);
+    torch::NoGradGuard no_grad;
+    const auto logprobs =
+        sao::algo::policy_outputs(policy, torch::tensor(trajectory.tokens, torch::kInt64).unsqueeze(0)).logprobs[0];
+    for (size_t t = 0; t < trajectory.size(); ++t) {
+      if (trajectory.action_mask[t]) trajectory.behaviour_logprobs[t] = logprobs[static_cast<int64_t>(t)].item<float>();
+    }
+    trajectories.push_back(std::move(trajectory));
+  }
+  return trajectories;
+}
+
+void mark_current(std::vector<sao::algo::Trajectory>& trajectories, int64_t version) {
+  for (auto& trajectory : trajectories) {
+    for (size_t t = 0; t < trajectory.size(); ++t) {
+      if (trajectory.action_mask[t]) trajectory.policy_versions[t] = version;
+    }
+  }
+}
+
+// Length buckets against one padded batch on the same mixed-length
+// trajectories, alternating step by step so both see the same machine.
+int bench_mixed_lengths(const sao::config::RunConfig& config, int64_t batch, int steps) {
+  auto learner_config = config.learner;
+  learner_config.critic_warmup_steps = 0;
+  struct Side {
+    const char* name;
+    int64_t buckets;
+    std::unique_ptr<sao::algo::Learner> learner;
+    std::vector<double> seconds;
+  };
+  std::vector<Side> sides;
+  sides.push_back({"padded to the longest (max_length_buckets 1)", 1, nullptr, {}});
+  sides.push_back({"length buckets (max_length_buckets 4)", 4, nullptr, {}});
+  std::vector<sao::algo::Trajectory> trajectories;
+  for (auto& side : sides) {
+    sao::model::CausalLM policy(config.model);
+    sao::model::init_weights(*policy, 1);
+    sao::model::ValueModel critic(config.model);
+    sao::model::init_value_from_policy(critic, policy);
+    if (trajectories.empty()) trajectories = mixed_length_batch(policy, batch, 7);
+    auto side_config = learner_config;
+    side_config.max_length_buckets = side.buckets;
+    side.learner = std::make_unique<sao::algo::Learner>(side_config, policy, critic);
+    mark_current(trajectories, 0);
+    side.learner->step(trajectories);  // warm-up
+  }
+  double tokens = 0;
+  for (const auto& trajectory : trajectories) tokens += static_cast<double>(trajectory.size());
+  double passes = 0;
+  for (int i = 0; i < steps; ++i) {
+    for (auto& side : sides) {
+      mark_current(trajectories, side.learner->policy_version());
+      const auto start = std::chrono::steady_clock::now();
+      const auto result = side.learner->step(trajectories);
+      side.seconds.push_back(seconds_since(start));
+      if (side.buckets > 1) passes = result.metrics.at("length_buckets");
+    }
+  }
+  std::printf("mixed lengths: %lld episodes of 1-8 turns, %.0f real tokens (12-96 per episode), %d steps each\n",
+              static_cast<long long>(batch), tokens, steps);
+  std::vector<double> medians;
+  for (auto& side : sides) {
+    std::sort(side.seconds.begin(), side.seconds.end());
+    medians.push_back(side.seconds[side.seconds.size() / 2]);
+    std::printf("  %-46s median %.1f ms/step (min %.1f, max %.1f)\n", side.name, medians.back() * 1e3,
+                side.seconds.front() * 1e3, side.seconds.back() * 1e3);
+  }
+  std::printf("  buckets used: %.0f; padded / bucketed step time: %.2fx\n", passes, medians[0] / medians[1]);
+  return 0;
+}
+
 }  // namespace
 
-// Usage: bench_learner [BATCH=64] [STEPS=10]
+// Usage: bench_learner [BATCH=64] [STEPS=10] [mixed]
+//   mixed: multi-turn episodes of mixed lengths, length buckets vs one padded batch
 int main(int argc, char** argv) {
   sao::base::keep_freed_memory_for_reuse();  // as sao itself runs
   const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 64;
@@ -60,6 +157,8 @@ int main(int argc, char** argv) {
               static_cast<long long>(config.model.parameter_count()),
               config.learner.uses_critic() ? "SAO (critic + DIS)" : "no critic",
               static_cast<long long>(config.learner.critic_updates));
+
+  if (argc > 3 && std::string(argv[3]) == "mixed") return bench_mixed_lengths(config, batch, steps);
 
   sao::model::CausalLM policy(config.model);
   sao::model::init_weights(*policy, 1);

@@ -14,10 +14,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -64,10 +66,22 @@ Models make_models(uint64_t seed) {
   return m;
 }
 
+// Behaviour log-probs: the policy's own, perturbed by up to +-0.1 so that
+// ratios are not all exactly 1.
+void set_behaviour_logprobs(CausalLM& policy, Trajectory& tr, std::mt19937_64& rng) {
+  torch::NoGradGuard no_grad;
+  auto ids = torch::tensor(tr.tokens, torch::kInt64).unsqueeze(0);
+  auto logp = sao::algo::policy_outputs(policy, ids).logprobs[0];
+  for (size_t t = 0; t < tr.size(); ++t) {
+    if (!tr.action_mask[t]) continue;
+    const double noise = 0.2 * (static_cast<double>(rng() % 1000) / 1000.0 - 0.5);
+    tr.behaviour_logprobs[t] = static_cast<float>(logp[static_cast<int64_t>(t)].item<double>() + noise);
+  }
+}
+
 // n trajectories: prompt (2 tokens), a 2-3 token action turn, a 2-token
 // observation, a 1-2 token action turn; reward 0/1 on the last action;
-// every third truncated. Behaviour log-probs are the policy's own, perturbed
-// by up to +-0.1 so that ratios are not all exactly 1.
+// every third truncated.
 std::vector<Trajectory> make_batch(CausalLM& policy, uint64_t seed, int n = 4, int64_t version = 0) {
   std::mt19937_64 rng(seed);
   auto token = [&] { return static_cast<int64_t>(2 + rng() % 14); };
@@ -85,14 +99,7 @@ std::vector<Trajectory> make_batch(CausalLM& policy, uint64_t seed, int n = 4, i
     auto tr = sao::algo::make_trajectory({1, token()}, {first, second}, static_cast<double>(rng() % 2),
                                          /*terminated=*/i % 3 != 2, /*group_id=*/i);
     tr.accuracy = tr.total_reward();
-    torch::NoGradGuard no_grad;
-    auto ids = torch::tensor(tr.tokens, torch::kInt64).unsqueeze(0);
-    auto logp = sao::algo::policy_outputs(policy, ids).logprobs[0];
-    for (size_t t = 0; t < tr.size(); ++t) {
-      if (!tr.action_mask[t]) continue;
-      const double noise = 0.2 * (static_cast<double>(rng() % 1000) / 1000.0 - 0.5);
-      tr.behaviour_logprobs[t] = static_cast<float>(logp[static_cast<int64_t>(t)].item<double>() + noise);
-    }
+    set_behaviour_logprobs(policy, tr, rng);
     batch.push_back(tr);
   }
   return batch;
@@ -516,4 +523,154 @@ TEST_CASE("save and load continue bit-identically") {
   auto m = make_models(1);
   Learner learner(sao_config(), m.policy, m.critic);
   CHECK(throws_with([&] { learner.load(temp_dir("missing")); }, "missing learner_state.json"));
+}
+
+namespace {
+
+// n trajectories of 1 to 6 turns (2 action tokens, then a 2-token
+// observation), so lengths run from 4 to 26 tokens: the mixed batch of a
+// multi-turn task.
+std::vector<Trajectory> make_mixed_length_batch(CausalLM& policy, uint64_t seed, int n) {
+  std::mt19937_64 rng(seed);
+  auto token = [&] { return static_cast<int64_t>(2 + rng() % 14); };
+  std::vector<Trajectory> batch;
+  for (int i = 0; i < n; ++i) {
+    std::vector<sao::algo::Turn> turns(static_cast<size_t>(1 + i % 6));
+    for (size_t k = 0; k < turns.size(); ++k) {
+      auto& turn = turns[k];
+      turn.action_tokens = {token(), token()};
+      if (k + 1 < turns.size()) turn.observation = {token(), token()};
+      turn.logprobs.assign(2, 0.0f);
+      turn.versions.assign(2, 0);
+    }
+    auto tr = sao::algo::make_trajectory({1, token()}, turns, static_cast<double>(rng() % 2),
+                                         /*terminated=*/i % 4 != 3, /*group_id=*/i);
+    set_behaviour_logprobs(policy, tr, rng);
+    batch.push_back(tr);
+  }
+  return batch;
+}
+
+std::vector<int64_t> rows_of(const std::vector<sao::algo::LengthBucket>& buckets) {
+  std::vector<int64_t> rows;
+  for (const auto& bucket : buckets) rows.insert(rows.end(), bucket.rows.begin(), bucket.rows.end());
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("length buckets: the cheapest split of sorted lengths, every row once, ties keep fewer passes") {
+  using sao::algo::plan_length_buckets;
+  auto buckets = plan_length_buckets({3, 3, 3, 10, 10, 10}, 4, 0);
+  REQUIRE(buckets.size() == 2);  // 9 + 30 positions instead of 60; a third group saves nothing
+  CHECK(buckets[0].rows == std::vector<int64_t>{0, 1, 2});
+  CHECK(buckets[0].width == 3);
+  CHECK(buckets[1].rows == std::vector<int64_t>{3, 4, 5});
+  CHECK(buckets[1].width == 10);
+  // A split that saves 21 positions is not worth an overhead of 25.
+  CHECK(plan_length_buckets({3, 3, 3, 10, 10, 10}, 4, 25).size() == 1);
+  CHECK(plan_length_buckets({3, 3, 3, 10, 10, 10}, 4, 20).size() == 2);
+  // Rows keep their identity whatever the batch order.
+  buckets = plan_length_buckets({10, 3, 10, 3}, 4, 0);
+  REQUIRE(buckets.size() == 2);
+  CHECK(buckets[0].rows == std::vector<int64_t>{1, 3});
+  CHECK(buckets[1].rows == std::vector<int64_t>{0, 2});
+  buckets = plan_length_buckets({10, 3, 10, 3}, 1, 0);
+  REQUIRE(buckets.size() == 1);
+  CHECK(buckets[0].width == 10);
+  CHECK(plan_length_buckets({7, 7, 7}, 4, 0).size() == 1);
+  CHECK(plan_length_buckets({}, 4, 0).empty());
+  CHECK(throws_with([] { plan_length_buckets({1}, 0, 0); }, "max_buckets must be >= 1, got 0"));
+
+  std::mt19937_64 rng(5);
+  std::vector<int64_t> lengths;
+  for (int i = 0; i < 50; ++i) lengths.push_back(static_cast<int64_t>(2 + rng() % 60));
+  buckets = plan_length_buckets(lengths, 4, 16);
+  CHECK(buckets.size() == 4);
+  auto rows = rows_of(buckets);
+  std::sort(rows.begin(), rows.end());
+  std::vector<int64_t> all(50);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(rows == all);
+  int64_t positions = 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    int64_t longest = 0;
+    for (const auto row : buckets[b].rows) longest = std::max(longest, lengths[static_cast<size_t>(row)]);
+    CHECK(buckets[b].width == longest);
+    if (b > 0) CHECK(buckets[b - 1].width < buckets[b].width);
+    positions += static_cast<int64_t>(buckets[b].rows.size()) * buckets[b].width;
+  }
+  CHECK(positions + 16 * 3 < 50 * *std::max_element(lengths.begin(), lengths.end()));
+}
+
+TEST_CASE("bucketed forward passes give the padded batch's outputs and gradients at every real token") {
+  auto m = make_models(21);
+  const auto batch = sao::algo::collate(make_mixed_length_batch(m.policy, 22, 12), 0);
+  const auto lengths = batch.lengths.to(torch::kInt64).contiguous();
+  const std::vector<int64_t> lengths_vector(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel());
+  const auto buckets = sao::algo::plan_length_buckets(lengths_vector, 4, 0);
+  REQUIRE(buckets.size() == 4);
+  const auto real = batch.action_mask;
+
+  auto dense = sao::algo::policy_outputs(m.policy, batch.input_ids);
+  auto loss = (dense.logprobs * real).sum();
+  loss.backward();
+  std::vector<torch::Tensor> dense_grads;
+  for (auto& p : m.policy->parameters()) {
+    dense_grads.push_back(p.grad().clone());
+    p.mutable_grad().zero_();
+  }
+  auto bucketed = sao::algo::policy_outputs(m.policy, batch.input_ids, buckets);
+  CHECK(bucketed.logprobs.sizes() == dense.logprobs.sizes());
+  CHECK(torch::allclose(bucketed.logprobs * real, dense.logprobs.detach() * real, 1e-5, 1e-6));
+  CHECK(torch::allclose(bucketed.entropy * real, dense.entropy * real, 1e-5, 1e-6));
+  (bucketed.logprobs * real).sum().backward();
+  auto params = m.policy->parameters();
+  for (size_t i = 0; i < params.size(); ++i) CHECK(torch::allclose(params[i].grad(), dense_grads[i], 1e-4, 1e-6));
+
+  torch::NoGradGuard no_grad;
+  const auto dense_values = sao::algo::critic_outputs(m.critic, batch.input_ids, batch.lengths);
+  const auto bucketed_values = sao::algo::critic_outputs(m.critic, batch.input_ids, batch.lengths, buckets);
+  CHECK(torch::allclose(bucketed_values.values * real, dense_values.values * real, 1e-5, 1e-6));
+  CHECK(torch::allclose(bucketed_values.bootstrap, dense_values.bootstrap, 1e-5, 1e-6));
+  // One bucket at full width is the plain path, bit for bit.
+  const std::vector<sao::algo::LengthBucket> whole{{rows_of(buckets), batch.input_ids.size(1)}};
+  CHECK(torch::equal(sao::algo::critic_outputs(m.critic, batch.input_ids, batch.lengths, whole).values,
+                     dense_values.values));
+}
+
+TEST_CASE("a learner step on mixed lengths: bucketed and padded give the same update") {
+  auto a = make_models(31);
+  auto b = make_models(31);
+  REQUIRE(modules_equal(*a.policy, *b.policy));
+  const auto trajectories = make_mixed_length_batch(a.policy, 32, 48);
+  auto bucketed_config = sao_config();
+  auto padded_config = sao_config();
+  padded_config.max_length_buckets = 1;
+  Learner bucketed(bucketed_config, a.policy, a.critic);
+  Learner padded(padded_config, b.policy, b.critic);
+  for (int step = 0; step < 2; ++step) {
+    auto with = bucketed.step(trajectories);
+    auto without = padded.step(trajectories);
+    CHECK(with.metrics["length_buckets"] > 1);
+    CHECK(without.metrics["length_buckets"] == 1);
+    CHECK(with.metrics["policy_loss"] == doctest::Approx(without.metrics["policy_loss"]).epsilon(1e-4));
+    CHECK(with.metrics["value_loss"] == doctest::Approx(without.metrics["value_loss"]).epsilon(1e-4));
+    CHECK(torch::allclose(with.advantages, without.advantages, 1e-4, 1e-5));
+  }
+  auto pa = a.policy->parameters();
+  auto pb = b.policy->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(torch::allclose(pa[i], pb[i], 1e-4, 1e-5));
+  auto ca = a.critic->parameters();
+  auto cb = b.critic->parameters();
+  for (size_t i = 0; i < ca.size(); ++i) CHECK(torch::allclose(ca[i], cb[i], 1e-4, 1e-5));
+}
+
+TEST_CASE("max_length_buckets is read and checked") {
+  CHECK(config_from({{"max_length_buckets", 2}}).max_length_buckets == 2);
+  CHECK(throws_with(
+      [] {
+        config_from({{"max_length_buckets", 0}});
+      },
+      "run.json: learner.max_length_buckets: must be in [1, 16]"));
 }

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -47,6 +48,69 @@ CriticOutputs critic_outputs(model::ValueModel& critic, const torch::Tensor& inp
   auto last = (lengths.to(out.device()) - 1).unsqueeze(1);  // [B, 1]
   result.bootstrap = out.gather(1, last).squeeze(1);        // [B]
   return result;
+}
+
+namespace {
+// True when the buckets are the whole batch at its full width: the plain path.
+bool one_full_bucket(const std::vector<LengthBucket>& buckets, const torch::Tensor& input_ids) {
+  return buckets.size() <= 1 && (buckets.empty() || buckets.front().width == input_ids.size(1));
+}
+
+// Rows of `bucket`, as an index tensor on `device`.
+torch::Tensor bucket_rows(const LengthBucket& bucket, const torch::Device& device) {
+  return torch::tensor(bucket.rows, torch::kInt64).to(device);
+}
+
+// Batch order from bucket order: entry r is row r's position in the
+// concatenation of the buckets.
+torch::Tensor inverse_order(const std::vector<LengthBucket>& buckets, int64_t rows, const torch::Device& device) {
+  std::vector<int64_t> position(static_cast<size_t>(rows), -1);
+  int64_t next = 0;
+  for (const auto& bucket : buckets) {
+    for (const auto row : bucket.rows) position[static_cast<size_t>(row)] = next++;
+  }
+  if (next != rows || std::count(position.begin(), position.end(), -1) != 0) {
+    throw Error("learner: length buckets hold " + std::to_string(next) + " rows for a batch of " +
+                std::to_string(rows));
+  }
+  return torch::tensor(position, torch::kInt64).to(device);
+}
+
+// [rows, width] -> [rows, steps], zeros on the right.
+torch::Tensor pad_right(const torch::Tensor& x, int64_t steps) {
+  return x.size(1) == steps ? x : torch::constant_pad_nd(x, {0, steps - x.size(1)}, 0.0);
+}
+}  // namespace
+
+PolicyOutputs policy_outputs(model::CausalLM& policy, const torch::Tensor& input_ids,
+                             const std::vector<LengthBucket>& buckets) {
+  if (one_full_bucket(buckets, input_ids)) return policy_outputs(policy, input_ids);
+  const int64_t steps = input_ids.size(1);
+  std::vector<torch::Tensor> logprobs, entropy;
+  for (const auto& bucket : buckets) {
+    const auto ids = input_ids.index_select(0, bucket_rows(bucket, input_ids.device())).narrow(1, 0, bucket.width);
+    const auto out = policy_outputs(policy, ids);
+    logprobs.push_back(pad_right(out.logprobs, steps));
+    entropy.push_back(pad_right(out.entropy, steps));
+  }
+  const auto order = inverse_order(buckets, input_ids.size(0), input_ids.device());
+  return {torch::cat(logprobs, 0).index_select(0, order), torch::cat(entropy, 0).index_select(0, order)};
+}
+
+CriticOutputs critic_outputs(model::ValueModel& critic, const torch::Tensor& input_ids, const torch::Tensor& lengths,
+                             const std::vector<LengthBucket>& buckets) {
+  if (one_full_bucket(buckets, input_ids)) return critic_outputs(critic, input_ids, lengths);
+  const int64_t steps = input_ids.size(1);
+  std::vector<torch::Tensor> values, bootstrap;
+  for (const auto& bucket : buckets) {
+    const auto rows = bucket_rows(bucket, input_ids.device());
+    const auto ids = input_ids.index_select(0, rows).narrow(1, 0, bucket.width);
+    const auto out = critic_outputs(critic, ids, lengths.index_select(0, rows.to(lengths.device())));
+    values.push_back(pad_right(out.values, steps));
+    bootstrap.push_back(out.bootstrap);
+  }
+  const auto order = inverse_order(buckets, input_ids.size(0), input_ids.device());
+  return {torch::cat(values, 0).index_select(0, order), torch::cat(bootstrap, 0).index_select(0, order)};
 }
 
 int64_t freeze_attention(torch::nn::Module& critic) {
@@ -247,6 +311,13 @@ void Learner::train(const std::vector<Trajectory>& kept, StepResult& result) {
   Metrics& m = result.metrics;
   const auto batch = batch_to(collate(kept, config_.pad_id), device_);
   batch_metrics(kept, batch, policy_version_, m);
+  {
+    const auto lengths = batch.lengths.to(torch::kCPU, torch::kInt64).contiguous();
+    buckets_ = plan_length_buckets(
+        std::vector<int64_t>(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel()),
+        config_.max_length_buckets, kLengthBucketOverheadTokens);
+    m["length_buckets"] = static_cast<double>(buckets_.size());
+  }
   const bool warmup = config_.uses_critic() && steps_ < config_.critic_warmup_steps;
   m["critic_only"] = warmup ? 1.0 : 0.0;
   ++steps_;
@@ -278,7 +349,7 @@ torch::Tensor Learner::critic_stage(const TrajectoryBatch& batch, StepResult& re
   CriticOutputs first;
   {
     const torch::AutoGradMode grad_mode(updates);
-    first = critic_outputs(critic_, batch.input_ids, batch.lengths);
+    first = critic_outputs(critic_, batch.input_ids, batch.lengths, buckets_);
   }
   const CriticOutputs snapshot{first.values.detach(), first.bootstrap.detach()};
   // Fixed targets for all K updates (SAO.md step 2).
@@ -298,7 +369,7 @@ torch::Tensor Learner::critic_stage(const TrajectoryBatch& batch, StepResult& re
   CriticOutputs fresh;
   {
     torch::NoGradGuard no_grad;
-    fresh = critic_outputs(critic_, batch.input_ids, batch.lengths);
+    fresh = critic_outputs(critic_, batch.input_ids, batch.lengths, buckets_);
   }
   m["value_loss_final"] = value_loss(fresh.values, targets, batch.action_mask).item<double>();
   auto lambdas = config_.adaptive_lambda ? length_adaptive_lambda(batch.action_mask, config_.lambda_alpha)
@@ -312,7 +383,7 @@ torch::Tensor Learner::critic_stage(const TrajectoryBatch& batch, StepResult& re
 bool Learner::critic_update(const TrajectoryBatch& batch, const torch::Tensor& targets, const torch::Tensor& old_values,
                             Metrics& m, const CriticOutputs* current) {
   critic_optimizer_->zero_grad();
-  auto out = current != nullptr ? *current : critic_outputs(critic_, batch.input_ids, batch.lengths);
+  auto out = current != nullptr ? *current : critic_outputs(critic_, batch.input_ids, batch.lengths, buckets_);
   auto loss = value_loss(out.values, targets, batch.action_mask, old_values, config_.value_clip);
   const double loss_value = loss.item<double>();
   if (!m.count("value_loss")) m["value_loss"] = loss_value;
@@ -356,13 +427,13 @@ torch::Tensor Learner::baseline_advantages(const TrajectoryBatch& batch, Metrics
 bool Learner::actor_stage(const TrajectoryBatch& batch, const torch::Tensor& advantages, bool train, Metrics& m) {
   if (!train) {  // warm-up: policy metrics only
     torch::NoGradGuard no_grad;
-    auto out = policy_outputs(policy_, batch.input_ids);
+    auto out = policy_outputs(policy_, batch.input_ids, buckets_);
     m["entropy"] = mean_over_actions(out.entropy, batch.action_mask);
     compute_policy_loss(config_, out.logprobs, batch, advantages, m);
     return true;
   }
   actor_optimizer_->zero_grad();
-  auto out = policy_outputs(policy_, batch.input_ids);
+  auto out = policy_outputs(policy_, batch.input_ids, buckets_);
   m["entropy"] = mean_over_actions(out.entropy, batch.action_mask);
   auto loss = compute_policy_loss(config_, out.logprobs, batch, advantages, m);
   if (!std::isfinite(m["policy_loss"])) return false;

@@ -26,6 +26,7 @@
 
 #include "algo/gae.hpp"
 #include "algo/learner_config.hpp"
+#include "algo/length_buckets.hpp"
 #include "algo/losses.hpp"
 #include "algo/trajectory.hpp"
 #include "model/transformer.hpp"
@@ -49,7 +50,8 @@ namespace sao::algo {
 //   staleness_mean, staleness_max, staleness_hist_0 / _1 / _2_3 / _4_7 /
 //   _8_plus (action-token counts), grad_norm (actor, before
 //   clipping), value_grad_norm (last critic update), tokens (real tokens),
-//   action_tokens, trajectories, step_seconds, tokens_per_second,
+//   action_tokens, trajectories, length_buckets (passes per model per
+//   forward), step_seconds, tokens_per_second,
 //   advantage_mean, advantage_std, baseline_mean (running mean only),
 //   critic_only (1 during warm-up), critic_updates (taken this step),
 //   policy_updated, step_skipped, skipped_nonfinite (cumulative count),
@@ -80,6 +82,15 @@ struct CriticOutputs {
 };
 // input_ids [B, T]; lengths [B] real tokens per row.
 CriticOutputs critic_outputs(model::ValueModel& critic, const torch::Tensor& input_ids, const torch::Tensor& lengths);
+
+// The same outputs, computed bucket by bucket at each bucket's own width
+// (length_buckets.hpp) and put back in batch order at width T; entries past
+// a row's bucket width are 0. With one bucket of width T these are exactly
+// the functions above.
+PolicyOutputs policy_outputs(model::CausalLM& policy, const torch::Tensor& input_ids,
+                             const std::vector<LengthBucket>& buckets);
+CriticOutputs critic_outputs(model::ValueModel& critic, const torch::Tensor& input_ids, const torch::Tensor& lengths,
+                             const std::vector<LengthBucket>& buckets);
 
 // Freezes the critic's attention; throws sao::Error if it has none.
 int64_t freeze_attention(torch::nn::Module& critic);
@@ -154,6 +165,7 @@ class Learner {
   int64_t steps_ = 0;
   int64_t policy_version_ = 0;
   int64_t skipped_nonfinite_ = 0;
+  std::vector<LengthBucket> buckets_;  // this step's rows by length (config_.max_length_buckets)
 };
 
 }  // namespace sao::algo

@@ -120,6 +120,7 @@ void learner_keys(Config& c, Visit visit) {
   visit("grpo_scale_by_std", c.grpo_scale_by_std);
   visit("running_mean_window", c.running_mean_window);
   visit("pad_id", c.pad_id);
+  visit("max_length_buckets", c.max_length_buckets);
   visit("device", c.device);
   visit("bf16_autocast", c.bf16_autocast);
 }
@@ -173,6 +174,7 @@ void LearnerConfig::validate(const std::string& where) const {
   require(group_size >= 1, where, "group_size", "must be >= 1");
   require(running_mean_window >= 1, where, "running_mean_window", "must be >= 1");
   require(pad_id >= 0, where, "pad_id", "must be >= 0");
+  require(max_length_buckets >= 1 && max_length_buckets <= 16, where, "max_length_buckets", "must be in [1, 16]");
   model::parse_device(device, where + ".device");
 }
 

@@ -70,6 +70,11 @@ struct LearnerConfig {
 
   // Collation. (Staleness admission is replay's alone: replay/replay_buffer.hpp.)
   int64_t pad_id = 0;
+  // Forward and backward passes run on up to this many groups of rows of
+  // similar length, each at its own width, so a batch of mixed lengths
+  // (multi-turn episodes) does not compute its padding; 1 = one batch padded
+  // to the longest row. Same maths either way (algo/length_buckets.hpp).
+  int64_t max_length_buckets = 4;
 
   // Placement: where the learner's policy and critic live ("cpu", "cuda",
   // "cuda:N"), and bf16 autocast of their forward and backward passes on
