@@ -113,8 +113,10 @@ CountdownVerdict verify_countdown(const CountdownProblem& problem, const std::st
       size_t end = i;
       while (end < expression.size() && expression[end] >= '0' && expression[end] <= '9') ++end;
       const std::string digits = expression.substr(i, end - i);
-      if (digits.size() > 1 && digits[0] == '0') return {false, "the number " + digits + " has a leading zero"};
-      if (digits.size() > 7) return {false, "uses " + digits + ", which is not one of the numbers"};
+      // Numbers here are at most 4 digits; a longer run is quoted in part, so a reason stays short.
+      const std::string shown = digits.size() > 8 ? digits.substr(0, 7) + "..." : digits;
+      if (digits.size() > 1 && digits[0] == '0') return {false, "the number " + shown + " has a leading zero"};
+      if (digits.size() > 7) return {false, "uses " + shown + ", which is not one of the numbers"};
       const int64_t number = std::stoll(digits);
       const auto found = left.find(number);
       if (found == left.end()) return {false, "uses " + digits + ", which is not one of the numbers left"};
