@@ -104,7 +104,8 @@ void start(CoordinatorSelf self) {
   }
   state.metrics = spawn_metrics_actor(self->system(), metrics_config);
   state.introspection = spawn_introspection_actor(self->system(), caf::actor_cast<CoordinatorActor>(self));
-  state.weight_sync = spawn_weight_sync_actor(self->system(), run.rollout.weight_delay_versions);
+  state.weight_sync =
+      spawn_weight_sync_actor(self->system(), run.rollout.weight_delay_versions, state.config.bulk_server);
   state.learner =
       spawn_learner_actor(self->system(), LearnerActorConfig{run, state.config.policy, state.config.resume_from});
   state.config.policy = model::CausalLM{nullptr};  // the learner owns the weights now

@@ -8,7 +8,12 @@
 #include "model/transformer.hpp"
 #include "config/run_config.hpp"
 
+#include <memory>
 #include <string>
+
+namespace sao::net {
+class BulkServer;
+}
 
 namespace sao::actors {
 
@@ -20,6 +25,9 @@ struct CoordinatorConfig {
   // Rollout actors spawned in this process; -1: run.rollout.num_actors. A
   // cluster learner runs 0 and gets its rollouts from nodes that join.
   int64_t local_rollouts = -1;
+  // A cluster learner's bulk channel for weights (null: weights travel in
+  // CAF messages only); handed to the weight-sync actor.
+  std::shared_ptr<net::BulkServer> bulk_server = nullptr;
 };
 
 // Spawns the actor (state and behaviour are private to the .cpp).

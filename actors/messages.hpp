@@ -162,12 +162,18 @@ inline std::string error_text(caf::actor_system& system, const caf::error& error
 //   the weight-sync actor sends other processes one of the other forms;
 // - a CUDA IPC handle (`ipc_handle`, its text) to the learner's buffer, for
 //   a rollout process on the learner's GPU: `tensors` then holds the index
-//   and no bytes.
+//   and no bytes;
+// - a bulk-channel notice (`bulk_port` > 0) for a rollout in another
+//   process: `tensors` holds the index and no bytes, and the rollout reads
+//   the `bulk_bytes` bytes of this version from the learner's bulk server
+//   on that port (net/bulk_transfer.hpp), beside CAF.
 struct PolicyWeights {
   int64_t version = 0;
   model::PackedTensors tensors;
   std::shared_ptr<const model::DevicePackedTensors> on_device;
   std::string ipc_handle;
+  uint16_t bulk_port = 0;
+  uint64_t bulk_bytes = 0;
 };
 
 // Env actor protocol. Episodes are addressed by id so one env actor can run
@@ -244,6 +250,9 @@ struct RolloutPlacement {
 struct VersionAck {
   std::string rollout;
   int64_t version = 0;
+  // Set when reading a bulk-channel notice failed (the version was not
+  // applied): weight-sync then sends this rollout the bytes in CAF messages.
+  std::string bulk_error;
 };
 
 // Why an episode was lost. The coordinator acts on the cause (an env that
@@ -329,7 +338,7 @@ struct RunFinished {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PolicyWeights& x) {
-  return f(caf::meta::type_name("PolicyWeights"), x.version, x.tensors, x.ipc_handle);
+  return f(caf::meta::type_name("PolicyWeights"), x.version, x.tensors, x.ipc_handle, x.bulk_port, x.bulk_bytes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EnvReset& x) {
@@ -365,7 +374,7 @@ typename Inspector::result_type inspect(Inspector& f, RolloutPlacement& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, VersionAck& x) {
-  return f(caf::meta::type_name("VersionAck"), x.rollout, x.version);
+  return f(caf::meta::type_name("VersionAck"), x.rollout, x.version, x.bulk_error);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpisodeLost& x) {

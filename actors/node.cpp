@@ -12,6 +12,7 @@
 #include "base/hash.hpp"
 #include "base/json_parse.hpp"
 #include "model/device.hpp"
+#include "net/bulk_transfer.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 
 #include <caf/io/all.hpp>
@@ -67,8 +68,18 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
       self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
       throw;
     }
-    auto coordinator =
-        spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self, options.local_rollouts});
+    std::shared_ptr<net::BulkServer> bulk_server;
+    if (options.bulk_port >= 0 && !options.tls.enabled()) {
+      try {
+        bulk_server = std::make_shared<net::BulkServer>(options.listen_host, static_cast<uint16_t>(options.bulk_port),
+                                                        options.secret);
+      } catch (const Error&) {
+        self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
+        throw;
+      }
+    }
+    auto coordinator = spawn_coordinator(
+        system, CoordinatorConfig{config, policy, resume_from, self, options.local_rollouts, bulk_server});
     self->request(coordinator, caf::infinite, atoms::join_atom_v)
         .receive(
             [&](ReplayActor& replay, WeightSyncActor& weight_sync) {
@@ -79,6 +90,13 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
             [&](caf::error&) {});  // a coordinator that failed to start reports RunFinished below
     std::fprintf(stderr, "learner node: listening on %s:%u (build fingerprint %s)\n", options.listen_host.c_str(),
                  static_cast<unsigned>(bound_port), gatekeeper_config.fingerprint.c_str());
+    if (bulk_server) {
+      std::fprintf(stderr, "learner node: weights for other processes on bulk port %u\n",
+                   static_cast<unsigned>(bulk_server->port()));
+    } else {
+      std::fprintf(stderr, "learner node: weights travel in CAF messages (%s)\n",
+                   options.tls.enabled() ? "TLS cluster" : "--bulk-port -1");
+    }
     if (!options.port_file.empty()) write_status_file(options.port_file, std::to_string(bound_port));
     auto console = start_console(system, coordinator, config);
     outcome = await_run_finished(self, coordinator, stop_requested);
@@ -139,6 +157,8 @@ NodeSession start_node_session(caf::actor_system& system, caf::scoped_actor& sel
     if (!needs_env) config.env = session.envs[static_cast<size_t>(r % options.envs)];
     config.replay = session.grant.replay;
     config.weight_sync = session.grant.weight_sync;
+    config.bulk_host = options.learner_host;
+    config.bulk_secret = options.secret;
     config.coordinator = coordinator;
     session.rollouts.push_back(spawn_rollout_actor(system, config));
     self->send(coordinator, atoms::join_atom_v, atoms::rollout_atom_v, name, session.rollouts.back(), needs_env);

@@ -30,6 +30,11 @@ struct LearnerNodeOptions {
   int64_t local_rollouts = 0;       // rollout actors in the learner's own process
   ClusterTls tls;                   // certificates (deploy/cluster-certs); "" = plaintext, loopback only
   bool insecure_plaintext = false;  // allow plaintext on a non-loopback address
+  // Weights for other processes travel beside CAF, from a bulk server on
+  // listen_host at this port (net/bulk_transfer.hpp): 0 = any free port,
+  // -1 = off (weights in CAF messages). Off with TLS: the bulk channel is
+  // plaintext, so an encrypted cluster keeps its weights inside CAF's TLS.
+  int32_t bulk_port = 0;
 };
 
 // Runs the learner side of a cluster run until its step budget or a stop

@@ -11,6 +11,7 @@
 #include "model/generation.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
+#include "net/bulk_transfer.hpp"
 #include "rollout/episode_batch.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 
@@ -47,6 +48,11 @@ struct RolloutActorState {
   // CAF shares one copy of the weights between every in-process rollout, and
   // holding the message instead of the struct keeps it that way.
   caf::message pending_weights;
+  // Weights read from the learner's bulk channel: the connection, kept
+  // between versions, and the buffer the bytes land in (reused, so a
+  // steady stream of versions allocates once).
+  std::unique_ptr<net::BulkClient> bulk_client;
+  model::PackedTensors bulk_staging;
   std::unique_ptr<rollout::EpisodeBatch> batch;  // the session: episodes decoded together
   std::vector<EpisodeIds> ids;
   int64_t session_id = 0;
@@ -133,13 +139,43 @@ void apply_weights(RolloutSelf self, const msg::PolicyWeights& weights) {
         register_with_weight_sync(self);
         return;
       }
+    } else if (weights.bulk_port > 0) {
+      model::load_packed_into_module(*state.policy, state.bulk_staging, where);  // read by receive_bulk
     } else {
       model::load_packed_into_module(*state.policy, weights.tensors, where);
     }
   }
   state.version = weights.version;
   ++state.weight_switches;
-  self->send(state.config.weight_sync, msg::VersionAck{state.config.name, state.version});
+  self->send(state.config.weight_sync, msg::VersionAck{state.config.name, state.version, ""});
+}
+
+// Reads the bytes a bulk-channel notice names into bulk_staging. False when
+// they did not come: the ack then tells weight-sync to send the newest
+// version again (the server had moved past this one) or, after an error, to
+// send this rollout bytes in CAF messages.
+bool receive_bulk(RolloutSelf self, const msg::PolicyWeights& notice) {
+  auto& state = self->state;
+  report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
+  std::string error;
+  try {
+    if (state.config.bulk_host.empty()) throw Error("this rollout has no learner address for the bulk channel");
+    if (!state.bulk_client || state.bulk_client->port() != notice.bulk_port) {
+      state.bulk_client = std::make_unique<net::BulkClient>(state.config.bulk_host, notice.bulk_port,
+                                                            state.config.bulk_secret, state.config.bulk_timeout_ms);
+    }
+    state.bulk_staging.index = notice.tensors.index;
+    if (state.bulk_client->fetch(notice.version, notice.bulk_bytes, state.bulk_staging.bytes) == net::BulkStatus::kOk) {
+      return true;
+    }
+  } catch (const Error& failure) {
+    error =
+        std::string(failure.what()) + " (" + state.config.name + ", weights v" + std::to_string(notice.version) + ")";
+    state.counters.last_error = error;
+    state.bulk_client.reset();
+  }
+  self->send(state.config.weight_sync, msg::VersionAck{state.config.name, state.version, error});
+  return false;
 }
 
 void apply_pending_weights(RolloutSelf self) {
@@ -385,6 +421,9 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
         auto& st = self->state;
         ++st.counters.handled;
         if (weights.version <= st.version) return;
+        // A notice's bytes are read at once, while the server still holds
+        // this version; applying them may wait for a turn boundary.
+        if (weights.bulk_port > 0 && !receive_bulk(self, weights)) return;
         const bool mid_turn = any_generating(st);
         if (st.config.rollout.weight_switch == "turn_boundary" && mid_turn) {
           st.pending_weights = self->current_mailbox_element()->copy_content_to_message();

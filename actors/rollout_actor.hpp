@@ -34,6 +34,12 @@ struct RolloutActorConfig {
   ReplayActor replay;
   WeightSyncActor weight_sync;
   CoordinatorActor coordinator;
+  // Where a bulk-channel weight notice is read from: the learner's host (the
+  // one this node joined) and the cluster secret ("" host: this rollout
+  // runs in the learner's process and never gets a notice).
+  std::string bulk_host;
+  std::string bulk_secret;
+  int64_t bulk_timeout_ms = 60000;
 };
 
 // A rollout actor's settings from the run config; the caller fills in the

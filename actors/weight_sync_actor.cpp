@@ -4,10 +4,12 @@
 #include "actors/introspection.hpp"
 
 #include "gpu/transport.hpp"
+#include "net/bulk_transfer.hpp"
 
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <set>
 
 namespace sao::actors {
 
@@ -21,6 +23,12 @@ struct WeightSyncState {
   // version: host bytes, and a CUDA IPC handle to the device buffer.
   caf::message latest_host;
   caf::message latest_ipc;
+  // The bulk-channel notice for `latest` (made, and its bytes published on
+  // the bulk server, on the first push to another process), and the rollouts
+  // whose read from the bulk server failed (they get bytes through CAF).
+  std::shared_ptr<net::BulkServer> bulk_server;
+  caf::message latest_bulk;
+  std::set<std::string> bulk_failed;
   // The GPU of the latest device buffer ("" on the CPU), and where each
   // rollout runs (by name): together they choose the transport.
   std::string learner_gpu_uuid;
@@ -50,6 +58,26 @@ struct WeightSyncState {
 
 namespace {
 using WeightSyncSelf = WeightSyncActor::stateful_pointer<WeightSyncState>;
+
+// The notice a rollout in another process gets instead of the bytes; the
+// first call per version publishes the host bytes on the bulk server (the
+// server keeps the message, and so the bytes, alive while it serves them).
+const caf::message* bulk_notice(WeightSyncSelf self) {
+  auto& state = self->state;
+  if (state.latest_bulk.empty()) {
+    const caf::message& source = state.latest_host.empty() ? state.latest : state.latest_host;
+    const auto& weights = source.get_as<msg::PolicyWeights>(0);
+    auto owner = std::make_shared<caf::message>(source);
+    state.bulk_server->publish(weights.version, weights.tensors.bytes.data(), weights.tensors.bytes.size(), owner);
+    msg::PolicyWeights notice;
+    notice.version = weights.version;
+    notice.tensors.index = weights.tensors.index;
+    notice.bulk_port = state.bulk_server->port();
+    notice.bulk_bytes = weights.tensors.bytes.size();
+    state.latest_bulk = caf::make_message(std::move(notice));
+  }
+  return &state.latest_bulk;
+}
 
 void push_latest(WeightSyncSelf self, const std::string& rollout) {
   auto& state = self->state;
@@ -84,11 +112,16 @@ void push_latest(WeightSyncSelf self, const std::string& rollout) {
   if (message == nullptr || (transport == gpu::WeightTransport::kHostBytes && latest.on_device)) {
     if (state.latest_host.empty()) {
       state.latest_host =
-          caf::make_message(msg::PolicyWeights{latest.version, model::download(*latest.on_device), {}, {}});
+          caf::make_message(msg::PolicyWeights{latest.version, model::download(*latest.on_device), {}, {}, 0, 0});
     }
     message = &state.latest_host;
   }
-  const std::string used = message == &state.latest_host ? "host_bytes" : gpu::transport_name(transport);
+  if (message == &state.latest || message == &state.latest_host) {
+    if (!same_process && state.bulk_server && state.bulk_failed.count(rollout) == 0) message = bulk_notice(self);
+  }
+  const std::string used = message == &state.latest_host   ? "host_bytes"
+                           : message == &state.latest_bulk ? "bulk_channel"
+                                                           : gpu::transport_name(transport);
   ++state.pushes_by_transport[used];
   if (state.transport_of[rollout] != used) {
     // Said once per rollout and change: which path the weights take is the
@@ -103,8 +136,10 @@ void push_latest(WeightSyncSelf self, const std::string& rollout) {
 }
 }  // namespace
 
-WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t delay_versions) {
+WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t delay_versions,
+                                                    std::shared_ptr<net::BulkServer> bulk_server) {
   self->state.delay_versions = delay_versions;
+  self->state.bulk_server = std::move(bulk_server);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;
     for (auto it = state.rollouts.begin(); it != state.rollouts.end(); ++it) {
@@ -114,6 +149,7 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         state.placement.erase(it->first);
         state.transport_of.erase(it->first);
         state.ipc_in_flight.erase(it->first);
+        state.bulk_failed.erase(it->first);
         state.rollouts.erase(it);
         return;
       }
@@ -145,6 +181,7 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         state.latest = std::move(chosen);
         state.latest_host = caf::message{};
         state.latest_ipc = caf::message{};
+        state.latest_bulk = caf::message{};
         for (const auto& item : state.rollouts) push_latest(self, item.first);
       },
       [self](atoms::register_atom, const std::string& name, const RolloutActor& rollout,
@@ -154,6 +191,7 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         state.rollouts[name] = rollout;
         state.placement[name] = placement;
         state.ipc_in_flight.erase(name);
+        state.bulk_failed.erase(name);  // a restarted rollout tries the bulk channel again
         state.running_version[name] = -1;
         state.awaiting_ack[name] = false;
         self->monitor(rollout);
@@ -163,6 +201,12 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         auto& state = self->state;
         ++state.counters.handled;
         if (state.rollouts.count(ack.rollout) == 0) return;  // from a rollout that has gone
+        if (!ack.bulk_error.empty() && state.bulk_failed.insert(ack.rollout).second) {
+          // Said once per rollout: its weights now travel in CAF messages.
+          state.counters.last_error = ack.bulk_error;
+          std::fprintf(stderr, "weight-sync: %s could not read from the bulk channel (%s); sending it host bytes\n",
+                       ack.rollout.c_str(), ack.bulk_error.c_str());
+        }
         state.running_version[ack.rollout] = ack.version;
         state.awaiting_ack[ack.rollout] = false;
         state.ipc_in_flight.erase(ack.rollout);
@@ -191,6 +235,15 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         status.numbers["delay_versions"] = static_cast<double>(state.delay_versions);
         status.numbers["rollouts"] = static_cast<double>(state.rollouts.size());
         status.numbers["pushes"] = static_cast<double>(state.pushes);
+        if (state.bulk_server) {
+          const auto bulk = state.bulk_server->stats();
+          status.numbers["bulk_port"] = state.bulk_server->port();
+          status.numbers["bulk_served"] = static_cast<double>(bulk.served);
+          status.numbers["bulk_not_held"] = static_cast<double>(bulk.not_held);
+          status.numbers["bulk_refused"] = static_cast<double>(bulk.refused);
+          status.numbers["bulk_bytes_sent"] = static_cast<double>(bulk.bytes_sent);
+          status.numbers["bulk_failed_rollouts"] = static_cast<double>(state.bulk_failed.size());
+        }
         for (const auto& item : state.pushes_by_transport) {
           status.numbers["pushes_" + item.first] = static_cast<double>(item.second);
         }
@@ -200,8 +253,9 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
   };
 }
 
-WeightSyncActor spawn_weight_sync_actor(caf::actor_system& system, int64_t delay_versions) {
-  return system.spawn(weight_sync_behavior, delay_versions);
+WeightSyncActor spawn_weight_sync_actor(caf::actor_system& system, int64_t delay_versions,
+                                        std::shared_ptr<net::BulkServer> bulk_server) {
+  return system.spawn(weight_sync_behavior, delay_versions, std::move(bulk_server));
 }
 
 }  // namespace sao::actors

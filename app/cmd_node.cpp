@@ -54,6 +54,10 @@ int run_learner(const ParsedArgs& parsed) {
     options.listen_port = listen.port;
   }
   options.port_file = parsed.get("--port-file");
+  options.bulk_port = static_cast<int32_t>(parsed.get_int("--bulk-port", 0));
+  if (options.bulk_port < -1 || options.bulk_port > 65535)
+    throw Error("--bulk-port must be -1 (off), 0 (any free port) or a port up to 65535, got " +
+                std::to_string(options.bulk_port));
   options.local_rollouts = parsed.get_int("--local-rollouts", 0);
   if (options.local_rollouts < 0 || options.local_rollouts > 1024)
     throw Error("--local-rollouts must be in [0, 1024], got " + std::to_string(options.local_rollouts));
@@ -80,7 +84,8 @@ int run_learner(const ParsedArgs& parsed) {
 int run_worker(const ParsedArgs& parsed, const std::string& role) {
   if (!parsed.has("--join"))
     throw Error("node --role " + role + ": --join HOST:PORT (the learner's address) is required");
-  for (const char* learner_only : {"--listen", "--port-file", "--local-rollouts", "--steps", "--resume"}) {
+  for (const char* learner_only :
+       {"--listen", "--port-file", "--bulk-port", "--local-rollouts", "--steps", "--resume"}) {
     if (parsed.has(learner_only)) throw Error(std::string(learner_only) + " is for --role learner");
   }
   if (role == "env" && parsed.has("--rollouts")) throw Error("--rollouts is for --role rollout");
@@ -119,6 +124,9 @@ int run_node(const Args& args) {
                    "learner: ADDR:PORT to accept nodes on (default " + learner_defaults.listen_host + ":" +
                        std::to_string(learner_defaults.listen_port) + "; port 0 = any)"});
   specs.push_back({"--port-file", true, false, "learner: write the port actually bound to this file"});
+  specs.push_back({"--bulk-port", true, false,
+                   "learner: port on the --listen address that serves weights to other processes beside CAF "
+                   "(default 0 = any free port; -1 = off; always off with --certs)"});
   specs.push_back({"--local-rollouts", true, false, "learner: rollout actors in the learner process (default 0)"});
   specs.push_back({"--join", true, false, "rollout/env: the learner's HOST:PORT"});
   specs.push_back({"--name", true, false, "rollout/env: unique node name (default HOSTNAME-PID)"});

@@ -5,6 +5,9 @@
 // in the same run. Also the parts: packing the model into one buffer (what
 // the learner does per version), serialising alone, and loading the received
 // tensors into a model (what a rollout actor does after receipt).
+// bulk_s is the same version through the bulk channel a cluster learner
+// uses (net/bulk_transfer.hpp): a notice through CAF, the bytes read from the
+// learner's bulk server into a buffer the receiver keeps, the reply.
 //
 // Usage: bench_weight_sync [REPEATS]   (default 3; the median is printed)
 #include "actors/cluster.hpp"
@@ -13,6 +16,7 @@
 #include "config/run_config.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
+#include "net/bulk_transfer.hpp"
 #include "report/system_info.hpp"
 
 #include <caf/io/all.hpp>
@@ -91,14 +95,27 @@ void configure_system(caf::actor_system_config& config) {
   sao::actors::enable_cluster_networking(config);
 }
 
+constexpr const char* kBulkSecret = "bench";
+
 // The receiving process: publishes an actor that answers each PolicyWeights
-// (already deserialised by CAF when the handler runs) with its byte count.
+// (already deserialised by CAF when the handler runs) with its byte count;
+// a bulk-channel notice is answered once its bytes are read, as a rollout
+// reads them, into a buffer kept from version to version.
 [[noreturn]] void run_receiver(int port_pipe) {
   caf::actor_system_config config;
   configure_system(config);
   caf::actor_system system{config};
   auto receiver = system.spawn([]() -> caf::behavior {
-    return {[](const sao::msg::PolicyWeights& weights) { return static_cast<int64_t>(weights.tensors.bytes.size()); }};
+    auto client = std::make_shared<std::unique_ptr<sao::net::BulkClient>>();
+    auto staging = std::make_shared<std::vector<char>>();
+    return {[client, staging](const sao::msg::PolicyWeights& weights) {
+      if (weights.bulk_port == 0) return static_cast<int64_t>(weights.tensors.bytes.size());
+      if (!*client)
+        *client = std::make_unique<sao::net::BulkClient>("127.0.0.1", weights.bulk_port, kBulkSecret, 60000);
+      if ((*client)->fetch(weights.version, weights.bulk_bytes, *staging) != sao::net::BulkStatus::kOk)
+        return int64_t{-1};
+      return static_cast<int64_t>(staging->size());
+    }};
   });
   auto port = system.middleman().publish(receiver, 0, "127.0.0.1");
   const uint16_t value = port ? *port : 0;
@@ -156,8 +173,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   caf::scoped_actor self{system};
-  std::printf("%-8s %12s %10s %10s %12s %10s %10s %9s %10s\n", "model", "parameters", "MB", "pack_s", "serialise_s",
-              "sync_s", "sync_GB/s", "vs_loop", "load_s");
+  sao::net::BulkServer bulk_server("127.0.0.1", 0, kBulkSecret);
+  std::printf("%-8s %12s %10s %10s %12s %10s %10s %9s %10s %10s %10s %9s\n", "model", "parameters", "MB", "pack_s",
+              "serialise_s", "sync_s", "sync_GB/s", "vs_loop", "load_s", "bulk_s", "bulk_GB/s", "vs_loop");
+  int64_t version = 0;
   for (const auto& item : cases) {
     sao::model::CausalLM policy(item.config);
     sao::msg::PolicyWeights weights;
@@ -165,7 +184,7 @@ int main(int argc, char** argv) {
     weights.tensors = sao::model::pack_module(*policy);
     const auto bytes = static_cast<double>(weights.tensors.bytes.size());
 
-    std::vector<double> pack, serialise, sync, load;
+    std::vector<double> pack, serialise, sync, load, bulk;
     std::vector<char> serialised;
     for (int r = 0; r < repeats + 1; ++r) {  // the first round warms up and is not counted
       auto start = Clock::now();
@@ -196,16 +215,39 @@ int main(int argc, char** argv) {
       start = Clock::now();
       sao::model::load_packed_into_module(*policy, weights.tensors, "bench");
       const double load_seconds = seconds_since(start);
+
+      // The same version through the bulk channel, as weight-sync sends it
+      // to a rollout in another process: published once, a notice sent.
+      const auto owner = std::make_shared<sao::msg::PolicyWeights>(weights);
+      sao::msg::PolicyWeights notice;
+      notice.version = ++version;
+      notice.tensors.index = owner->tensors.index;
+      notice.bulk_port = bulk_server.port();
+      notice.bulk_bytes = owner->tensors.bytes.size();
+      const auto prepared_notice = caf::make_message(std::move(notice));
+      start = Clock::now();
+      bulk_server.publish(version, owner->tensors.bytes.data(), owner->tensors.bytes.size(), owner);
+      echoed = 0;
+      self->request(*receiver, std::chrono::minutes(5), prepared_notice)
+          .receive([&](int64_t received) { echoed = received; },
+                   [&](const caf::error& error) {
+                     std::fprintf(stderr, "bulk sync failed: %s\n", system.render(error).c_str());
+                   });
+      const double bulk_seconds = seconds_since(start);
+      if (echoed != static_cast<int64_t>(bytes)) return 1;
       if (r == 0) continue;
       pack.push_back(pack_seconds);
       serialise.push_back(serialise_seconds);
       sync.push_back(sync_seconds);
       load.push_back(load_seconds);
+      bulk.push_back(bulk_seconds);
     }
     const double sync_median = median(sync);
-    std::printf("%-8s %12lld %10.1f %10.4f %12.4f %10.4f %10.3f %8.1f%% %10.4f\n", item.label,
+    const double bulk_median = median(bulk);
+    std::printf("%-8s %12lld %10.1f %10.4f %12.4f %10.4f %10.3f %8.1f%% %10.4f %10.4f %10.3f %8.1f%%\n", item.label,
                 static_cast<long long>(item.config.parameter_count()), bytes / 1e6, median(pack), median(serialise),
-                sync_median, bytes / sync_median / 1e9, 100.0 * bytes / sync_median / loopback, median(load));
+                sync_median, bytes / sync_median / 1e9, 100.0 * bytes / sync_median / loopback, median(load),
+                bulk_median, bytes / bulk_median / 1e9, 100.0 * bytes / bulk_median / loopback);
     std::fflush(stdout);
   }
   ::kill(child, SIGKILL);

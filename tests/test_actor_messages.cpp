@@ -79,9 +79,10 @@ TEST_CASE("a weight message that promises more bytes than it holds is refused be
   auto weights = sample_weights(3);
   REQUIRE(weights.tensors.bytes.size() == 80);
   auto bytes = serialize(system, weights);
-  // Cut 10 bytes off the end: the last byte is the (empty) CUDA IPC handle's
-  // length, so the raw block loses 9 of its 80 bytes; the count still says 80.
-  bytes.resize(bytes.size() - 10);
+  // Cut 20 bytes off the end: the last 11 are the (empty) CUDA IPC handle's
+  // length byte, the bulk port (2) and the bulk byte count (8), so the raw
+  // block loses 9 of its 80 bytes; the count still says 80.
+  bytes.resize(bytes.size() - 20);
   sao::msg::PolicyWeights restored;
   caf::binary_deserializer source{system, bytes};
   const auto error = source(restored);
@@ -107,6 +108,18 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(weights_back.tensors.index[1].size == 16);
   CHECK(weights_back.ipc_handle.empty());
   CHECK(weights_back.on_device == nullptr);
+  CHECK(weights_back.bulk_port == 0);
+  // The bulk-channel notice: the index, no bytes, the port and the size.
+  sao::msg::PolicyWeights notice;
+  notice.version = 13;
+  notice.tensors.index = weights.tensors.index;
+  notice.bulk_port = 40123;
+  notice.bulk_bytes = 80;
+  const auto notice_back = round_trip(system, notice);
+  CHECK(notice_back.bulk_port == 40123);
+  CHECK(notice_back.bulk_bytes == 80);
+  CHECK(notice_back.tensors.bytes.empty());
+  CHECK(notice_back.tensors.index.size() == 2);
   // The CUDA IPC form: the index, no bytes, the handle's text. A device
   // buffer never travels: inspect() does not write `on_device`.
   auto ipc = sample_weights(13);
@@ -171,7 +184,9 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(report.metrics.at("reward_mean") == 0.25);
   CHECK(report.rollout_to_learner_ms == std::vector<double>{1.5, 2.5});
   CHECK(round_trip(system, sao::msg::EvalReport{10, 9, 0.375, 400, "test"}).accuracy == 0.375);
-  CHECK(round_trip(system, sao::msg::VersionAck{"rollout-1", 44}).version == 44);
+  const auto ack = round_trip(system, sao::msg::VersionAck{"rollout-1", 44, "bulk: refused"});
+  CHECK(ack.version == 44);
+  CHECK(ack.bulk_error == "bulk: refused");
   auto lost = round_trip(system, sao::msg::EpisodeLost{"rollout-1", sao::msg::LossCause::kEnvTimeout, "env step"});
   CHECK(lost.cause == sao::msg::LossCause::kEnvTimeout);
   CHECK(lost.detail == "env step");

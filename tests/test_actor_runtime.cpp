@@ -10,6 +10,7 @@
 #include "env/environment.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
+#include "test_tiny_model.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 
 #include <doctest/doctest.h>
@@ -46,17 +47,6 @@ sao::algo::Trajectory trajectory_at_version(int64_t version) {
   message.origin.finished_at_ns = 1;
   message.origin.rollout = "test";
   return message;
-}
-
-sao::model::ModelConfig tiny_byte_model() {
-  sao::model::ModelConfig config;
-  config.hidden_size = 32;
-  config.intermediate_size = 48;
-  config.num_hidden_layers = 1;
-  config.num_attention_heads = 2;
-  config.num_key_value_heads = 1;
-  config.max_position_embeddings = 64;
-  return config;
 }
 
 sao::msg::PolicyWeights weights_of(const sao::model::CausalLM& policy, int64_t version) {
@@ -145,7 +135,7 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
       sao::actors::spawn_replay_actor(system, replay_config, caf::actor_cast<sao::actors::LearnerActor>(fake_learner));
   auto weight_sync = sao::actors::spawn_weight_sync_actor(system);
   auto env = sao::actors::spawn_env_actor(system, {"env-0", "arithmetic", nlohmann::json::object()});
-  sao::model::CausalLM policy(tiny_byte_model());
+  sao::model::CausalLM policy(sao_test::tiny_byte_model());
   sao::model::init_weights(*policy, 1);
   driver->send(weight_sync, weights_of(policy, 0));
   std::vector<sao::actors::RolloutActor> rollouts;
@@ -153,7 +143,7 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
     sao::actors::RolloutActorConfig config;
     config.name = "rollout-" + std::to_string(i);
     config.index = i;
-    config.model = tiny_byte_model();
+    config.model = sao_test::tiny_byte_model();
     config.rollout.episodes_per_actor = 4;
     config.rollout.max_new_tokens = 4;
     config.rollout.weight_switch = weight_switch;
@@ -196,7 +186,7 @@ TEST_CASE("with rollout.weight_delay_versions = 2 the weight-sync actor publishe
   System s;
   caf::scoped_actor driver{*s.system};
   auto weight_sync = sao::actors::spawn_weight_sync_actor(*s.system, 2);
-  sao::model::CausalLM policy(tiny_byte_model());
+  sao::model::CausalLM policy(sao_test::tiny_byte_model());
   sao::model::init_weights(*policy, 1);
   auto published_after = [&](int64_t version) {
     driver->send(weight_sync, weights_of(policy, version));
@@ -307,12 +297,12 @@ TEST_CASE("the rollout actor plays episodes by the shared rules: <|obs|> for an 
   caf::scoped_actor driver{system};
   auto weight_sync = sao::actors::spawn_weight_sync_actor(system);
   auto env = sao::actors::spawn_env_actor(system, {"env-0", "success_only", nlohmann::json::object()});
-  sao::model::CausalLM policy(tiny_byte_model());
+  sao::model::CausalLM policy(sao_test::tiny_byte_model());
   sao::model::init_weights(*policy, 1);
   driver->send(weight_sync, weights_of(policy, 0));
   sao::actors::RolloutActorConfig config;
   config.name = "rollout-0";
-  config.model = tiny_byte_model();
+  config.model = sao_test::tiny_byte_model();
   config.rollout.episodes_per_actor = 2;
   config.rollout.max_new_tokens = 3;
   config.env = env;

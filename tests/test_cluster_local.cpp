@@ -140,6 +140,11 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
   }));
   CHECK(number(cluster.status(), "coordinator", "remote_rollouts") == 2);
   CHECK(both_run_latest(cluster, kCatchUpCap));
+  // Weights reach the other processes through the bulk channel, beside CAF.
+  CHECK(cluster.log("learner").find("learner node: weights for other processes on bulk port") != std::string::npos);
+  CHECK(cluster.log("learner").find("node-1/rollout-0 (cpu) receives weights by bulk_channel") != std::string::npos);
+  CHECK(number(cluster.status(), "weight_sync", "bulk_served") >= 2);
+  CHECK(number(cluster.status(), "weight_sync", "bulk_failed_rollouts") == 0);
 
   {
     // A node with the wrong secret is refused, and says why; so does the learner.

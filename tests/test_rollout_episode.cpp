@@ -9,6 +9,7 @@
 #include "base/error.hpp"
 #include "env/environment.hpp"
 #include "model/transformer.hpp"
+#include "test_tiny_model.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/episode_eval.hpp"
 
@@ -25,15 +26,8 @@ using sao::rollout::RowState;
 namespace {
 
 sao::model::CausalLM tiny_policy() {
-  sao::model::ModelConfig config;
-  config.hidden_size = 32;
-  config.intermediate_size = 48;
-  config.num_hidden_layers = 1;
-  config.num_attention_heads = 2;
-  config.num_key_value_heads = 1;
-  config.max_position_embeddings = 64;
   torch::manual_seed(5);
-  sao::model::CausalLM policy(config);
+  sao::model::CausalLM policy(sao_test::tiny_byte_model());
   policy->eval();
   return policy;
 }

@@ -6,6 +6,7 @@
 #include "base/host_port.hpp"
 #include "base/json_parse.hpp"
 #include "base/json_reader.hpp"
+#include "base/tcp_socket.hpp"
 #include "base/utf8.hpp"
 
 #include <fcntl.h>
@@ -196,40 +197,8 @@ void JsonLineChannel::connect_tcp() {
   } catch (const Error& error) {
     fail("connect", error.what(), false);
   }
-  const std::string port = std::to_string(address.port);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
-  if (rc != 0)
-    fail("connect", "cannot resolve " + base::quoted_excerpt(config_.address) + ": " + ::gai_strerror(rc), false);
-  std::string problem = "no address";
-  const int64_t deadline = base::steady_ms() + config_.timeout_ms;
-  for (addrinfo* a = found; a != nullptr && fd_ < 0; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) continue;
-    int error = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
-    if (error == EINPROGRESS) {
-      pollfd item{fd, POLLOUT, 0};
-      const int ready = ::poll(&item, 1, static_cast<int>(std::max<int64_t>(0, deadline - base::steady_ms())));
-      socklen_t length = sizeof(error);
-      if (ready <= 0) {
-        error = ETIMEDOUT;
-      } else {
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
-      }
-    }
-    if (error != 0) {
-      problem = std::strerror(error);
-      ::close(fd);
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    fd_ = fd;
-  }
-  ::freeaddrinfo(found);
+  std::string problem;
+  fd_ = base::connect_tcp(address.host, address.port, config_.timeout_ms, &problem);
   if (fd_ < 0) fail("connect", "cannot connect to " + base::quoted_excerpt(config_.address) + ": " + problem, false);
 }
 

@@ -10,6 +10,7 @@
 //   data_file  a JSON-lines data file: a dataset task's problems (each verifier), played; and demonstrations
 //   http       a raw HTTP request to the console server
 //   join       a cluster join request (node, role, fingerprint, secret) to the gatekeeper
+//   bulk       a raw request to a learner's bulk weight server (net/bulk_transfer.hpp)
 //   tls_frames raw bytes (BASP headers, broken ClientHellos) to a learner's TLS port
 // Each case is a valid seed input with 1-4 mutations drawn from a seeded
 // generator (byte flips, insertions, deletions, duplications, extreme
@@ -40,6 +41,7 @@
 #include "env/openenv_env.hpp"
 #include "model/safetensors.hpp"
 #include "model/transformer.hpp"
+#include "net/bulk_transfer.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/chat_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
@@ -653,6 +655,24 @@ Counts fuzz_isolated(const Surface& surface, int64_t cases, uint64_t seed, const
   return counts;
 }
 
+// Cases first..last-1 (mutations of `seeds`, reproducible from `seed` and
+// the case number), each sent on its own connection, all at once; returns
+// the replies in case order and the inputs through `inputs`.
+std::vector<std::string> exchange_batch(int port, const std::vector<std::string>& seeds, uint64_t seed, int64_t first,
+                                        int64_t last, std::vector<std::string>* inputs, bool half_close) {
+  for (int64_t i = first; i < last; ++i) {
+    std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(i));
+    inputs->push_back(mutate(seeds[rng() % seeds.size()], rng));
+  }
+  std::vector<std::string> replies(inputs->size());
+  std::vector<std::thread> clients;
+  for (size_t k = 0; k < inputs->size(); ++k) {
+    clients.emplace_back([&, k] { exchange(port, (*inputs)[k], std::chrono::seconds(10), &replies[k], half_close); });
+  }
+  for (auto& client : clients) client.join();
+  return replies;
+}
+
 Counts fuzz_http(int64_t cases, uint64_t seed, const fs::path& scratch, const fs::path& out) {
   Counts counts;
   auto server = start_console(scratch);
@@ -675,17 +695,7 @@ Counts fuzz_http(int64_t cases, uint64_t seed, const fs::path& scratch, const fs
   for (int64_t first = 0; first < cases; first += kBatch) {
     const int64_t last = std::min(cases, first + kBatch);
     std::vector<std::string> inputs;
-    std::vector<std::string> replies(static_cast<size_t>(last - first));
-    for (int64_t i = first; i < last; ++i) {
-      std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(i));
-      inputs.push_back(mutate(seeds[rng() % seeds.size()], rng));
-    }
-    std::vector<std::thread> clients;
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      clients.emplace_back(
-          [&, k] { exchange(server.port, inputs[k], std::chrono::seconds(10), &replies[k], /*half_close=*/false); });
-    }
-    for (auto& client : clients) client.join();
+    const auto replies = exchange_batch(server.port, seeds, seed, first, last, &inputs, /*half_close=*/false);
     int status = 0;
     bool failed = false;
     Outcome failure = Outcome::kCrash;
@@ -713,6 +723,90 @@ Counts fuzz_http(int64_t cases, uint64_t seed, const fs::path& scratch, const fs
   }
   ::kill(server.pid, SIGKILL);
   ::waitpid(server.pid, nullptr, 0);
+  return counts;
+}
+
+// The bulk weight server: it runs in a child (a crash is seen as its exit),
+// serving one version; each case is a mutated request on its own
+// connection, in batches of 16 at once; after each batch a real client
+// must still read the version byte for byte.
+Counts fuzz_bulk(int64_t cases, uint64_t seed, const fs::path& out) {
+  Counts counts;
+  constexpr uint64_t kBytes = 1 << 16;
+  const std::string secret = "fuzz-secret";
+  const auto start_server = [&](int* port) {
+    int pipe_fds[2];
+    if (::pipe(pipe_fds) != 0) throw sao::Error("pipe failed");
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      quiet();
+      ::close(pipe_fds[0]);
+      sao::net::BulkServer server("127.0.0.1", 0, secret);
+      auto bytes = std::make_shared<std::vector<char>>(kBytes, 'w');
+      server.publish(1, bytes->data(), bytes->size(), bytes);
+      const int bound = server.port();
+      if (::write(pipe_fds[1], &bound, sizeof(bound)) != sizeof(bound)) std::_Exit(1);
+      for (;;) ::pause();
+    }
+    ::close(pipe_fds[1]);
+    if (::read(pipe_fds[0], port, sizeof(*port)) != sizeof(*port)) throw sao::Error("bulk: the server did not start");
+    ::close(pipe_fds[0]);
+    return pid;
+  };
+  const auto request = [&](int64_t version, uint64_t size, const std::string& key) {
+    std::string text(sao::net::kBulkMagic, sizeof(sao::net::kBulkMagic));
+    text.append(reinterpret_cast<const char*>(&version), sizeof(version));
+    text.append(reinterpret_cast<const char*>(&size), sizeof(size));
+    const auto length = static_cast<uint32_t>(key.size());
+    text.append(reinterpret_cast<const char*>(&length), sizeof(length));
+    return text + key;
+  };
+  // A good request, one for a version not held, and two in one stream.
+  const std::vector<std::string> seeds = {request(1, kBytes, secret), request(2, kBytes, secret),
+                                          request(2, kBytes, secret) + request(1, kBytes, secret)};
+  int port = 0;
+  pid_t pid = start_server(&port);
+  const auto healthy = [&] {
+    try {
+      sao::net::BulkClient client("127.0.0.1", static_cast<uint16_t>(port), secret, 30000);
+      std::vector<char> into;
+      return client.fetch(1, kBytes, into) == sao::net::BulkStatus::kOk && into == std::vector<char>(kBytes, 'w');
+    } catch (const sao::Error&) {
+      return false;
+    }
+  };
+  if (!healthy()) throw sao::Error("bulk: the seed request failed");
+  constexpr int64_t kBatch = 16;
+  for (int64_t first = 0; first < cases; first += kBatch) {
+    const int64_t last = std::min(cases, first + kBatch);
+    std::vector<std::string> inputs;
+    const auto replies = exchange_batch(port, seeds, seed, first, last, &inputs, /*half_close=*/true);
+    Outcome failure = Outcome::kHang;
+    bool failed = false;
+    if (::waitpid(pid, nullptr, WNOHANG) == pid) {
+      failed = true;
+      failure = Outcome::kCrash;
+    } else if (!healthy()) {
+      failed = true;
+    }
+    if (failed) {
+      ++counts.by_outcome[failure];
+      for (size_t k = 0; k < inputs.size(); ++k) keep(out, "bulk", first + static_cast<int64_t>(k), inputs[k]);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      pid = start_server(&port);
+      continue;
+    }
+    for (const auto& reply : replies) {
+      // Status 0 (the bytes follow) is "accepted"; a refusal or a close is clean.
+      const bool served = reply.size() >= 12 && reply.compare(0, 8, "SAOBULK1") == 0 && reply[8] == 0 &&
+                          reply[9] == 0 && reply[10] == 0 && reply[11] == 0;
+      ++counts.by_outcome[served ? Outcome::kAccepted : Outcome::kClean];
+    }
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
   return counts;
 }
 
@@ -904,8 +998,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: sao_fuzz [--surface "
-                   "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|tool_call|data_file|http|join|"
-                   "tls_frames|all] "
+                   "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|tool_call|countdown|data_file|"
+                   "http|join|bulk|tls_frames|all] "
                    "[--cases N] "
                    "[--seed S] [--out DIR]\n");
       return 2;
@@ -913,9 +1007,9 @@ int main(int argc, char** argv) {
   }
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
-  const std::vector<std::string> all = {"config",    "safetensors",   "env_reply", "openenv_reply",
-                                        "tokenizer", "chat_template", "tool_call", "countdown",
-                                        "data_file", "http",          "join",      "tls_frames"};
+  const std::vector<std::string> all = {"config",        "safetensors", "env_reply", "openenv_reply", "tokenizer",
+                                        "chat_template", "tool_call",   "countdown", "data_file",     "http",
+                                        "join",          "bulk",        "tls_frames"};
   int64_t failures = 0;
   bool known = false;
   for (const auto& name : all) {
@@ -934,6 +1028,7 @@ int main(int argc, char** argv) {
     if (name == "countdown") counts = fuzz_isolated(countdown_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
+    if (name == "bulk") counts = fuzz_bulk(cases, seed, out);
     if (name == "tls_frames") counts = fuzz_tls_frames(cases, seed, scratch, out);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("%-12s %6lld cases:", name.c_str(), static_cast<long long>(cases));

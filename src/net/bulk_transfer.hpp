@@ -1,0 +1,128 @@
+// Bulk bytes beside the actor messages. A learner serves each weight
+// version's packed buffer from a plain TCP socket, and a rollout in another
+// process reads it straight into a buffer it keeps: one kernel copy on each
+// side and none in user space. Through CAF's middleman the same bytes were
+// copied into a serialisation buffer, into a fresh payload buffer on
+// arrival and out of it again, each a fresh mapping the kernel zeroes page
+// by page (docs/decisions.md, "Weights travel beside CAF"). The actor
+// messages still say which version to take and when; only the bytes move
+// here.
+//
+// Wire format, integers little-endian; a connection carries any number of
+// request/response pairs:
+//   request:  "SAOBULK1" u64 version, u64 bytes expected, u32 secret length, secret
+//   response: "SAOBULK1" u32 status, u32 text length, u64 version, u64 bytes, text,
+//             then the bytes when the status is kOk
+// A request with a wrong secret, a bad magic or a secret over 4 KiB is
+// answered with its status and the connection is closed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sao::net {
+
+inline constexpr char kBulkMagic[8] = {'S', 'A', 'O', 'B', 'U', 'L', 'K', '1'};
+inline constexpr uint32_t kBulkMaxSecret = 4096;
+inline constexpr size_t kBulkMaxConnections = 256;
+
+enum class BulkStatus : uint32_t {
+  kOk = 0,
+  kNotHeld = 1,       // the version asked for was replaced by newer ones
+  kRefused = 2,       // wrong secret
+  kSizeMismatch = 3,  // the version holds another number of bytes than asked
+  kBadRequest = 4,    // not a request of this protocol
+};
+
+struct BulkServerStats {
+  int64_t served = 0;  // versions whose bytes the server started to send
+  int64_t not_held = 0;
+  int64_t refused = 0;      // wrong secret, bad request, size mismatch, too many connections
+  uint64_t bytes_sent = 0;  // of those versions
+};
+
+// Serves published byte buffers by version to clients that present the
+// secret. Threads: one accepts, one per open connection.
+class BulkServer {
+ public:
+  // Listens on host:port (0: any free port). Throws sao::Error naming the
+  // address when it cannot. `versions_kept`: how many of the newest
+  // versions stay available (a client asked for version v while v+1 was
+  // published still gets v).
+  BulkServer(const std::string& host, uint16_t port, std::string secret, size_t versions_kept = 2);
+  ~BulkServer();  // closes every connection and joins every thread
+  BulkServer(const BulkServer&) = delete;
+  BulkServer& operator=(const BulkServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  // Serves `size` bytes at `data` as `version` until `versions_kept` newer
+  // versions are published. `owner` keeps the bytes alive; it is released
+  // when the version is dropped and no connection is still sending it.
+  void publish(int64_t version, const char* data, uint64_t size, std::shared_ptr<const void> owner);
+  bool holds(int64_t version) const;
+  BulkServerStats stats() const;
+
+ private:
+  struct Published {
+    const char* data = nullptr;
+    uint64_t size = 0;
+    std::shared_ptr<const void> owner;
+  };
+  void accept_loop();
+  void serve(int fd);
+  void count(BulkStatus status, uint64_t bytes);
+
+  std::string secret_;
+  size_t versions_kept_;
+  int listen_fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};
+  uint16_t port_ = 0;
+  mutable std::mutex mutex_;
+  bool stopping_ = false;
+  std::map<int64_t, Published> published_;
+  std::set<int> connections_;                // open connection sockets (stop shuts them down)
+  std::map<uint64_t, std::thread> threads_;  // connection threads by id
+  std::vector<uint64_t> finished_;           // threads that have returned, joined by the acceptor
+  uint64_t next_connection_ = 0;
+  BulkServerStats stats_;
+  std::thread acceptor_;
+};
+
+// What a fetch gave: kOk (the bytes are in the buffer) or kNotHeld (the
+// server has moved on to newer versions; ask again for the newest).
+// Every other outcome throws.
+class BulkClient {
+ public:
+  // Connects on the first fetch. `timeout_ms` bounds connecting and every
+  // wait for the server, so a server that stops answering is an error, not
+  // a hang.
+  BulkClient(std::string host, uint16_t port, std::string secret, int64_t timeout_ms);
+  ~BulkClient();
+  BulkClient(const BulkClient&) = delete;
+  BulkClient& operator=(const BulkClient&) = delete;
+
+  // Reads `version`, exactly `size` bytes, into `into` (resized to `size`;
+  // its storage is reused from call to call, so a steady stream of
+  // versions allocates once). Throws sao::Error naming the server and what
+  // went wrong (unreachable, refused, timed out, cut short, a malformed
+  // reply); the connection is closed then and opened anew by the next call.
+  BulkStatus fetch(int64_t version, uint64_t size, std::vector<char>& into);
+  std::string address() const;  // host:port, for messages
+  uint16_t port() const { return port_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what);
+  std::string host_;
+  uint16_t port_;
+  std::string secret_;
+  int64_t timeout_ms_;
+  int fd_ = -1;
+};
+
+}  // namespace sao::net
