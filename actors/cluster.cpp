@@ -6,6 +6,8 @@
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "base/json_parse.hpp"
+#include "base/tcp_socket.hpp"
+#include "net/tls_link.hpp"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -264,50 +266,21 @@ uint16_t publish_gatekeeper(caf::actor_system& system, const GatekeeperActor& ga
   return *bound;
 }
 
-namespace {
-std::string openssl_errors() {
-  std::string text;
-  while (const auto code = ERR_get_error()) {
-    char buffer[256];
-    ERR_error_string_n(code, buffer, sizeof(buffer));
-    if (!text.empty()) text += "; ";
-    text += buffer;
-  }
-  return text;
-}
-
-int connect_tcp(const std::string& host, uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
-  int fd = -1;
-  for (auto* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(found);
-  return fd;
-}
-}  // namespace
-
 std::string tls_handshake_problem(const std::string& host, uint16_t port, const ClusterTls& tls) {
   ERR_clear_error();
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> context(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
-  if (!context) return "cannot create a TLS context: " + openssl_errors();
+  if (!context) return "cannot create a TLS context: " + net::openssl_errors();
   if (SSL_CTX_use_certificate_chain_file(context.get(), tls.certificate_file().c_str()) != 1 ||
       SSL_CTX_use_PrivateKey_file(context.get(), tls.key_file().c_str(), SSL_FILETYPE_PEM) != 1) {
-    return "cannot load " + tls.certificate_file() + " / " + tls.key_file() + ": " + openssl_errors();
+    return "cannot load " + tls.certificate_file() + " / " + tls.key_file() + ": " + net::openssl_errors();
   }
   if (SSL_CTX_load_verify_locations(context.get(), tls.ca_file().c_str(), nullptr) != 1)
-    return "cannot load " + tls.ca_file() + ": " + openssl_errors();
+    return "cannot load " + tls.ca_file() + ": " + net::openssl_errors();
   SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER, nullptr);
-  const int fd = connect_tcp(host, port);
+  std::string unreachable;
+  const int fd = base::connect_tcp(host, port, /*timeout_ms=*/10000, &unreachable);
   if (fd < 0) return "";  // unreachable: not a TLS problem (the caller retries)
+  base::set_blocking_with_timeouts(fd, 0);
   std::unique_ptr<SSL, decltype(&SSL_free)> session(SSL_new(context.get()), SSL_free);
   SSL_set_fd(session.get(), fd);
   std::string problem;
@@ -316,7 +289,7 @@ std::string tls_handshake_problem(const std::string& host, uint16_t port, const 
     problem = verify != X509_V_OK
                   ? std::string("the learner's certificate is not signed by ") + tls.ca_file() + " (" +
                         X509_verify_cert_error_string(verify) + ")"
-                  : "the TLS handshake failed (is the learner started with --certs?): " + openssl_errors();
+                  : "the TLS handshake failed (is the learner started with --certs?): " + net::openssl_errors();
   } else {
     // TLS 1.3 servers check the client's certificate after the handshake
     // returns here; a refusal arrives as an alert on the first read.
@@ -324,7 +297,7 @@ std::string tls_handshake_problem(const std::string& host, uint16_t port, const 
     timeval wait{5, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
     if (SSL_read(session.get(), &byte, 1) <= 0) {
-      const auto errors = openssl_errors();
+      const auto errors = net::openssl_errors();
       if (errors.find("alert") != std::string::npos)
         problem = "the learner refused this node's certificate " + tls.certificate_file() + " (" + errors +
                   "): it is not signed by the learner's CA";

@@ -34,6 +34,13 @@ namespace sao::actors {
 
 namespace {
 
+// The bulk weight channel is encrypted exactly when the cluster is, with the
+// same certificates.
+net::TlsFiles bulk_tls_files(const ClusterTls& tls) {
+  if (!tls.enabled()) return {};
+  return {tls.ca_file(), tls.certificate_file(), tls.key_file()};
+}
+
 void configure_system(caf::actor_system_config& config, int64_t scheduler_threads, const std::string& policy,
                       const ClusterTls& tls) {
   register_protocol(config);
@@ -69,10 +76,10 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
       throw;
     }
     std::shared_ptr<net::BulkServer> bulk_server;
-    if (options.bulk_port >= 0 && !options.tls.enabled()) {
+    if (options.bulk_port >= 0) {
       try {
         bulk_server = std::make_shared<net::BulkServer>(options.listen_host, static_cast<uint16_t>(options.bulk_port),
-                                                        options.secret);
+                                                        options.secret, 2, bulk_tls_files(options.tls));
       } catch (const Error&) {
         self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
         throw;
@@ -91,11 +98,10 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
     std::fprintf(stderr, "learner node: listening on %s:%u (build fingerprint %s)\n", options.listen_host.c_str(),
                  static_cast<unsigned>(bound_port), gatekeeper_config.fingerprint.c_str());
     if (bulk_server) {
-      std::fprintf(stderr, "learner node: weights for other processes on bulk port %u\n",
-                   static_cast<unsigned>(bulk_server->port()));
+      std::fprintf(stderr, "learner node: weights for other processes on bulk port %u (%s)\n",
+                   static_cast<unsigned>(bulk_server->port()), bulk_server->encrypted() ? "TLS" : "plaintext");
     } else {
-      std::fprintf(stderr, "learner node: weights travel in CAF messages (%s)\n",
-                   options.tls.enabled() ? "TLS cluster" : "--bulk-port -1");
+      std::fprintf(stderr, "learner node: weights travel in CAF messages (--bulk-port -1)\n");
     }
     if (!options.port_file.empty()) write_status_file(options.port_file, std::to_string(bound_port));
     auto console = start_console(system, coordinator, config);
@@ -159,6 +165,7 @@ NodeSession start_node_session(caf::actor_system& system, caf::scoped_actor& sel
     config.weight_sync = session.grant.weight_sync;
     config.bulk_host = options.learner_host;
     config.bulk_secret = options.secret;
+    config.bulk_tls = bulk_tls_files(options.tls);
     config.coordinator = coordinator;
     session.rollouts.push_back(spawn_rollout_actor(system, config));
     self->send(coordinator, atoms::join_atom_v, atoms::rollout_atom_v, name, session.rollouts.back(), needs_env);

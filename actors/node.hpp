@@ -32,8 +32,8 @@ struct LearnerNodeOptions {
   bool insecure_plaintext = false;  // allow plaintext on a non-loopback address
   // Weights for other processes travel beside CAF, from a bulk server on
   // listen_host at this port (net/bulk_transfer.hpp): 0 = any free port,
-  // -1 = off (weights in CAF messages). Off with TLS: the bulk channel is
-  // plaintext, so an encrypted cluster keeps its weights inside CAF's TLS.
+  // -1 = off (weights in CAF messages). TLS with the node's certificates
+  // when `tls` is enabled, as every other cluster connection.
   int32_t bulk_port = 0;
 };
 

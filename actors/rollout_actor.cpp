@@ -161,8 +161,9 @@ bool receive_bulk(RolloutSelf self, const msg::PolicyWeights& notice) {
   try {
     if (state.config.bulk_host.empty()) throw Error("this rollout has no learner address for the bulk channel");
     if (!state.bulk_client || state.bulk_client->port() != notice.bulk_port) {
-      state.bulk_client = std::make_unique<net::BulkClient>(state.config.bulk_host, notice.bulk_port,
-                                                            state.config.bulk_secret, state.config.bulk_timeout_ms);
+      state.bulk_client =
+          std::make_unique<net::BulkClient>(state.config.bulk_host, notice.bulk_port, state.config.bulk_secret,
+                                            state.config.bulk_timeout_ms, state.config.bulk_tls);
     }
     state.bulk_staging.index = notice.tensors.index;
     if (state.bulk_client->fetch(notice.version, notice.bulk_bytes, state.bulk_staging.bytes) == net::BulkStatus::kOk) {

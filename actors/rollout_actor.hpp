@@ -12,6 +12,7 @@
 #include "actors/protocol.hpp"
 #include "config/run_config.hpp"
 #include "model/model_config.hpp"
+#include "net/tls_link.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 #include <memory>
@@ -39,6 +40,7 @@ struct RolloutActorConfig {
   // runs in the learner's process and never gets a notice).
   std::string bulk_host;
   std::string bulk_secret;
+  net::TlsFiles bulk_tls;  // the node's certificates when the cluster is TLS
   int64_t bulk_timeout_ms = 60000;
 };
 

@@ -126,7 +126,7 @@ int run_node(const Args& args) {
   specs.push_back({"--port-file", true, false, "learner: write the port actually bound to this file"});
   specs.push_back({"--bulk-port", true, false,
                    "learner: port on the --listen address that serves weights to other processes beside CAF "
-                   "(default 0 = any free port; -1 = off; always off with --certs)"});
+                   "(default 0 = any free port; -1 = off; TLS with --certs)"});
   specs.push_back({"--local-rollouts", true, false, "learner: rollout actors in the learner process (default 0)"});
   specs.push_back({"--join", true, false, "rollout/env: the learner's HOST:PORT"});
   specs.push_back({"--name", true, false, "rollout/env: unique node name (default HOSTNAME-PID)"});

@@ -9,7 +9,10 @@
 // uses (net/bulk_transfer.hpp): a notice through CAF, the bytes read from the
 // learner's bulk server into a buffer the receiver keeps, the reply.
 //
-// Usage: bench_weight_sync [REPEATS]   (default 3; the median is printed)
+// Usage: bench_weight_sync [REPEATS] [CERTS]   (default 3; the median is printed)
+// CERTS: a directory made by `deploy/cluster-certs CERTS learner node-1`; the
+// bulk channel then runs over TLS with those certificates, as in a cluster
+// started with --certs.
 #include "actors/cluster.hpp"
 #include "actors/protocol.hpp"
 #include "base/allocator.hpp"
@@ -97,21 +100,28 @@ void configure_system(caf::actor_system_config& config) {
 
 constexpr const char* kBulkSecret = "bench";
 
+// The bulk channel's certificates for one side ("" = plaintext).
+sao::net::TlsFiles tls_files(const std::string& certs, const std::string& node) {
+  if (certs.empty()) return {};
+  return {certs + "/" + node + "/ca.crt", certs + "/" + node + "/node.crt", certs + "/" + node + "/node.key"};
+}
+
 // The receiving process: publishes an actor that answers each PolicyWeights
 // (already deserialised by CAF when the handler runs) with its byte count;
 // a bulk-channel notice is answered once its bytes are read, as a rollout
 // reads them, into a buffer kept from version to version.
-[[noreturn]] void run_receiver(int port_pipe) {
+[[noreturn]] void run_receiver(int port_pipe, const std::string& certs) {
   caf::actor_system_config config;
   configure_system(config);
   caf::actor_system system{config};
-  auto receiver = system.spawn([]() -> caf::behavior {
+  auto receiver = system.spawn([certs]() -> caf::behavior {
     auto client = std::make_shared<std::unique_ptr<sao::net::BulkClient>>();
     auto staging = std::make_shared<std::vector<char>>();
-    return {[client, staging](const sao::msg::PolicyWeights& weights) {
+    return {[client, staging, certs](const sao::msg::PolicyWeights& weights) {
       if (weights.bulk_port == 0) return static_cast<int64_t>(weights.tensors.bytes.size());
       if (!*client)
-        *client = std::make_unique<sao::net::BulkClient>("127.0.0.1", weights.bulk_port, kBulkSecret, 60000);
+        *client = std::make_unique<sao::net::BulkClient>("127.0.0.1", weights.bulk_port, kBulkSecret, 60000,
+                                                         tls_files(certs, "node-1"));
       if ((*client)->fetch(weights.version, weights.bulk_bytes, *staging) != sao::net::BulkStatus::kOk)
         return int64_t{-1};
       return static_cast<int64_t>(staging->size());
@@ -135,13 +145,14 @@ struct ModelCase {
 int main(int argc, char** argv) {
   sao::base::keep_freed_memory_for_reuse();  // as sao itself runs
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+  const std::string certs = argc > 2 ? argv[2] : "";
   // Fork first, before LibTorch or CAF start threads in this process.
   int pipe_ends[2];
   if (::pipe(pipe_ends) != 0) return 1;
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(pipe_ends[0]);
-    run_receiver(pipe_ends[1]);
+    run_receiver(pipe_ends[1], certs);
   }
   ::close(pipe_ends[1]);
   uint16_t port = 0;
@@ -173,7 +184,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   caf::scoped_actor self{system};
-  sao::net::BulkServer bulk_server("127.0.0.1", 0, kBulkSecret);
+  sao::net::BulkServer bulk_server("127.0.0.1", 0, kBulkSecret, 2, tls_files(certs, "learner"));
+  std::printf("bulk channel: %s\n", bulk_server.encrypted() ? "TLS (certificates from the command line)" : "plaintext");
   std::printf("%-8s %12s %10s %10s %12s %10s %10s %9s %10s %10s %10s %9s\n", "model", "parameters", "MB", "pack_s",
               "serialise_s", "sync_s", "sync_GB/s", "vs_loop", "load_s", "bulk_s", "bulk_GB/s", "vs_loop");
   int64_t version = 0;

@@ -3,8 +3,9 @@
 // sent before any handshake (one crashed the learner with SIGSEGV, one
 // claiming a 1 GiB payload made it allocate that) reaches nothing; a node
 // whose certificate comes from another CA is refused with a message that
-// says so and does not retry; a node with the right certificate joins and
-// the run finishes its budget; and plaintext off loopback is refused at
+// says so and does not retry; a node with the right certificate joins,
+// takes its weights through the TLS bulk channel, and the run finishes its
+// budget; and plaintext off loopback is refused at
 // start on both sides.
 #include "test_process_helpers.hpp"
 
@@ -148,6 +149,11 @@ TEST_CASE("TLS cluster: raw frames reach nothing, another CA is refused, the rig
   INFO(read_file(cluster.dir / "node.log"));
   CHECK(learner_exit == 0);
   CHECK(learner_log.find("after 3 learner steps") != std::string::npos);
+  // Its weights went beside CAF, through the bulk channel, over TLS too.
+  CHECK(learner_log.find("weights for other processes on bulk port") != std::string::npos);
+  CHECK(learner_log.find("(TLS)") != std::string::npos);
+  CHECK(learner_log.find("node-1/rollout-0 (cpu) receives weights by bulk_channel") != std::string::npos);
+  CHECK(learner_log.find("could not read from the bulk channel") == std::string::npos);
 }
 
 TEST_CASE("plaintext off loopback is refused at start, naming the fix") {

@@ -2,7 +2,8 @@
 // bytes arrive exactly and in a reused buffer, replaced versions are
 // answered "not held", and every bad request, wrong secret, cut connection
 // and silent server is a named error, never a hang, after which the server
-// still serves and the client connects again.
+// still serves and the client connects again. Over TLS only the cluster's
+// certificates get through.
 #include "base/tcp_socket.hpp"
 #include "net/bulk_transfer.hpp"
 
@@ -11,7 +12,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -211,4 +214,54 @@ TEST_CASE("bulk: a server needs a secret and an address it can listen on") {
   CHECK_THROWS_WITH(
       BulkServer("127.0.0.1", first.port(), "s3cret"),
       ("bulk server: cannot listen on 127.0.0.1:" + std::to_string(first.port()) + ": Address already in use").c_str());
+}
+
+TEST_CASE("bulk over TLS: the cluster's certificates carry the bytes; another CA and plaintext get nothing") {
+  const auto dir = std::filesystem::temp_directory_path() / ("sao_bulk_tls_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string certs_script = std::string(SAO_SOURCE_DIR) + "/deploy/cluster-certs";
+  REQUIRE(std::system((certs_script + " '" + (dir / "certs").string() + "' learner node-1 > /dev/null").c_str()) == 0);
+  REQUIRE(std::system((certs_script + " '" + (dir / "rogue").string() + "' node-1 > /dev/null").c_str()) == 0);
+  const auto files = [&](const std::string& node_dir) {
+    const auto base = dir / node_dir;
+    return sao::net::TlsFiles{(base / "ca.crt").string(), (base / "node.crt").string(), (base / "node.key").string()};
+  };
+
+  BulkServer server("127.0.0.1", 0, "s3cret", 2, files("certs/learner"));
+  CHECK(server.encrypted());
+  const auto bytes = pattern(5 << 20, 3);
+  publish(server, 1, bytes);
+  const std::string address = "weights from 127.0.0.1:" + std::to_string(server.port()) + ": ";
+
+  BulkClient node("127.0.0.1", server.port(), "s3cret", kTimeoutMs, files("certs/node-1"));
+  std::vector<char> into;
+  REQUIRE(node.fetch(1, bytes->size(), into) == BulkStatus::kOk);
+  CHECK(into == *bytes);
+  REQUIRE(node.fetch(1, bytes->size(), into) == BulkStatus::kOk);  // the kept TLS session again
+
+  // A node of another cluster cannot verify this learner's certificate.
+  BulkClient rogue("127.0.0.1", server.port(), "s3cret", kTimeoutMs, files("rogue/node-1"));
+  const auto rogue_error = error_of(rogue, 1, bytes->size());
+  CHECK_MESSAGE(rogue_error.rfind(address + "cannot connect: TLS handshake failed: ", 0) == 0, rogue_error);
+  CHECK_MESSAGE(rogue_error.find("certificate verify failed") != std::string::npos, rogue_error);
+  // A plaintext request is not a TLS handshake: the server hangs up (a close
+  // or a reset, as the timing falls) before any reply header.
+  BulkClient plain("127.0.0.1", server.port(), "s3cret", kTimeoutMs);
+  const auto plain_error = error_of(plain, 1, bytes->size());
+  CHECK_MESSAGE(plain_error.rfind(address + "reply: ", 0) == 0, plain_error);
+  CHECK_MESSAGE(plain_error.find(" of 32 bytes") != std::string::npos, plain_error);
+  CHECK(server.stats().refused == 2);
+  CHECK(server.stats().served == 2);
+
+  // A TLS client to a plaintext server fails its handshake, and says so.
+  BulkServer plain_server("127.0.0.1", 0, "s3cret");
+  publish(plain_server, 1, bytes);
+  BulkClient encrypted("127.0.0.1", plain_server.port(), "s3cret", kTimeoutMs, files("certs/node-1"));
+  const auto mismatch = error_of(encrypted, 1, bytes->size());
+  CHECK_MESSAGE(mismatch.find("cannot connect: TLS handshake failed") != std::string::npos, mismatch);
+
+  // Certificate files that are not there are named.
+  CHECK_THROWS_WITH(BulkServer("127.0.0.1", 0, "s3cret", 2, files("missing")),
+                    doctest::Contains(("bulk server: cannot load " + (dir / "missing" / "node.crt").string()).c_str()));
+  std::filesystem::remove_all(dir);
 }

@@ -15,7 +15,13 @@
 //             then the bytes when the status is kOk
 // A request with a wrong secret, a bad magic or a secret over 4 KiB is
 // answered with its status and the connection is closed.
+//
+// With certificates (TlsFiles, the cluster's) every connection is TLS with
+// both sides authenticated before a byte of a request is read; a peer
+// without a certificate signed by the cluster's CA gets nothing.
 #pragma once
+
+#include "net/tls_link.hpp"
 
 #include <cstdint>
 #include <map>
@@ -55,12 +61,17 @@ class BulkServer {
   // address when it cannot. `versions_kept`: how many of the newest
   // versions stay available (a client asked for version v while v+1 was
   // published still gets v).
-  BulkServer(const std::string& host, uint16_t port, std::string secret, size_t versions_kept = 2);
+  // With `tls` enabled, every connection must complete a mutually
+  // authenticated TLS handshake first (a certificate file that cannot be
+  // loaded is an error here, naming it).
+  BulkServer(const std::string& host, uint16_t port, std::string secret, size_t versions_kept = 2,
+             const TlsFiles& tls = {});
   ~BulkServer();  // closes every connection and joins every thread
   BulkServer(const BulkServer&) = delete;
   BulkServer& operator=(const BulkServer&) = delete;
 
   uint16_t port() const { return port_; }
+  bool encrypted() const { return tls_ != nullptr; }
   // Serves `size` bytes at `data` as `version` until `versions_kept` newer
   // versions are published. `owner` keeps the bytes alive; it is released
   // when the version is dropped and no connection is still sending it.
@@ -80,6 +91,7 @@ class BulkServer {
 
   std::string secret_;
   size_t versions_kept_;
+  std::unique_ptr<TlsContext> tls_;
   int listen_fd_ = -1;
   int wake_pipe_[2] = {-1, -1};
   uint16_t port_ = 0;
@@ -102,7 +114,9 @@ class BulkClient {
   // Connects on the first fetch. `timeout_ms` bounds connecting and every
   // wait for the server, so a server that stops answering is an error, not
   // a hang.
-  BulkClient(std::string host, uint16_t port, std::string secret, int64_t timeout_ms);
+  // With `tls` enabled the connection is TLS, and the server must show a
+  // certificate signed by tls.ca_file.
+  BulkClient(std::string host, uint16_t port, std::string secret, int64_t timeout_ms, const TlsFiles& tls = {});
   ~BulkClient();
   BulkClient(const BulkClient&) = delete;
   BulkClient& operator=(const BulkClient&) = delete;
@@ -118,11 +132,14 @@ class BulkClient {
 
  private:
   [[noreturn]] void fail(const std::string& what);
+  void disconnect();
   std::string host_;
   uint16_t port_;
   std::string secret_;
   int64_t timeout_ms_;
+  std::unique_ptr<TlsContext> tls_;
   int fd_ = -1;
+  std::unique_ptr<Link> link_;
 };
 
 }  // namespace sao::net
