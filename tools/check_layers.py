@@ -14,7 +14,7 @@ import sys
 
 LAYERS = [
     ["sao", "base"],                    # error, json reading, stats; generated build facts
-    ["tokenizer", "model", "env", "report"],
+    ["tokenizer", "model", "env", "report", "net"],  # net: the bulk weight channel (sockets, OpenSSL)
     ["algo", "gpu"],                    # the learner's maths; GPU weight transports (CUDA IPC, NCCL)
     ["replay"],
     ["rollout"],                        # the one episode state machine
