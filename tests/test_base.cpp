@@ -177,6 +177,15 @@ TEST_CASE("UTF-8: truncation never splits a character") {
                       2, "") == "a\xFF");
 }
 
+TEST_CASE("an error message quotes a printable byte and shows any other by its value") {
+  CHECK(sao::base::quoted_byte('x') == "'x'");
+  CHECK(sao::base::quoted_byte(' ') == "' '");
+  CHECK(sao::base::quoted_byte('~') == "'~'");
+  CHECK(sao::base::quoted_byte('\n') == "byte 0x0A");
+  CHECK(sao::base::quoted_byte('\x7f') == "byte 0x7F");
+  CHECK(sao::base::quoted_byte('\xC3') == "byte 0xC3");  // the first byte of a two-byte character
+}
+
 TEST_CASE("UTF-8: invalid bytes become U+FFFD, valid text is unchanged") {
   using sao::base::is_valid_utf8;
   using sao::base::replace_invalid_utf8;

@@ -1,6 +1,8 @@
 // UTF-8 validation by the RFC 3629 table; see utf8.hpp.
 #include "base/utf8.hpp"
 
+#include <cstdio>
+
 namespace sao::base {
 
 namespace {
@@ -117,6 +119,14 @@ bool is_valid_utf8(std::string_view text) {
 
 std::string quoted_excerpt(std::string_view text, std::size_t max_bytes) {
   return "'" + truncate_utf8(text, max_bytes) + "'";
+}
+
+std::string quoted_byte(char byte) {
+  const auto value = static_cast<unsigned char>(byte);
+  if (value >= 0x20 && value < 0x7f) return std::string("'") + byte + "'";
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "byte 0x%02X", value);
+  return hex;
 }
 
 }  // namespace sao::base

@@ -23,6 +23,11 @@ std::string truncate_utf8(std::string_view text, std::size_t max_bytes, std::str
 // an error message shows input it refuses.
 std::string quoted_excerpt(std::string_view text, std::size_t max_bytes = 200);
 
+// One byte as an error message shows it: printable ASCII quoted ('x'), any
+// other byte as "byte 0xNN" (a lone byte of a UTF-8 character would make the
+// message invalid text).
+std::string quoted_byte(char byte);
+
 // `text` with the bytes that are not part of a well-formed UTF-8 sequence
 // (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF) replaced by
 // U+FFFD, one per maximal subpart (a truncated sequence is one, a stray byte

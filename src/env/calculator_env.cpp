@@ -4,6 +4,7 @@
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
 #include "base/json_reader.hpp"
+#include "base/utf8.hpp"
 #include "env/verifier.hpp"
 
 #include <algorithm>
@@ -41,13 +42,7 @@ class ExpressionParser {
  private:
   [[noreturn]] void unexpected() const {
     if (position_ >= text_.size()) throw Error("the expression ends early");
-    const auto byte = static_cast<unsigned char>(text_[position_]);
-    // Only printable ASCII is quoted: a lone byte of a UTF-8 character would make the message invalid text.
-    char hex[8];
-    std::snprintf(hex, sizeof(hex), "0x%02X", byte);
-    const std::string shown =
-        byte >= 0x20 && byte < 0x7f ? "'" + std::string(1, text_[position_]) + "'" : std::string("byte ") + hex;
-    throw Error("unexpected " + shown + " at position " + std::to_string(position_ + 1));
+    throw Error("unexpected " + base::quoted_byte(text_[position_]) + " at position " + std::to_string(position_ + 1));
   }
   void skip_spaces() {
     while (position_ < text_.size() && (text_[position_] == ' ' || text_[position_] == '\t')) ++position_;

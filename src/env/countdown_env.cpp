@@ -3,6 +3,7 @@
 
 #include "base/error.hpp"
 #include "base/json_reader.hpp"
+#include "base/utf8.hpp"
 #include "env/calculator_env.hpp"
 
 #include <algorithm>
@@ -78,14 +79,6 @@ void for_each_flat_expression(std::vector<int64_t> numbers, const std::string& o
   } while (std::next_permutation(numbers.begin(), numbers.end()));
 }
 
-std::string shown_byte(char byte) {
-  const auto value = static_cast<unsigned char>(byte);
-  if (value >= 0x20 && value < 0x7f) return std::string("'") + byte + "'";
-  char hex[16];
-  std::snprintf(hex, sizeof(hex), "byte 0x%02X", value);
-  return hex;
-}
-
 }  // namespace
 
 std::string CountdownProblem::prompt() const {
@@ -129,7 +122,7 @@ CountdownVerdict verify_countdown(const CountdownProblem& problem, const std::st
       return {false, "'-' at position " + std::to_string(written_at[i]) + " negates; '-' may only subtract"};
     }
     if (byte != '+' && byte != '-' && byte != '*' && byte != '(' && byte != ')') {
-      return {false, "unexpected " + shown_byte(byte) + " at position " + std::to_string(written_at[i])};
+      return {false, "unexpected " + base::quoted_byte(byte) + " at position " + std::to_string(written_at[i])};
     }
     ++i;
   }
