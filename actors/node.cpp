@@ -155,6 +155,9 @@ NodeSession start_node_session(caf::actor_system& system, caf::scoped_actor& sel
   }
   const int64_t rollouts = options.role == "rollout" ? options.rollouts : 0;
   const auto shared_tokenizer = rollouts > 0 ? tokenizer::load_tokenizer(run.model_path, run.prompt_format) : nullptr;
+  // One reader for the node: each weight version is downloaded once.
+  auto bulk_reader = std::make_shared<net::SharedBulkReader>(options.learner_host, options.secret,
+                                                             /*timeout_ms=*/60000, bulk_tls_files(options.tls));
   for (int64_t r = 0; r < rollouts; ++r) {
     const std::string name = options.name + "/rollout-" + std::to_string(r);
     // Node numbers are unique per learner, so these indices are unique across the run.
@@ -163,9 +166,7 @@ NodeSession start_node_session(caf::actor_system& system, caf::scoped_actor& sel
     if (!needs_env) config.env = session.envs[static_cast<size_t>(r % options.envs)];
     config.replay = session.grant.replay;
     config.weight_sync = session.grant.weight_sync;
-    config.bulk_host = options.learner_host;
-    config.bulk_secret = options.secret;
-    config.bulk_tls = bulk_tls_files(options.tls);
+    config.bulk_reader = bulk_reader;
     config.coordinator = coordinator;
     session.rollouts.push_back(spawn_rollout_actor(system, config));
     self->send(coordinator, atoms::join_atom_v, atoms::rollout_atom_v, name, session.rollouts.back(), needs_env);

@@ -48,11 +48,11 @@ struct RolloutActorState {
   // CAF shares one copy of the weights between every in-process rollout, and
   // holding the message instead of the struct keeps it that way.
   caf::message pending_weights;
-  // Weights read from the learner's bulk channel: the connection, kept
-  // between versions, and the buffer the bytes land in (reused, so a
-  // steady stream of versions allocates once).
-  std::unique_ptr<net::BulkClient> bulk_client;
-  model::PackedTensors bulk_staging;
+  // The weights a bulk-channel notice named, read by receive_bulk and
+  // applied by apply_weights (the buffer is shared with this process's
+  // other rollouts and never written while held).
+  std::vector<model::PackedTensor> bulk_index;
+  std::shared_ptr<const std::vector<char>> bulk_bytes;
   std::unique_ptr<rollout::EpisodeBatch> batch;  // the session: episodes decoded together
   std::vector<EpisodeIds> ids;
   int64_t session_id = 0;
@@ -140,7 +140,10 @@ void apply_weights(RolloutSelf self, const msg::PolicyWeights& weights) {
         return;
       }
     } else if (weights.bulk_port > 0) {
-      model::load_packed_into_module(*state.policy, state.bulk_staging, where);  // read by receive_bulk
+      // Read by receive_bulk; released once applied, so the buffer can be reused.
+      model::load_packed_into_module(*state.policy, state.bulk_index, state.bulk_bytes->data(),
+                                     state.bulk_bytes->size(), where);
+      state.bulk_bytes.reset();
     } else {
       model::load_packed_into_module(*state.policy, weights.tensors, where);
     }
@@ -150,30 +153,26 @@ void apply_weights(RolloutSelf self, const msg::PolicyWeights& weights) {
   self->send(state.config.weight_sync, msg::VersionAck{state.config.name, state.version, ""});
 }
 
-// Reads the bytes a bulk-channel notice names into bulk_staging. False when
-// they did not come: the ack then tells weight-sync to send the newest
-// version again (the server had moved past this one) or, after an error, to
-// send this rollout bytes in CAF messages.
+// Reads the bytes a bulk-channel notice names (or takes the copy another
+// rollout of this process read). False when they did not come: the ack then
+// tells weight-sync to send the newest version again (the server had moved
+// past this one) or, after an error, to send this rollout bytes in CAF
+// messages.
 bool receive_bulk(RolloutSelf self, const msg::PolicyWeights& notice) {
   auto& state = self->state;
   report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
   std::string error;
   try {
-    if (state.config.bulk_host.empty()) throw Error("this rollout has no learner address for the bulk channel");
-    if (!state.bulk_client || state.bulk_client->port() != notice.bulk_port) {
-      state.bulk_client =
-          std::make_unique<net::BulkClient>(state.config.bulk_host, notice.bulk_port, state.config.bulk_secret,
-                                            state.config.bulk_timeout_ms, state.config.bulk_tls);
-    }
-    state.bulk_staging.index = notice.tensors.index;
-    if (state.bulk_client->fetch(notice.version, notice.bulk_bytes, state.bulk_staging.bytes) == net::BulkStatus::kOk) {
+    if (!state.config.bulk_reader) throw Error("this rollout has no reader for the bulk channel");
+    state.bulk_bytes = state.config.bulk_reader->read(notice.bulk_port, notice.version, notice.bulk_bytes);
+    if (state.bulk_bytes) {
+      state.bulk_index = notice.tensors.index;
       return true;
     }
   } catch (const Error& failure) {
     error =
         std::string(failure.what()) + " (" + state.config.name + ", weights v" + std::to_string(notice.version) + ")";
     state.counters.last_error = error;
-    state.bulk_client.reset();
   }
   self->send(state.config.weight_sync, msg::VersionAck{state.config.name, state.version, error});
   return false;

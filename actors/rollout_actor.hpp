@@ -12,11 +12,14 @@
 #include "actors/protocol.hpp"
 #include "config/run_config.hpp"
 #include "model/model_config.hpp"
-#include "net/tls_link.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 #include <memory>
 #include <string>
+
+namespace sao::net {
+class SharedBulkReader;
+}
 
 namespace sao::actors {
 
@@ -35,13 +38,12 @@ struct RolloutActorConfig {
   ReplayActor replay;
   WeightSyncActor weight_sync;
   CoordinatorActor coordinator;
-  // Where a bulk-channel weight notice is read from: the learner's host (the
-  // one this node joined) and the cluster secret ("" host: this rollout
-  // runs in the learner's process and never gets a notice).
-  std::string bulk_host;
-  std::string bulk_secret;
-  net::TlsFiles bulk_tls;  // the node's certificates when the cluster is TLS
-  int64_t bulk_timeout_ms = 60000;
+  // Reads the bytes a bulk-channel weight notice names from the learner
+  // (the host this node joined, the cluster secret, its certificates); one
+  // per node process, shared by its rollouts so the node downloads each
+  // version once. Null: this rollout runs in the learner's process and is
+  // never sent a notice.
+  std::shared_ptr<net::SharedBulkReader> bulk_reader;
 };
 
 // A rollout actor's settings from the run config; the caller fills in the

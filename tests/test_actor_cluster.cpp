@@ -1,8 +1,8 @@
 // The cluster gatekeeper admits a node only with the learner's build
 // fingerprint and secret, and a refusal names the mismatch; the fingerprint
-// is a stable digest of the message set. Weights reach a rollout of another
-// actor system through the bulk channel, or through CAF when it cannot read
-// from it. (Joins over a real network, by separate processes, are in
+// is a stable digest of the message set. Weights reach the rollouts of a node
+// process through the bulk channel (one read per version for the node), or
+// through CAF for a rollout that cannot read from it. (Joins over a real network, by separate processes, are in
 // test_cluster_local.cpp.)
 #include "actors/cluster.hpp"
 #include "actors/env_actor.hpp"
@@ -21,6 +21,10 @@
 #include <map>
 #include <string>
 #include <thread>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -123,7 +127,55 @@ std::map<std::string, double> status_numbers(caf::scoped_actor& self, const sao:
 
 }  // namespace
 
+// The rollout node of the test below, in a child process (two actor systems
+// in one process do not shut down reliably in CAF 0.17: a rollout handle sent
+// across them can keep its detached thread waiting at teardown). Runs until
+// the parent kills it.
+[[noreturn]] void run_rollout_node(int port_pipe) {
+  uint16_t port = 0;
+  if (::read(port_pipe, &port, sizeof(port)) != sizeof(port)) std::_Exit(3);
+  NetworkedSystem node;
+  auto remote_sync = node.system->middleman().remote_actor<sao::actors::WeightSyncActor>("127.0.0.1", port);
+  if (!remote_sync) std::_Exit(4);
+  caf::scoped_actor stand_in{*node.system};  // coordinator and learner
+  auto replay = sao::actors::spawn_replay_actor(*node.system, sao::replay::ReplayConfig{},
+                                                caf::actor_cast<sao::actors::LearnerActor>(stand_in));
+  auto env = sao::actors::spawn_env_actor(*node.system, {"env-0", "arithmetic", nlohmann::json::object()});
+  // rollout-0 and rollout-1 share the node's reader (as sao node sets them
+  // up); rollout-2 has one of its own with a secret the bulk server refuses.
+  auto node_reader = std::make_shared<sao::net::SharedBulkReader>("127.0.0.1", "correct horse", 60000);
+  auto wrong_reader = std::make_shared<sao::net::SharedBulkReader>("127.0.0.1", "battery staple", 60000);
+  std::vector<sao::actors::RolloutActor> rollouts;
+  for (const auto& reader : {node_reader, node_reader, wrong_reader}) {
+    sao::actors::RolloutActorConfig config;
+    config.name = "node-1/rollout-" + std::to_string(rollouts.size());
+    config.index = static_cast<int64_t>(rollouts.size());
+    config.model = sao_test::tiny_byte_model();
+    config.rollout.episodes_per_actor = 2;
+    config.rollout.max_new_tokens = 4;
+    config.env = env;
+    config.replay = caf::actor_cast<sao::actors::ReplayActor>(replay);
+    config.weight_sync = *remote_sync;
+    config.coordinator = caf::actor_cast<sao::actors::CoordinatorActor>(stand_in);
+    config.bulk_reader = reader;
+    rollouts.push_back(sao::actors::spawn_rollout_actor(*node.system, config));
+  }
+  for (;;) ::pause();
+}
+
 TEST_CASE("weights reach a rollout of another node through the bulk channel; one that cannot read it gets CAF bytes") {
+  // Fork first, while this process runs no other thread.
+  int port_pipe[2];
+  REQUIRE(::pipe(port_pipe) == 0);
+  std::fflush(nullptr);
+  const pid_t node_pid = ::fork();
+  REQUIRE(node_pid >= 0);
+  if (node_pid == 0) {
+    ::close(port_pipe[1]);
+    run_rollout_node(port_pipe[0]);
+  }
+  ::close(port_pipe[0]);
+
   // The learner's side: weight-sync with a bulk server, published for the
   // rollout node to find (as the gatekeeper hands it out in a real cluster).
   NetworkedSystem learner;
@@ -135,73 +187,45 @@ TEST_CASE("weights reach a rollout of another node through the bulk channel; one
   sao::model::CausalLM policy(sao_test::tiny_byte_model());
   sao::model::init_weights(*policy, 1);
   driver->send(weight_sync, sao::msg::PolicyWeights{0, sao::model::pack_module(*policy), {}, {}, 0, 0});
+  const uint16_t port = *published;
+  REQUIRE(::write(port_pipe[1], &port, sizeof(port)) == sizeof(port));
+  ::close(port_pipe[1]);
 
-  // The rollout node: its own actor system, env and replay; two rollouts,
-  // the second with a secret the bulk server refuses.
-  NetworkedSystem node;
-  auto remote_sync = node.system->middleman().remote_actor<sao::actors::WeightSyncActor>("127.0.0.1", *published);
-  REQUIRE(remote_sync);
-  caf::scoped_actor stand_in{*node.system};  // coordinator and learner
-  auto replay = sao::actors::spawn_replay_actor(*node.system, sao::replay::ReplayConfig{},
-                                                caf::actor_cast<sao::actors::LearnerActor>(stand_in));
-  auto env = sao::actors::spawn_env_actor(*node.system, {"env-0", "arithmetic", nlohmann::json::object()});
-  std::vector<sao::actors::RolloutActor> rollouts;
-  for (const std::string secret : {"correct horse", "battery staple"}) {
-    sao::actors::RolloutActorConfig config;
-    config.name = "node-1/rollout-" + std::to_string(rollouts.size());
-    config.index = static_cast<int64_t>(rollouts.size());
-    config.model = sao_test::tiny_byte_model();
-    config.rollout.episodes_per_actor = 2;
-    config.rollout.max_new_tokens = 4;
-    config.env = env;
-    config.replay = caf::actor_cast<sao::actors::ReplayActor>(replay);
-    config.weight_sync = *remote_sync;
-    config.coordinator = caf::actor_cast<sao::actors::CoordinatorActor>(stand_in);
-    config.bulk_host = "127.0.0.1";
-    config.bulk_secret = secret;
-    rollouts.push_back(sao::actors::spawn_rollout_actor(*node.system, config));
-  }
-
-  auto both_at = [&](int64_t version) {
+  auto all_at = [&](int64_t version) {
     const auto give_up_at = std::chrono::steady_clock::now() + kHangGuard;
     while (std::chrono::steady_clock::now() < give_up_at) {
       const auto numbers = status_numbers(driver, weight_sync);
-      if (numbers.count("version.node-1/rollout-0") && numbers.at("version.node-1/rollout-0") == version &&
-          numbers.count("version.node-1/rollout-1") && numbers.at("version.node-1/rollout-1") == version) {
-        return true;
+      bool all = true;
+      for (int r = 0; r < 3; ++r) {
+        const auto key = "version.node-1/rollout-" + std::to_string(r);
+        all = all && numbers.count(key) && numbers.at(key) == version;
       }
+      if (all) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    for (const auto& item : status_numbers(driver, weight_sync)) MESSAGE(item.first << " = " << item.second);
     return false;
   };
-  REQUIRE(both_at(0));
+  const bool first = all_at(0);
   sao::model::init_weights(*policy, 2);
   driver->send(weight_sync, sao::msg::PolicyWeights{1, sao::model::pack_module(*policy), {}, {}, 0, 0});
-  REQUIRE(both_at(1));
-
+  const bool second = first && all_at(1);
   const auto numbers = status_numbers(driver, weight_sync);
+  ::kill(node_pid, SIGKILL);
+  ::waitpid(node_pid, nullptr, 0);
+  REQUIRE(first);
+  REQUIRE(second);
+
   CHECK(numbers.at("bulk_port") == bulk_server->port());
-  // rollout-0 read both versions from the bulk server; rollout-1 was
-  // refused once, said so in its ack, and got both versions as CAF bytes.
+  // The node read each version once for rollout-0 and rollout-1 (one of them
+  // read it, the other took the node's copy: two reads in all, not four);
+  // rollout-2 was refused once, said so in its ack, and got both versions as
+  // CAF bytes.
   CHECK(numbers.at("bulk_served") == 2);
   CHECK(numbers.at("bulk_refused") == 1);
   CHECK(numbers.at("bulk_failed_rollouts") == 1);
-  CHECK(numbers.at("pushes_bulk_channel") == 3);
+  CHECK(numbers.at("pushes_bulk_channel") == 5);
   CHECK(numbers.at("pushes_host_bytes") == 2);
   CHECK(bulk_server->stats().bytes_sent == 2 * sao::model::pack_module(*policy).bytes.size());
-  // The refused rollout names why in its status.
-  stand_in->request(rollouts[1], kHangGuard, sao::atoms::status_atom_v)
-      .receive(
-          [&](const sao::msg::ActorStatus& status) {
-            CHECK(status.numbers.at("policy_version") == 1);
-            CHECK_MESSAGE(
-                status.last_error.find("refused: wrong secret (node-1/rollout-1, weights v0)") != std::string::npos,
-                status.last_error);
-          },
-          [](const caf::error&) { FAIL("no status"); });
-
-  for (auto& actor : rollouts) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(replay, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(weight_sync, caf::exit_reason::user_shutdown);
 }

@@ -265,3 +265,36 @@ TEST_CASE("bulk over TLS: the cluster's certificates carry the bytes; another CA
                     doctest::Contains(("bulk server: cannot load " + (dir / "missing" / "node.crt").string()).c_str()));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("bulk: a node's rollouts share one read per version, and a buffer still held is never overwritten") {
+  BulkServer server("127.0.0.1", 0, "s3cret");
+  sao::net::SharedBulkReader reader("127.0.0.1", "s3cret", kTimeoutMs);
+  publish(server, 1, pattern(4096, 1));
+  auto first = reader.read(server.port(), 1, 4096);
+  const auto again = reader.read(server.port(), 1, 4096);  // another rollout, the same version
+  REQUIRE(first);
+  CHECK(again == first);
+  CHECK(reader.downloads() == 1);
+  CHECK(server.stats().served == 1);
+  // Version 2 while version 1 is still held (a rollout waiting for a turn
+  // boundary): a fresh buffer, the held one unchanged.
+  publish(server, 2, pattern(4096, 2));
+  auto second = reader.read(server.port(), 2, 4096);
+  REQUIRE(second);
+  CHECK(second != first);
+  CHECK(*first == *pattern(4096, 1));
+  CHECK(*second == *pattern(4096, 2));
+  // Once no rollout holds version 2's buffer, version 3 is read into it.
+  const auto* storage = second.get();
+  second.reset();
+  publish(server, 3, pattern(4096, 3));
+  const auto third = reader.read(server.port(), 3, 4096);
+  REQUIRE(third);
+  CHECK(third.get() == storage);
+  CHECK(*third == *pattern(4096, 3));
+  CHECK(*first == *pattern(4096, 1));
+  CHECK(reader.downloads() == 3);
+  // A version the server no longer holds: null, and nothing counted.
+  CHECK(reader.read(server.port(), 1, 4096) == nullptr);
+  CHECK(reader.downloads() == 3);
+}

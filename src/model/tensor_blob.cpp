@@ -117,11 +117,16 @@ torch::Tensor unpack_tensor(const PackedTensors& packed, size_t position) {
 }
 
 void load_packed_into_module(torch::nn::Module& module, const PackedTensors& packed, const std::string& where) {
-  const auto copies = match_index(module, packed.index, packed.bytes.size(), where);
+  load_packed_into_module(module, packed.index, packed.bytes.data(), packed.bytes.size(), where);
+}
+
+void load_packed_into_module(torch::nn::Module& module, const std::vector<PackedTensor>& index, const char* bytes,
+                             uint64_t size, const std::string& where) {
+  const auto copies = match_index(module, index, size, where);
   torch::NoGradGuard no_grad;
   for (const auto& [target, entry] : copies) {
     if (entry->size == 0) continue;
-    const char* source = packed.bytes.data() + entry->offset;
+    const char* source = bytes + entry->offset;
     if (target.device().is_cpu() && target.is_contiguous()) {
       std::memcpy(target.data_ptr(), source, entry->size);
     } else {

@@ -55,6 +55,10 @@ torch::Tensor unpack_tensor(const PackedTensors& packed, size_t position);
 // and dtype equal to the module's, bytes inside the buffer), so a bad message
 // leaves the module unchanged. Throws sao::Error naming `where` and the tensor.
 void load_packed_into_module(torch::nn::Module& module, const PackedTensors& packed, const std::string& where);
+// The same for an index and bytes held apart (a buffer the rollouts of one
+// process share).
+void load_packed_into_module(torch::nn::Module& module, const std::vector<PackedTensor>& index, const char* bytes,
+                             uint64_t size, const std::string& where);
 
 // Every parameter and buffer of the module packed into one fresh buffer on
 // `device` (the layout of pack_module: same index, same offsets).

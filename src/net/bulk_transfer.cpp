@@ -322,4 +322,36 @@ BulkStatus BulkClient::fetch(int64_t version, uint64_t size, std::vector<char>& 
   return BulkStatus::kOk;
 }
 
+SharedBulkReader::SharedBulkReader(std::string host, std::string secret, int64_t timeout_ms, TlsFiles tls)
+    : host_(std::move(host)), secret_(std::move(secret)), timeout_ms_(timeout_ms), tls_(std::move(tls)) {}
+
+std::shared_ptr<const std::vector<char>> SharedBulkReader::read(uint16_t port, int64_t version, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes_ && version_ == version && port_ == port && bytes_->size() == size) return bytes_;
+  if (!client_ || client_->port() != port) {
+    client_ = std::make_unique<BulkClient>(host_, port, secret_, timeout_ms_, tls_);
+  }
+  // The old buffer is reused only when no rollout still holds it (one that
+  // has not applied it yet, at a turn boundary, keeps its own reference).
+  if (!bytes_ || bytes_.use_count() > 1) bytes_ = std::make_shared<std::vector<char>>();
+  version_ = -1;  // until the read completes, the buffer holds no version
+  BulkStatus status = BulkStatus::kOk;
+  try {
+    status = client_->fetch(version, size, *bytes_);
+  } catch (const Error&) {
+    client_.reset();
+    throw;
+  }
+  if (status != BulkStatus::kOk) return nullptr;
+  version_ = version;
+  port_ = port;
+  ++downloads_;
+  return bytes_;
+}
+
+int64_t SharedBulkReader::downloads() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return downloads_;
+}
+
 }  // namespace sao::net

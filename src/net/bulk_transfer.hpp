@@ -142,4 +142,34 @@ class BulkClient {
   std::unique_ptr<Link> link_;
 };
 
+// The newest version's bytes as read by any rollout of this process: the
+// rollouts of one node share one reader, so the node downloads each version
+// once however many rollouts it runs (the learner's upload is divided by
+// that number), over one connection.
+class SharedBulkReader {
+ public:
+  SharedBulkReader(std::string host, std::string secret, int64_t timeout_ms, TlsFiles tls = {});
+
+  // The bytes of `version` (`size` of them) from the bulk server on `port`:
+  // the ones this process already read, or read now. Null when the server
+  // no longer holds that version. Throws sao::Error as BulkClient::fetch.
+  // A buffer handed out is never written again; the next version goes to a
+  // fresh one unless nobody holds the old one any more.
+  std::shared_ptr<const std::vector<char>> read(uint16_t port, int64_t version, uint64_t size);
+  // Versions read from the server (not served from this process's copy).
+  int64_t downloads() const;
+
+ private:
+  std::string host_;
+  std::string secret_;
+  int64_t timeout_ms_;
+  TlsFiles tls_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<BulkClient> client_;
+  int64_t version_ = -1;
+  uint16_t port_ = 0;
+  std::shared_ptr<std::vector<char>> bytes_;
+  int64_t downloads_ = 0;
+};
+
 }  // namespace sao::net
