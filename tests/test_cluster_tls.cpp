@@ -156,7 +156,7 @@ TEST_CASE("TLS cluster: raw frames reach nothing, another CA is refused, the rig
   CHECK(learner_log.find("could not read from the bulk channel") == std::string::npos);
 }
 
-TEST_CASE("plaintext off loopback is refused at start, naming the fix") {
+TEST_CASE("plaintext off loopback and a bad bulk port are refused at start, naming the fix") {
   TlsCluster cluster;
   const auto log = cluster.dir / "plain.log";
   CHECK(shell(cluster.node("learner", "") + " --listen 0.0.0.0:0 --run-dir '" + (cluster.dir / "run").string() + "'" +
@@ -168,4 +168,11 @@ TEST_CASE("plaintext off loopback is refused at start, naming the fix") {
   CHECK(shell(cluster.node("rollout", (cluster.dir / "missing").string()) + " --join 127.0.0.1:7000 > '" +
               log.string() + "' 2>&1") != 0);
   CHECK(read_file(log).find("cannot read") != std::string::npos);
+  // The bulk port is checked before anything starts, and only the learner takes it.
+  CHECK(shell(cluster.node("learner", "") + " --bulk-port 70000 > '" + log.string() + "' 2>&1") != 0);
+  CHECK(read_file(log).find("--bulk-port must be -1 (off), 0 (any free port) or a port up to 65535, got 70000") !=
+        std::string::npos);
+  CHECK(shell(cluster.node("rollout", "") + " --join 127.0.0.1:7000 --bulk-port 7001 > '" + log.string() + "' 2>&1") !=
+        0);
+  CHECK(read_file(log).find("--bulk-port is for --role learner") != std::string::npos);
 }
