@@ -267,21 +267,17 @@ uint16_t publish_gatekeeper(caf::actor_system& system, const GatekeeperActor& ga
 }
 
 std::string tls_handshake_problem(const std::string& host, uint16_t port, const ClusterTls& tls) {
-  ERR_clear_error();
-  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> context(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
-  if (!context) return "cannot create a TLS context: " + net::openssl_errors();
-  if (SSL_CTX_use_certificate_chain_file(context.get(), tls.certificate_file().c_str()) != 1 ||
-      SSL_CTX_use_PrivateKey_file(context.get(), tls.key_file().c_str(), SSL_FILETYPE_PEM) != 1) {
-    return "cannot load " + tls.certificate_file() + " / " + tls.key_file() + ": " + net::openssl_errors();
+  std::unique_ptr<net::TlsContext> context;
+  try {
+    context = std::make_unique<net::TlsContext>(tls.files(), /*server=*/false, "TLS check");
+  } catch (const Error& error) {
+    return error.what();  // names the file that cannot be loaded
   }
-  if (SSL_CTX_load_verify_locations(context.get(), tls.ca_file().c_str(), nullptr) != 1)
-    return "cannot load " + tls.ca_file() + ": " + net::openssl_errors();
-  SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER, nullptr);
   std::string unreachable;
   const int fd = base::connect_tcp(host, port, /*timeout_ms=*/10000, &unreachable);
   if (fd < 0) return "";  // unreachable: not a TLS problem (the caller retries)
   base::set_blocking_with_timeouts(fd, 0);
-  std::unique_ptr<SSL, decltype(&SSL_free)> session(SSL_new(context.get()), SSL_free);
+  std::unique_ptr<SSL, decltype(&SSL_free)> session(SSL_new(context->get()), SSL_free);
   SSL_set_fd(session.get(), fd);
   std::string problem;
   if (SSL_connect(session.get()) != 1) {

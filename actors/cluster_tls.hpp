@@ -2,6 +2,8 @@
 // carry it (see cluster.hpp for how the cluster uses it).
 #pragma once
 
+#include "net/tls_link.hpp"
+
 #include <string>
 
 namespace sao::actors {
@@ -14,6 +16,12 @@ struct ClusterTls {
   std::string ca_file() const { return dir + "/ca.crt"; }
   std::string certificate_file() const { return dir + "/node.crt"; }
   std::string key_file() const { return dir + "/node.key"; }
+  // The same files for sockets sao opens itself (the bulk weight channel);
+  // empty (plaintext) when TLS is off.
+  net::TlsFiles files() const {
+    if (!enabled()) return {};
+    return {ca_file(), certificate_file(), key_file()};
+  }
 };
 
 // Throws sao::Error naming `flag` and the file when one of the three files is

@@ -34,13 +34,6 @@ namespace sao::actors {
 
 namespace {
 
-// The bulk weight channel is encrypted exactly when the cluster is, with the
-// same certificates.
-net::TlsFiles bulk_tls_files(const ClusterTls& tls) {
-  if (!tls.enabled()) return {};
-  return {tls.ca_file(), tls.certificate_file(), tls.key_file()};
-}
-
 void configure_system(caf::actor_system_config& config, int64_t scheduler_threads, const std::string& policy,
                       const ClusterTls& tls) {
   register_protocol(config);
@@ -79,7 +72,7 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
     if (options.bulk_port >= 0) {
       try {
         bulk_server = std::make_shared<net::BulkServer>(options.listen_host, static_cast<uint16_t>(options.bulk_port),
-                                                        options.secret, 2, bulk_tls_files(options.tls));
+                                                        options.secret, 2, options.tls.files());
       } catch (const Error&) {
         self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
         throw;
@@ -157,7 +150,7 @@ NodeSession start_node_session(caf::actor_system& system, caf::scoped_actor& sel
   const auto shared_tokenizer = rollouts > 0 ? tokenizer::load_tokenizer(run.model_path, run.prompt_format) : nullptr;
   // One reader for the node: each weight version is downloaded once.
   auto bulk_reader = std::make_shared<net::SharedBulkReader>(options.learner_host, options.secret,
-                                                             /*timeout_ms=*/60000, bulk_tls_files(options.tls));
+                                                             /*timeout_ms=*/60000, options.tls.files());
   for (int64_t r = 0; r < rollouts; ++r) {
     const std::string name = options.name + "/rollout-" + std::to_string(r);
     // Node numbers are unique per learner, so these indices are unique across the run.

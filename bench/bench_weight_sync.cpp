@@ -189,6 +189,17 @@ int main(int argc, char** argv) {
   std::printf("%-8s %12s %10s %10s %12s %10s %10s %9s %10s %10s %10s %9s\n", "model", "parameters", "MB", "pack_s",
               "serialise_s", "sync_s", "sync_GB/s", "vs_loop", "load_s", "bulk_s", "bulk_GB/s", "vs_loop");
   int64_t version = 0;
+  // Sends one prepared weight message and returns the receiver's byte count
+  // (-1 when the request failed, and says why).
+  const auto bytes_received = [&](const caf::message& prepared) {
+    int64_t received = -1;
+    self->request(*receiver, std::chrono::minutes(5), prepared)
+        .receive([&](int64_t count) { received = count; },
+                 [&](const caf::error& error) {
+                   std::fprintf(stderr, "weight sync failed: %s\n", system.render(error).c_str());
+                 });
+    return received;
+  };
   for (const auto& item : cases) {
     sao::model::CausalLM policy(item.config);
     sao::msg::PolicyWeights weights;
@@ -215,14 +226,8 @@ int main(int argc, char** argv) {
       // message shared by every push; no copy of the weights per send).
       const auto prepared = caf::make_message(weights);
       start = Clock::now();
-      int64_t echoed = 0;
-      self->request(*receiver, std::chrono::minutes(5), prepared)
-          .receive([&](int64_t received) { echoed = received; },
-                   [&](const caf::error& error) {
-                     std::fprintf(stderr, "sync failed: %s\n", system.render(error).c_str());
-                   });
+      if (bytes_received(prepared) != static_cast<int64_t>(bytes)) return 1;
       const double sync_seconds = seconds_since(start);
-      if (echoed != static_cast<int64_t>(bytes)) return 1;
 
       start = Clock::now();
       sao::model::load_packed_into_module(*policy, weights.tensors, "bench");
@@ -230,7 +235,8 @@ int main(int argc, char** argv) {
 
       // The same version through the bulk channel, as weight-sync sends it
       // to a rollout in another process: published once, a notice sent.
-      const auto owner = std::make_shared<sao::msg::PolicyWeights>(weights);
+      // The server owns this round's weights now (the next round packs anew).
+      const auto owner = std::make_shared<sao::msg::PolicyWeights>(std::move(weights));
       sao::msg::PolicyWeights notice;
       notice.version = ++version;
       notice.tensors.index = owner->tensors.index;
@@ -239,14 +245,8 @@ int main(int argc, char** argv) {
       const auto prepared_notice = caf::make_message(std::move(notice));
       start = Clock::now();
       bulk_server.publish(version, owner->tensors.bytes.data(), owner->tensors.bytes.size(), owner);
-      echoed = 0;
-      self->request(*receiver, std::chrono::minutes(5), prepared_notice)
-          .receive([&](int64_t received) { echoed = received; },
-                   [&](const caf::error& error) {
-                     std::fprintf(stderr, "bulk sync failed: %s\n", system.render(error).c_str());
-                   });
+      if (bytes_received(prepared_notice) != static_cast<int64_t>(bytes)) return 1;
       const double bulk_seconds = seconds_since(start);
-      if (echoed != static_cast<int64_t>(bytes)) return 1;
       if (r == 0) continue;
       pack.push_back(pack_seconds);
       serialise.push_back(serialise_seconds);
