@@ -74,6 +74,7 @@ msg::EvalReport evaluate(LearnerSelf self) {
     const auto result = train::evaluate_heldout(state.learner->policy(), state.config.run, state.learner->steps());
     report.accuracy = result.accuracy;
     report.total = result.total;
+    report.worked = result.worked;
   } catch (const std::exception& error) {
     // An evaluation that fails (e.g. an external env is down) must not end training.
     state.counters.last_error = std::string("evaluation failed: ") + error.what();

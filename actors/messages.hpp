@@ -235,6 +235,7 @@ struct EvalReport {
   double accuracy = 0.0;
   int64_t total = 0;
   std::string split = "test";
+  int64_t worked = -1;  // arithmetic: answers that showed their work; -1 elsewhere
 };
 
 // Where a rollout actor runs, sent when it registers with weight-sync:
@@ -366,7 +367,7 @@ typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalReport& x) {
-  return f(caf::meta::type_name("EvalReport"), x.step, x.policy_version, x.accuracy, x.total, x.split);
+  return f(caf::meta::type_name("EvalReport"), x.step, x.policy_version, x.accuracy, x.total, x.split, x.worked);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RolloutPlacement& x) {

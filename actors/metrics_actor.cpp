@@ -80,6 +80,10 @@ nlohmann::json summary_of(const MetricsActorState& state) {
   if (!state.evals.empty()) {
     summary["accuracy_first"] = state.evals.front()["accuracy"];
     summary["accuracy_last"] = state.evals.back()["accuracy"];
+    if (state.evals.front().contains("worked") && state.evals.back().contains("worked")) {
+      summary["worked_first"] = state.evals.front()["worked"];
+      summary["worked_last"] = state.evals.back()["worked"];
+    }
   }
   return summary;
 }
@@ -268,10 +272,14 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
                                {"split", report.split},
                                {"wall_time_s", st.progress->elapsed_seconds()}};
         if (!std::isfinite(report.accuracy)) line["accuracy"] = nullptr;
+        if (report.worked >= 0) line["worked"] = report.worked;
         st.writer->write(line);
         st.evals.push_back(line);
-        std::fprintf(stderr, "eval step %lld: held-out accuracy %.4f (%lld problems)\n",
-                     static_cast<long long>(report.step), report.accuracy, static_cast<long long>(report.total));
+        const std::string worked =
+            report.worked >= 0 ? ", " + std::to_string(report.worked) + " answers worked" : std::string();
+        std::fprintf(stderr, "eval step %lld: held-out accuracy %.4f (%lld problems%s)\n",
+                     static_cast<long long>(report.step), report.accuracy, static_cast<long long>(report.total),
+                     worked.c_str());
       },
       [self](const msg::EpisodeLost& lost) {
         ++self->state.counters.handled;

@@ -176,6 +176,11 @@ int report_training_outcome(const actors::TrainOutcome& outcome, const config::R
     if (summary.is_object() && summary.contains("accuracy_last") && summary["accuracy_last"].is_number()) {
       std::printf("held-out accuracy: %.4f (before RL: %.4f), run dir %s\n", summary["accuracy_last"].get<double>(),
                   summary.value("accuracy_first", 0.0), config.run.dir.c_str());
+      if (summary.value("worked_last", nlohmann::json()).is_number_integer() &&
+          summary.value("worked_first", nlohmann::json()).is_number_integer()) {
+        std::printf("worked answers: %lld of %lld (before RL: %lld)\n", summary["worked_last"].get<long long>(),
+                    summary["evals"].back().value("total", 0LL), summary["worked_first"].get<long long>());
+      }
     }
     if (summary.is_object() && summary.contains("time_accounting")) {
       // One line for where the time went; the full accounting is in summary.json.
@@ -199,13 +204,19 @@ void print_eval_result(const train::HeldoutResult& result, const std::string& ch
   for (const auto& line : result.samples) std::printf("  %s\n", line.c_str());
   std::printf("held-out accuracy: %.4f (%lld/%lld correct, %.1f s)\n", result.accuracy,
               static_cast<long long>(result.correct), static_cast<long long>(result.total), result.seconds);
-  const nlohmann::json line = {{"eval", true},
-                               {"split", "test"},
-                               {"checkpoint", checkpoint},
-                               {"accuracy", result.accuracy},
-                               {"correct", result.correct},
-                               {"total", result.total},
-                               {"seconds", result.seconds}};
+  nlohmann::json line = {{"eval", true},
+                         {"split", "test"},
+                         {"checkpoint", checkpoint},
+                         {"accuracy", result.accuracy},
+                         {"correct", result.correct},
+                         {"total", result.total},
+                         {"seconds", result.seconds}};
+  if (result.worked >= 0) {
+    std::printf("worked answers: %lld/%lld (%lld of them correct)\n", static_cast<long long>(result.worked),
+                static_cast<long long>(result.total), static_cast<long long>(result.worked_correct));
+    line["worked"] = result.worked;
+    line["worked_correct"] = result.worked_correct;
+  }
   std::printf("%s\n", base::dump_json(line).c_str());
   std::fflush(stdout);
 }

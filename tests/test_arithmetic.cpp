@@ -9,8 +9,9 @@
 #include <set>
 #include <string>
 
-#include "env/arithmetic.hpp"
 #include "base/error.hpp"
+#include "env/arithmetic.hpp"
+#include "env/arithmetic_env.hpp"
 
 using sao::env::ArithmeticConfig;
 using sao::env::ArithmeticProblem;
@@ -340,4 +341,90 @@ TEST_CASE("demonstrations slip at the configured rate and not at rate 0") {
     config.demonstration_slip_rate = std::numeric_limits<double>::quiet_NaN();
     CHECK_THROWS_WITH(config.validate(), doctest::Contains("task.demonstration_slip_rate"));
   }
+}
+
+TEST_CASE("worked answers: reversed digits, '>', the answer; graded by the answer alone") {
+  CHECK(ArithmeticTask::worked_text(42) == "w24>42");
+  CHECK(ArithmeticTask::worked_text(-12) == "w-21>-12");
+  CHECK(ArithmeticTask::worked_text(0) == "w0>0");
+  CHECK(ArithmeticTask::worked_text(198) == "w891>198");
+
+  const ArithmeticProblem add{19, '+', 23};
+  CHECK(ArithmeticTask::verify(add, "w24>42"));
+  CHECK(ArithmeticTask::verify(add, " w24> 42\n"));
+  CHECK(ArithmeticTask::verify(add, "w99>42"));  // the work is not graded
+  CHECK(ArithmeticTask::verify(add, "w>1>42"));  // the last '>' starts the answer
+  CHECK_FALSE(ArithmeticTask::verify(add, "w24>32"));
+  CHECK_FALSE(ArithmeticTask::verify(add, "w24>"));
+  CHECK_FALSE(ArithmeticTask::verify(add, "w24"));
+  CHECK_FALSE(ArithmeticTask::verify(add, "24>42"));  // no 'w': not a worked answer, so exact match
+  CHECK_FALSE(ArithmeticTask::verify(add, ">42"));
+  CHECK_FALSE(ArithmeticTask::verify(add, "w24>42>"));
+  CHECK(ArithmeticTask::is_worked(" w24>42"));
+  CHECK_FALSE(ArithmeticTask::is_worked("42"));
+  CHECK_FALSE(ArithmeticTask::is_worked(""));
+
+  const ArithmeticProblem neg{3, '-', 15};
+  CHECK(ArithmeticTask::verify(neg, "w-21>-12"));
+  CHECK_FALSE(ArithmeticTask::verify(neg, "w-21>12"));
+}
+
+TEST_CASE("demonstrations show their work at the configured rate") {
+  ArithmeticConfig config;
+  const ArithmeticProblem carry{19, '+', 23};
+  SUBCASE("rate 1: always worked") {
+    config.demonstration_worked_rate = 1.0;
+    const ArithmeticTask task(config);
+    std::mt19937_64 rng(5);
+    CHECK(task.demonstration_text(carry, rng) == "w24>42");
+    CHECK(task.demonstration_text({3, '-', 15}, rng) == "w-21>-12");
+  }
+  SUBCASE("with slips: the slipped value, worked") {
+    config.demonstration_worked_rate = 1.0;
+    config.demonstration_slip_rate = 1.0;
+    const ArithmeticTask task(config);
+    std::mt19937_64 rng(5);
+    CHECK(task.demonstration_text(carry, rng) == "w23>32");
+  }
+  SUBCASE("rate 0.3: about 30% worked, the rest plain") {
+    config.demonstration_worked_rate = 0.3;
+    const ArithmeticTask task(config);
+    std::mt19937_64 rng(11);
+    int worked = 0;
+    int plain = 0;
+    for (int i = 0; i < 10000; ++i) {
+      const auto text = task.demonstration_text(carry, rng);
+      worked += text == "w24>42";
+      plain += text == "42";
+    }
+    CHECK(worked + plain == 10000);
+    CHECK(worked > 2800);  // 10,000 draws: sd 46, so +-200 is > 4 sd
+    CHECK(worked < 3200);
+  }
+  SUBCASE("out of range, or with reversed answers, is an error naming the key") {
+    config.demonstration_worked_rate = -0.1;
+    CHECK_THROWS_WITH(config.validate(),
+                      doctest::Contains("task.demonstration_worked_rate: must be in [0, 1], got -0.1"));
+    config.demonstration_worked_rate = std::numeric_limits<double>::quiet_NaN();
+    CHECK_THROWS_WITH(config.validate(), doctest::Contains("task.demonstration_worked_rate"));
+    config.demonstration_worked_rate = 0.5;
+    config.answer_format = "reversed";
+    CHECK_THROWS_WITH(config.validate(),
+                      doctest::Contains("task.demonstration_worked_rate: a worked answer writes the reversed digits "
+                                        "before the answer, so it needs answer_format \"plain\""));
+  }
+}
+
+TEST_CASE("the arithmetic environment says whether an answer was worked") {
+  ArithmeticConfig config;
+  sao::env::ArithmeticEnvironment environment(config);
+  environment.reset(3);
+  const auto answer = environment.problem().result();
+  auto step = environment.step(ArithmeticTask::worked_text(answer));
+  CHECK(step.reward == 1.0);
+  CHECK(step.info["worked"] == 1.0);
+  environment.reset(4);
+  step = environment.step(std::to_string(environment.problem().result()));
+  CHECK(step.reward == 1.0);
+  CHECK(step.info["worked"] == 0.0);
 }

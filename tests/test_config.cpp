@@ -122,6 +122,13 @@ TEST_CASE("wrong types and bad values name the key") {
   document["task"]["demonstration_slip_rate"] = 2;
   CHECK(error_of(document) == "test.json.task: task.demonstration_slip_rate: must be in [0, 1], got 2");
   document = default_config_document();
+  document["task"]["answer_format"] = "reversed";
+  document["task"]["demonstration_worked_rate"] = 0.5;
+  CHECK(error_of(document) ==
+        "test.json.task: task.demonstration_worked_rate: a worked answer writes the reversed digits before the "
+        "answer, so it needs answer_format \"plain\" (got \"reversed\"); set it to 0 to use answer_format "
+        "\"reversed\"");
+  document = default_config_document();
   document["sft"] = 5;
   CHECK(error_of(document) == "test.json.sft: expected an object, got number 5");
 }

@@ -172,6 +172,14 @@ TEST_CASE("SAO through the actors raises reward on an easy task and writes every
   REQUIRE(evals.size() == 2);
   CHECK(evals.front()["step"] == 0);
   CHECK(evals.back()["step"] == 80);
+  // Arithmetic evaluations count worked answers ("w..>"); demonstrations
+  // here never show one, so neither does the greedy policy.
+  CHECK(evals.front()["worked"] == 0);
+  CHECK(evals.back()["worked"] == 0);
+  std::ifstream summary_file(dir / "summary.json");
+  const auto summary = nlohmann::json::parse(summary_file);
+  CHECK(summary["worked_first"] == 0);
+  CHECK(summary["worked_last"] == 0);
   CHECK(fs::exists(dir / "checkpoint" / "policy" / "model.safetensors"));
   CHECK(fs::exists(dir / "checkpoint" / "learner"));
   fs::remove_all(dir);

@@ -149,6 +149,17 @@ void ArithmeticConfig::validate() const {
   if (answer_format != "plain" && answer_format != "reversed") {
     config_error("answer_format", "must be \"plain\" or \"reversed\", got \"" + answer_format + "\"");
   }
+  if (!(demonstration_worked_rate >= 0.0 && demonstration_worked_rate <= 1.0)) {
+    std::ostringstream got;
+    got << demonstration_worked_rate;
+    config_error("demonstration_worked_rate", "must be in [0, 1], got " + got.str());
+  }
+  if (demonstration_worked_rate > 0.0 && answer_format != "plain") {
+    config_error("demonstration_worked_rate",
+                 "a worked answer writes the reversed digits before the answer, so it needs answer_format "
+                 "\"plain\" (got \"" +
+                     answer_format + "\"); set it to 0 to use answer_format \"" + answer_format + "\"");
+  }
   validate_test_size(*this);
 }
 
@@ -289,23 +300,46 @@ int64_t ArithmeticTask::carry_forgotten_result(const ArithmeticProblem& problem)
   }
 }
 
+std::string ArithmeticTask::worked_text(int64_t value) {
+  return "w" + format_answer(value, "reversed") + ">" + format_answer(value, "plain");
+}
+
+bool ArithmeticTask::is_worked(std::string_view model_output) {
+  const auto trimmed = trim_ascii(model_output);
+  return !trimmed.empty() && trimmed.front() == 'w';
+}
+
+namespace {
+// A 53-bit uniform draw from the raw generator: portable, like the sampling.
+double uniform_draw(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+}  // namespace
+
 std::string ArithmeticTask::demonstration_text(const ArithmeticProblem& problem, std::mt19937_64& rng) const {
-  // No draw at rate 0, so a teacher without slips leaves the SFT stream (and
-  // every warm start measured before this knob) unchanged.
-  if (config_.demonstration_slip_rate <= 0.0) return target_text(problem, config_.answer_format);
-  // A 53-bit uniform draw from the raw generator: portable, like the sampling.
-  const double draw = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-  if (draw < config_.demonstration_slip_rate) {
-    return format_answer(carry_forgotten_result(problem), config_.answer_format);
+  // No draw at rate 0, so a teacher without slips or worked answers leaves
+  // the SFT stream (and every warm start measured before these knobs)
+  // unchanged.
+  int64_t value = problem.result();
+  if (config_.demonstration_slip_rate > 0.0 && uniform_draw(rng) < config_.demonstration_slip_rate) {
+    value = carry_forgotten_result(problem);
   }
-  return target_text(problem, config_.answer_format);
+  if (config_.demonstration_worked_rate > 0.0 && uniform_draw(rng) < config_.demonstration_worked_rate) {
+    return worked_text(value);
+  }
+  return format_answer(value, config_.answer_format);
 }
 
 bool ArithmeticTask::verify(const ArithmeticProblem& problem, std::string_view model_output,
                             const std::string& answer_format) {
   // String comparison, never parsing: "046", "+46", "46.0" are wrong by
   // construction, and a thousand-digit output cannot overflow anything.
-  return trim_ascii(model_output) == target_text(problem, answer_format);
+  // A worked answer ("w24>42") is graded by its answer alone, the text after
+  // its last '>'; the work before it is the policy's own business.
+  auto answer = trim_ascii(model_output);
+  const auto last_arrow = answer.rfind('>');
+  if (is_worked(answer) && last_arrow != std::string_view::npos) answer = trim_ascii(answer.substr(last_arrow + 1));
+  return answer == target_text(problem, answer_format);
 }
 
 std::string ArithmeticTask::sft_text(const ArithmeticProblem& problem, const std::string& answer_format) {

@@ -32,6 +32,16 @@ struct ArithmeticConfig {
   // one. Rewards always check the right answer, so RL has a systematic error
   // to undo that more demonstrations would only reinforce. Applies to + and -.
   double demonstration_slip_rate = 0.0;
+  // The probability that a demonstration shows its work: "w", the answer's
+  // digits least significant first, '>' and then the answer ("19+23=" ->
+  // "w24>42", "3-15=" -> "w-21>-12"). Only with answer_format "plain". The
+  // verifier grades a worked answer by what follows its last '>', so a
+  // policy may answer directly or work first. Once learnt, the worked form is
+  // far more accurate for a tiny transformer (it writes the carries in the
+  // order it computes them), and a teacher who shows it only some of the
+  // time leaves RL a choice that reward alone teaches (docs/decisions.md,
+  // "A teacher who shows its work half the time"; config/sao_worked.json).
+  double demonstration_worked_rate = 0.0;
 
   // Throws sao::Error naming the offending key ("task.max_digits ...").
   // Also checks that at least test_size held-out problems exist, which may
@@ -79,7 +89,9 @@ class ArithmeticTask {
 
   // Exact match after trimming ASCII whitespace on both ends. model_output is
   // the text generated after the prompt, already cut at EOS, specials removed.
-  // `answer_format` is "plain" or "reversed" (see ArithmeticConfig).
+  // `answer_format` is "plain" or "reversed" (see ArithmeticConfig). A worked
+  // output (it starts with 'w' and holds a '>') is graded by the text after
+  // its last '>'.
   static bool verify(const ArithmeticProblem& problem, std::string_view model_output,
                      const std::string& answer_format = "plain");
   // The answer text the model should write, in the given format.
@@ -89,8 +101,14 @@ class ArithmeticTask {
   // sum mod 10, each digit of a - b the larger digit less the smaller
   // (negated when b > a). Equals result() for '*' and when nothing carries.
   static int64_t carry_forgotten_result(const ArithmeticProblem& problem);
+  // The worked form of an answer value: "w" + its digits least significant
+  // first + ">" + the value ("w24>42").
+  static std::string worked_text(int64_t value);
+  // Whether an output is in the worked form (starts with 'w' after trimming).
+  static bool is_worked(std::string_view model_output);
   // A warm-start demonstration's answer text: target_text(), or with
-  // probability demonstration_slip_rate the carry-forgotten answer.
+  // probability demonstration_slip_rate the carry-forgotten answer; then,
+  // with probability demonstration_worked_rate, its worked form.
   std::string demonstration_text(const ArithmeticProblem& problem, std::mt19937_64& rng) const;
 
   // Full SFT text for the warm start: prompt() + answer(). The caller adds

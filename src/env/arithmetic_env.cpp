@@ -25,6 +25,7 @@ EnvStep ArithmeticEnvironment::step(const std::string& action) {
   result.reward = correct ? 1.0 : 0.0;
   result.terminated = true;
   result.info = {{"accuracy", correct ? 1.0 : 0.0},
+                 {"worked", ArithmeticTask::is_worked(action) ? 1.0 : 0.0},
                  {"answer", ArithmeticTask::target_text(problem_, task_.config().answer_format)}};
   return result;
 }
@@ -40,6 +41,7 @@ void arithmetic_keys(Config& task, Visit visit) {
   visit("test_size", task.test_size);
   visit("answer_format", task.answer_format);
   visit("demonstration_slip_rate", task.demonstration_slip_rate);
+  visit("demonstration_worked_rate", task.demonstration_worked_rate);
 }
 }  // namespace
 

@@ -41,6 +41,10 @@ EvalResult evaluate_arithmetic(model::CausalLM& policy, const tokenizer::Tokeniz
       const std::string text = answer_text(tokenizer, generated);
       const bool correct = env::ArithmeticTask::verify(problems[i], text, answer_format);
       result.correct += correct ? 1 : 0;
+      if (env::ArithmeticTask::is_worked(text)) {
+        result.worked += 1;
+        result.worked_correct += correct ? 1 : 0;
+      }
       result.solved.push_back(correct ? 1 : 0);
       new_tokens += static_cast<int64_t>(generated.size());
       if (result.sample_outputs.size() < 5) {

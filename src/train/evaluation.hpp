@@ -18,6 +18,8 @@ struct EvalResult {
   int64_t correct = 0;
   double accuracy = 0.0;
   double mean_new_tokens = 0.0;
+  int64_t worked = 0;          // answers in the worked form (ArithmeticTask::is_worked)
+  int64_t worked_correct = 0;  // of those, how many were right
   double seconds = 0.0;
   std::vector<uint8_t> solved;              // 1 where test_set()[i] was answered correctly
   std::vector<std::string> sample_outputs;  // first few "prompt -> output" lines, for humans

@@ -33,6 +33,8 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
     result.total = eval.total;
     result.correct = eval.correct;
     result.seconds = eval.seconds;
+    result.worked = eval.worked;
+    result.worked_correct = eval.worked_correct;
     result.samples = eval.sample_outputs;
     result.solved = eval.solved;
     return result;

@@ -20,6 +20,9 @@ struct HeldoutResult {
   int64_t total = 0;
   int64_t correct = 0;
   double seconds = 0.0;
+  // Arithmetic: how many answers showed their work ("w..>"); -1 elsewhere.
+  int64_t worked = -1;
+  int64_t worked_correct = 0;        // of those, how many were right
   std::vector<uint8_t> solved;       // 1 where held-out item i was solved, in split order
   std::vector<std::string> samples;  // a few transcripts for humans
 };
