@@ -132,6 +132,15 @@ void validate_test_size(const ArithmeticConfig& config) {
   }
 }
 
+// Written as a negated range so NaN is rejected too.
+void validate_probability(const std::string& key, double value) {
+  if (!(value >= 0.0 && value <= 1.0)) {
+    std::ostringstream got;
+    got << value;
+    config_error(key, "must be in [0, 1], got " + got.str());
+  }
+}
+
 }  // namespace
 
 void ArithmeticConfig::validate() const {
@@ -141,19 +150,11 @@ void ArithmeticConfig::validate() const {
   if (!(test_fraction > 0.0 && test_fraction <= 0.5)) {
     config_error("test_fraction", "must be in (0, 0.5], got " + std::to_string(test_fraction));
   }
-  if (!(demonstration_slip_rate >= 0.0 && demonstration_slip_rate <= 1.0)) {
-    std::ostringstream got;
-    got << demonstration_slip_rate;
-    config_error("demonstration_slip_rate", "must be in [0, 1], got " + got.str());
-  }
+  validate_probability("demonstration_slip_rate", demonstration_slip_rate);
   if (answer_format != "plain" && answer_format != "reversed") {
     config_error("answer_format", "must be \"plain\" or \"reversed\", got \"" + answer_format + "\"");
   }
-  if (!(demonstration_worked_rate >= 0.0 && demonstration_worked_rate <= 1.0)) {
-    std::ostringstream got;
-    got << demonstration_worked_rate;
-    config_error("demonstration_worked_rate", "must be in [0, 1], got " + got.str());
-  }
+  validate_probability("demonstration_worked_rate", demonstration_worked_rate);
   if (demonstration_worked_rate > 0.0 && answer_format != "plain") {
     config_error("demonstration_worked_rate",
                  "a worked answer writes the reversed digits before the answer, so it needs answer_format "
