@@ -91,11 +91,16 @@ run() {
 
 # 64 trajectories per update for every algorithm: SAO 64 x 1, GRPO 8 x 8.
 per_update=(--set replay.min_batch=64 --set replay.max_batch=64 --set rollout.episodes_per_actor=64)
+# The arithmetic sections run plain answers (config/arith_plain.json: no
+# worked demonstrations, 8 new tokens), the task docs/results.md reports;
+# the grpo presets are merged over the default, so they get the same keys.
+plain=(--set task.demonstration_worked_rate=0 --set 'sft.curriculum=[]' --set eval.max_new_tokens=8
+       --set rollout.max_new_tokens=8)
 
 if ! $report_only; then
   if wants compare || wants ablations; then
-    arith_sft=$(warm_start arith "")
-    arith=(--set train.steps=300 --set train.eval_every=50)
+    arith_sft=$(warm_start arith "" "${plain[@]}")
+    arith=("${plain[@]}" --set train.steps=300 --set train.eval_every=50)
     for seed in $(seq 1 "$seeds"); do
       if wants compare || wants ablations; then
         run arith sao "$seed" "" "$arith_sft" "${arith[@]}" "${per_update[@]}"
@@ -160,8 +165,8 @@ if ! $report_only; then
     # The learner sees data at least D versions old: the weight-sync actor
     # holds back the newest D versions (rollout.weight_delay_versions) and
     # replay admits up to D + 4. Same 64-trajectory updates for every method.
-    arith_sft=$(warm_start arith "")
-    stale=(--set train.steps=200 --set train.eval_every=50)
+    arith_sft=$(warm_start arith "" "${plain[@]}")
+    stale=("${plain[@]}" --set train.steps=200 --set train.eval_every=50)
     for seed in $(seq 1 "$seeds"); do
       for delay in 0 2 8 32; do
         lag=(--set rollout.weight_delay_versions=$delay --set replay.max_staleness=$((delay + 4)))
@@ -185,7 +190,7 @@ if ! $report_only; then
       "$@" > "$file.partial" 2>&1 && mv "$file.partial" "$file" ||
         echo "evidence: bench $(basename "$file" .txt) failed, see $file.partial" >&2
     }
-    arith_sft=$(warm_start arith "")
+    arith_sft=$(warm_start arith "" "${plain[@]}")
     bench learner ./build/bench/bench_learner
     bench model ./build/bench/bench_model 1
     bench weight_sync ./build/bench/bench_weight_sync 3

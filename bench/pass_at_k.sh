@@ -7,7 +7,10 @@
 #
 #   bench/pass_at_k.sh [--k K] [--seed S] [--out DIR] [--only name,name]
 #
-# Tasks: arithmetic (the default run's), arithmetic_reversed, arithmetic_3digit,
+# Tasks: arithmetic (the default run's: a teacher who shows its work on half
+# the problems, after a curriculum phase where it always does), arithmetic_plain
+# (plain answers only, the default before 2026-12-06), arithmetic_reversed,
+# arithmetic_3digit,
 # add_words (the dataset example with its sloppy teacher), maze (agentic),
 # calculator (tool use), countdown (reach a target with three numbers) and
 # countdown_3turns (the same with the verifier's feedback and two retries;
@@ -27,7 +30,7 @@ while [ $# -gt 0 ]; do
     --seed) seed=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "pass_at_k: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -37,8 +40,9 @@ mkdir -p "$out"
 # name|sft arguments (the same arguments are given to eval)
 tasks=(
   "arithmetic|"
-  "arithmetic_reversed|--set task.answer_format=reversed"
-  "arithmetic_3digit|--set task.max_digits=3"
+  "arithmetic_plain|--config config/arith_plain.json"
+  "arithmetic_reversed|--config config/arith_plain.json --set task.answer_format=reversed"
+  "arithmetic_3digit|--config config/arith_plain.json --set task.max_digits=3"
   "add_words|--config examples/datasets/add_words.json"
   "maze|--config config/sao_agentic.json"
   "calculator|--config examples/tools/calculator.json"

@@ -247,3 +247,125 @@ TEST_CASE("a model vocabulary smaller than the tokenizer's is refused") {
   document["model"]["vocab_size"] = 100;
   CHECK(error_of(document) == "test.json: model.vocab_size 100 is smaller than the byte tokenizer's 264");
 }
+
+TEST_CASE("an SFT curriculum: phases parse, round-trip, merge over the task, and map steps to phases") {
+  auto document = default_config_document();
+  document["task"]["demonstration_worked_rate"] = 0.5;
+  document["sft"]["steps"] = 100;
+  document["sft"]["curriculum"] = nlohmann::json::parse(
+      R"([{"fraction": 0.3, "task": {"demonstration_worked_rate": 1.0}},
+          {"fraction": 0.2, "task": {"demonstration_slip_rate": 0.1}}])");
+  const auto config = parse_run_config(document, "test.json");
+  REQUIRE(config.sft.curriculum.size() == 2);
+  CHECK(config.sft.curriculum[0].fraction == 0.3);
+  CHECK(sao::config::run_config_to_json(config)["sft"]["curriculum"] == document["sft"]["curriculum"]);
+  CHECK(sao::config::run_config_to_json(parse_run_config(sao::config::run_config_to_json(config), "again")) ==
+        sao::config::run_config_to_json(config));
+
+  const auto first = sao::config::sft_phase_task(config, 0);
+  CHECK(first["demonstration_worked_rate"] == 1.0);
+  CHECK(first["demonstration_slip_rate"] == 0.0);  // the run's own value, not merged away
+  const auto second = sao::config::sft_phase_task(config, 1);
+  CHECK(second["demonstration_worked_rate"] == 0.5);
+  CHECK(second["demonstration_slip_rate"] == 0.1);
+  CHECK_THROWS_WITH(sao::config::sft_phase_task(config, 2), "sft_phase_task: phase 2 of a curriculum of 2");
+
+  using sao::config::sft_phase_end;
+  using sao::config::sft_phase_of_step;
+  CHECK(sft_phase_end(config.sft, 0) == 30);
+  CHECK(sft_phase_end(config.sft, 1) == 50);
+  CHECK(sft_phase_end(config.sft, 2) == 100);
+  CHECK(sft_phase_of_step(config.sft, 0) == 0);
+  CHECK(sft_phase_of_step(config.sft, 29) == 0);
+  CHECK(sft_phase_of_step(config.sft, 30) == 1);
+  CHECK(sft_phase_of_step(config.sft, 49) == 1);
+  CHECK(sft_phase_of_step(config.sft, 50) == 2);
+  CHECK(sft_phase_of_step(config.sft, 99) == 2);
+  // The phases scale with sft.steps: a 10-step smoke test runs 3 + 2 + 5.
+  auto short_run = config.sft;
+  short_run.steps = 10;
+  CHECK(sft_phase_end(short_run, 0) == 3);
+  CHECK(sft_phase_end(short_run, 1) == 5);
+  // Thirds written to four places cover the whole run and no more.
+  document["sft"]["curriculum"] =
+      nlohmann::json::parse(R"([{"fraction": 0.3333}, {"fraction": 0.3333}, {"fraction": 0.3334}])");
+  auto thirds = parse_run_config(document, "test.json").sft;
+  thirds.steps = 1200;
+  CHECK(sft_phase_end(thirds, 0) == 400);
+  CHECK(sft_phase_end(thirds, 1) == 800);
+  CHECK(sft_phase_end(thirds, 2) == 1200);
+  CHECK(sft_phase_of_step(thirds, 1199) == 2);
+}
+
+TEST_CASE("a bad SFT curriculum is refused with the phase and what is wrong") {
+  const auto with_curriculum = [](const std::string& curriculum) {
+    auto document = default_config_document();
+    document["sft"]["curriculum"] = nlohmann::json::parse(curriculum);
+    return error_of(document);
+  };
+  CHECK(with_curriculum("5") ==
+        R"(test.json.sft.curriculum: expected an array of phases {"fraction": F, "task": {...}}, got number)");
+  CHECK(with_curriculum("[[]]") ==
+        R"(test.json.sft.curriculum[0]: expected a phase {"fraction": F, "task": {...}}, got array)");
+  CHECK(with_curriculum(R"([{"task": {}}])") ==
+        "test.json.sft.curriculum[0].fraction: missing (the share of sft.steps the phase runs, in (0, 1])");
+  CHECK(with_curriculum(R"([{"fraction": 0}])") == "test.json.sft.curriculum[0].fraction: must be in (0, 1], got 0");
+  CHECK(with_curriculum(R"([{"fraction": 1.5}])") ==
+        "test.json.sft.curriculum[0].fraction: must be in (0, 1], got 1.5");
+  CHECK(with_curriculum(R"([{"fraction": 0.5}, {"fraction": "half"}])") ==
+        R"(test.json.sft.curriculum[1].fraction: expected a number, got string "half")");
+  CHECK(
+      with_curriculum(R"([{"fraction": 0.5, "tasks": {}}])").find("test.json.sft.curriculum[0]: unknown key 'tasks'") ==
+      0);
+  CHECK(with_curriculum(R"([{"fraction": 0.5, "task": 1}])") ==
+        "test.json.sft.curriculum[0].task: expected an object of task keys, got number");
+  CHECK(with_curriculum(R"([{"fraction": 0.75}, {"fraction": 0.5}])") ==
+        "test.json.sft.curriculum: its phases' fractions add up to 1.25, more than 1 (the whole of sft.steps)");
+  // The phase's task is checked as the environment would check it, and named.
+  CHECK(with_curriculum(R"([{"fraction": 0.5, "task": {"demonstration_worked_rate": 2}}])") ==
+        "test.json.sft.curriculum[0].task: task.demonstration_worked_rate: must be in [0, 1], got 2");
+  CHECK(with_curriculum(R"([{"fraction": 0.5, "task": {"max_digitz": 3}}])").find("test.json.sft.curriculum[0].task") ==
+        0);
+  auto document = default_config_document();
+  document["sft"]["data"] = "demos.jsonl";
+  document["sft"]["curriculum"] = nlohmann::json::parse(R"([{"fraction": 0.5}])");
+  CHECK(error_of(document) ==
+        "test.json.sft.curriculum: phases change the task's own demonstrations, but test.json.sft.data "
+        "('demos.jsonl') replaces them with a file; set one of the two");
+}
+
+TEST_CASE("the default's SFT curriculum applies to arithmetic's own demonstrations only") {
+  using sao::config::load_run_config;
+  const std::string dir = std::string(SAO_SOURCE_DIR) + "/config/";
+  const auto by_default = load_run_config("", {});
+  REQUIRE(by_default.sft.curriculum.size() == 1);
+  CHECK(by_default.sft.curriculum[0].fraction == 0.667);
+  CHECK(by_default.sft.curriculum[0].task == nlohmann::json{{"demonstration_worked_rate", 1.0}});
+  CHECK(by_default.task.demonstration_worked_rate == 0.3);
+  // Another environment, or demonstrations from a file: no phases.
+  CHECK(load_run_config(dir + "sao_countdown.json", {}).sft.curriculum.empty());
+  CHECK(load_run_config(dir + "sao_agentic.json", {}).sft.curriculum.empty());
+  CHECK(load_run_config("", {"sft.data=demos.jsonl"}).sft.curriculum.empty());
+  // ... unless asked for, where a file of demonstrations conflicts with it.
+  CHECK_THROWS_WITH(load_run_config("", {"sft.data=demos.jsonl", R"(sft.curriculum=[{"fraction": 0.5}])"}),
+                    "embedded config/default.json.sft.curriculum: phases change the task's own demonstrations, but "
+                    "embedded config/default.json.sft.data ('demos.jsonl') replaces them with a file; set one of "
+                    "the two");
+  // The presets that keep earlier runs reproducible turn it off.
+  const auto plain = load_run_config(dir + "arith_plain.json", {});
+  CHECK(plain.sft.curriculum.empty());
+  CHECK(plain.task.demonstration_worked_rate == 0.0);
+  CHECK(plain.eval.max_new_tokens == 8);
+  CHECK(plain.train.steps == 600);
+  const auto worked = load_run_config(dir + "sao_worked.json", {});
+  CHECK(worked.sft.curriculum.empty());
+  CHECK(worked.task.demonstration_worked_rate == 0.5);
+  // A config written before curricula existed (as a checkpoint stores it) ran without one.
+  auto older = sao::config::default_config_document();
+  older["sft"].erase("curriculum");
+  CHECK(parse_run_config(older, "old/sao.json").sft.curriculum.empty());
+  // An explicit null is an error, not "absent".
+  CHECK_THROWS_WITH(
+      load_run_config("", {"sft.curriculum=null"}),
+      R"(embedded config/default.json.sft.curriculum: expected an array of phases {"fraction": F, "task": {...}}, got null)");
+}

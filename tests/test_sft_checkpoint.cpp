@@ -285,3 +285,57 @@ TEST_CASE("pass@k on the arithmetic held-out split: counts per problem, determin
   CHECK_THROWS_WITH_AS(sao::train::evaluate_pass_at_k(policy, config, 2, 0.0, 0),
                        "pass@k: the sampling temperature must be a finite number > 0, got 0.000000", sao::Error);
 }
+
+TEST_CASE("an SFT curriculum draws each phase's demonstrations from that phase's task") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  sao::env::ArithmeticConfig worked_config;
+  worked_config.demonstration_worked_rate = 1.0;
+  const std::vector<sao::env::ArithmeticTask> phase_tasks{sao::env::ArithmeticTask(worked_config),
+                                                          sao::env::ArithmeticTask(sao::env::ArithmeticConfig{})};
+  sao::config::SftSection options;
+  options.steps = 5;
+  options.batch_size = 16;
+  options.curriculum = {{0.4, nlohmann::json::object()}};  // 2 of 5 steps
+  const auto next_batch = sao::train::arithmetic_batch_maker(phase_tasks, tokenizer, options, 7);
+  for (int64_t step = 0; step < options.steps; ++step) {
+    const auto batch = next_batch(step);
+    int64_t worked = 0;
+    for (int64_t row = 0; row < batch.input_ids.size(0); ++row) {
+      const auto ids = batch.input_ids[row];
+      const auto text =
+          tokenizer.decode(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()),
+                           /*skip_special=*/true);
+      const auto answer = text.substr(text.find('=') + 1);
+      REQUIRE(!answer.empty());
+      if (answer[0] == 'w') ++worked;
+    }
+    INFO("step " << step);
+    CHECK(worked == (step < 2 ? options.batch_size : 0));
+  }
+  CHECK_THROWS_WITH(sao::train::arithmetic_batch_maker({phase_tasks[0]}, tokenizer, options, 7),
+                    "sft: 1 arithmetic tasks for a curriculum of 1 phases; expected one per phase and one for the "
+                    "run's task");
+}
+
+TEST_CASE("the warm start runs a config's curriculum and labels each logged step with its phase") {
+  auto document = sao::config::default_config_document();
+  document["task"]["demonstration_worked_rate"] = 0.5;
+  document["sft"]["steps"] = 5;
+  document["sft"]["batch_size"] = 4;
+  document["sft"]["log_every"] = 1;
+  document["sft"]["curriculum"] =
+      nlohmann::json::parse(R"([{"fraction": 0.4, "task": {"demonstration_worked_rate": 1.0}}, {"fraction": 0.2}])");
+  const auto config = sao::config::parse_run_config(document, "curriculum.json");
+  const auto dir = fresh_dir("curriculum");
+  sao::model::CausalLM policy(config.model);
+  sao::model::init_weights(*policy, 1);
+  {
+    sao::report::JsonlWriter metrics((dir / "metrics.jsonl").string());
+    const auto result = sao::train::run_warm_start(policy, config, &metrics);
+    CHECK(result.steps == 5);
+  }
+  std::ifstream in(dir / "metrics.jsonl");
+  std::vector<int64_t> phases;
+  for (std::string line; std::getline(in, line);) phases.push_back(nlohmann::json::parse(line).at("curriculum_phase"));
+  CHECK(phases == std::vector<int64_t>{1, 1, 2, 3, 3});
+}

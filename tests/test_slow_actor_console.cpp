@@ -50,6 +50,9 @@ sao::config::RunConfig tiny_config(const std::string& run_dir) {
                                               "task.min_digits=1",
                                               "task.max_digits=1",
                                               "task.test_size=8",
+                                              // Plain answers: 4 new tokens leave no room for a worked one.
+                                              "task.demonstration_worked_rate=0",
+                                              "sft.curriculum=[]",
                                               "eval.max_new_tokens=4",
                                               "rollout.max_new_tokens=4",
                                               "rollout.episodes_per_actor=8",

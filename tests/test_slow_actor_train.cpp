@@ -63,6 +63,9 @@ sao::config::RunConfig easy_config(const std::string& run_dir, const std::vector
       "task.max_digits=1",
       "task.operators=\"+\"",
       "task.test_size=8",
+      // A plain-answer teacher: 4 new tokens leave no room for a worked answer.
+      "task.demonstration_worked_rate=0",
+      "sft.curriculum=[]",
       "sft.steps=150",
       "sft.batch_size=32",
       "sft.learning_rate=0.003",

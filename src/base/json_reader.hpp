@@ -37,6 +37,8 @@ class JsonReader {
   void check_type(const char* key, const nlohmann::json& value, double&) const;
   void check_type(const char* key, const nlohmann::json& value, int64_t&) const;
   void check_type(const char* key, const nlohmann::json& value, int&) const;
+  // A raw JSON value: any type; the caller checks its shape and names the parts.
+  void check_type(const char*, const nlohmann::json&, nlohmann::json&) const {}
   template <typename T>
   void check_type(const char* key, const nlohmann::json& value, std::vector<T>&) const {
     if (!value.is_array()) fail_type(key, "an array", value);

@@ -14,6 +14,7 @@
 #include "tokenizer/load_tokenizer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,6 +22,46 @@
 namespace sao::config {
 
 using base::JsonReader;
+
+RunConfig::RunConfig() {
+  // A task RL can be seen to teach in a few minutes on 2 cores (issue #18):
+  // the teacher shows its work ("19+23=" -> "w24>42") on 30% of problems, so
+  // the warm start mostly answers plainly (~35% right) though it knows a
+  // form it gets right far more often; reward alone moves it there. The
+  // first two thirds of SFT show only worked answers, which is what makes
+  // the warm start learn that form on every seed (docs/decisions.md, "A
+  // curriculum that teaches the worked form").
+  task.demonstration_worked_rate = 0.3;
+  sft.curriculum = {SftPhase{0.667, {{"demonstration_worked_rate", 1.0}}}};
+  // The longest worked answer, "w891>198", and EOS.
+  eval.max_new_tokens = 10;
+  rollout.max_new_tokens = 10;
+  train.steps = 300;
+}
+
+nlohmann::json sft_phase_task(const RunConfig& config, size_t phase) {
+  if (phase >= config.sft.curriculum.size()) {
+    throw Error("sft_phase_task: phase " + std::to_string(phase) + " of a curriculum of " +
+                std::to_string(config.sft.curriculum.size()));
+  }
+  auto task = config.task_document;
+  task.merge_patch(config.sft.curriculum[phase].task);
+  return task;
+}
+
+int64_t sft_phase_end(const SftSection& options, size_t phase) {
+  if (phase >= options.curriculum.size()) return options.steps;
+  double fraction = 0.0;
+  for (size_t i = 0; i <= phase; ++i) fraction += options.curriculum[i].fraction;
+  return std::min(options.steps, static_cast<int64_t>(std::llround(fraction * static_cast<double>(options.steps))));
+}
+
+size_t sft_phase_of_step(const SftSection& options, int64_t step) {
+  for (size_t i = 0; i < options.curriculum.size(); ++i) {
+    if (step < sft_phase_end(options, i)) return i;
+  }
+  return options.curriculum.size();
+}
 
 nlohmann::json default_config_document() {
   return nlohmann::json::parse(build_info::kDefaultConfigJson);
@@ -190,8 +231,57 @@ void read_threads(JsonReader reader, ThreadsSection& threads) {
   require_range(reader.where(), "train_intra_op", threads.train_intra_op, 1, kMaxThreads);
 }
 
+// The phases' shapes and step counts; their task keys are checked against
+// the environment in check_sft_curriculum_tasks, once the task is known.
+void read_sft_curriculum(const std::string& where, const nlohmann::json& curriculum, SftSection& sft) {
+  const char* shape = R"(an array of phases {"fraction": F, "task": {...}})";
+  if (!curriculum.is_array()) {
+    throw Error(where + ".curriculum: expected " + shape + ", got " + std::string(curriculum.type_name()));
+  }
+  sft.curriculum.clear();
+  double total = 0.0;
+  for (size_t i = 0; i < curriculum.size(); ++i) {
+    const std::string phase_where = where + ".curriculum[" + std::to_string(i) + "]";
+    if (!curriculum[i].is_object()) {
+      throw Error(phase_where + ": expected a phase {\"fraction\": F, \"task\": {...}}, got " +
+                  std::string(curriculum[i].type_name()));
+    }
+    JsonReader phase_reader(curriculum[i], phase_where);
+    SftPhase phase;
+    if (!curriculum[i].contains("fraction")) {
+      throw Error(phase_where + ".fraction: missing (the share of sft.steps the phase runs, in (0, 1])");
+    }
+    phase_reader.read("fraction", phase.fraction);
+    phase_reader.read("task", phase.task);
+    phase_reader.reject_unknown_keys();
+    if (!(phase.fraction > 0.0 && phase.fraction <= 1.0)) {
+      throw Error(phase_where + ".fraction: must be in (0, 1], got " + base::dump_json(curriculum[i]["fraction"]));
+    }
+    if (!phase.task.is_object()) {
+      throw Error(phase_where + ".task: expected an object of task keys, got " + std::string(phase.task.type_name()));
+    }
+    total += phase.fraction;
+    sft.curriculum.push_back(std::move(phase));
+  }
+  // A little slack, so that thirds written as 0.3333 add up.
+  if (total > 1.0 + 1e-6) {
+    std::ostringstream sum;
+    sum << total;
+    throw Error(where + ".curriculum: its phases' fractions add up to " + sum.str() +
+                ", more than 1 (the whole of sft.steps)");
+  }
+  if (!sft.curriculum.empty() && !sft.data.empty()) {
+    throw Error(where + ".curriculum: phases change the task's own demonstrations, but " + where + ".data ('" +
+                sft.data + "') replaces them with a file; set one of the two");
+  }
+}
+
 void read_sft(JsonReader reader, SftSection& sft) {
   sft_keys(sft, base::ReadKeys{reader});
+  nlohmann::json curriculum = nlohmann::json::array();
+  // Absent means none, not the default run's: a config written before
+  // curricula existed (a checkpoint's stored run config) ran without one.
+  reader.read("curriculum", curriculum);
   reader.reject_unknown_keys();
   const auto& where = reader.where();
   require_range(where, "steps", sft.steps, 0, kMaxSteps);
@@ -202,6 +292,7 @@ void read_sft(JsonReader reader, SftSection& sft) {
   if (!(sft.grad_clip > 0)) throw Error(where + ".grad_clip: must be > 0");
   require_range(where, "log_every", sft.log_every, 1, kMaxSteps);
   model::parse_device(sft.device, where + ".device");
+  read_sft_curriculum(where, curriculum, sft);
 }
 
 void read_eval(JsonReader reader, EvalSection& eval) {
@@ -286,6 +377,21 @@ void read_replay(JsonReader reader, replay::ReplayConfig& replay) {
 // Settings that follow from others: GRPO groups flow through rollout and
 // replay as units, and a synchronous run hands the learner exactly one
 // generation round (every rollout actor's batch) of a single version.
+// Each phase's task, merged, must be a task the environment accepts; the
+// error names the phase (a key misspelt there would otherwise surface only
+// when SFT reaches it, or never, if the environment ignored it).
+void check_sft_curriculum_tasks(const RunConfig& config) {
+  for (size_t i = 0; i < config.sft.curriculum.size(); ++i) {
+    const auto where = config.source + ".sft.curriculum[" + std::to_string(i) + "].task";
+    const auto task = sft_phase_task(config, i);
+    if (config.is_arithmetic()) {
+      env::arithmetic_config_from_json(task, where);
+    } else {
+      env::make_environment(config.env.name, task, where);
+    }
+  }
+}
+
 void derive_dependent_settings(RunConfig& config) {
   const bool grouped = config.learner.baseline == algo::BaselineKind::kGroup;
   config.replay.group_size = grouped ? config.learner.group_size : 1;
@@ -398,6 +504,7 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
     env::make_environment(config.env.name, config.task_document, source + ".task");
   }
   read_sft(root.section("sft"), config.sft);
+  check_sft_curriculum_tasks(config);
   read_eval(root.section("eval"), config.eval);
   read_rollout(root.section("rollout"), config.rollout);
   read_train(root.section("train"), config.train);
@@ -420,6 +527,10 @@ nlohmann::json run_config_to_json(const RunConfig& config) {
   document["task"] = config.is_arithmetic() ? env::arithmetic_config_to_json(config.task) : config.task_document;
   env_keys(config.env, base::WriteKeys{document["env"]});
   sft_keys(config.sft, base::WriteKeys{document["sft"]});
+  document["sft"]["curriculum"] = nlohmann::json::array();
+  for (const auto& phase : config.sft.curriculum) {
+    document["sft"]["curriculum"].push_back({{"fraction", phase.fraction}, {"task", phase.task}});
+  }
   eval_keys(config.eval, base::WriteKeys{document["eval"]});
   train_keys(config.train, base::WriteKeys{document["train"]});
   console_keys(config.console, base::WriteKeys{document["console"]});
@@ -433,6 +544,7 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
   // A config file is an overlay on the embedded default (JSON merge patch),
   // so a preset names only what it changes.
   nlohmann::json document = default_config_document();
+  bool curriculum_given = false;
   if (!file.empty()) {
     const auto overlay = read_json_file(file);
     if (!overlay.is_object()) throw Error("config " + file + ": expected a JSON object at the top level");
@@ -441,9 +553,28 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
     // to another environment gives that environment's section whole.
     const auto env_name = overlay.value("env", nlohmann::json::object()).value("name", std::string("arithmetic"));
     if (env_name != "arithmetic" && overlay.contains("task")) document["task"] = overlay["task"];
+    const auto sft = overlay.find("sft");
+    curriculum_given = sft != overlay.end() && sft->is_object() && sft->contains("curriculum");
   }
   const std::string source = file.empty() ? "embedded config/default.json" : file;
-  for (const auto& assignment : overrides) apply_override(document, assignment);
+  for (const auto& assignment : overrides) {
+    apply_override(document, assignment);
+    if (assignment.rfind("sft.curriculum", 0) == 0) curriculum_given = true;
+  }
+  // The default's curriculum phases are arithmetic's own demonstrations; a
+  // run on another environment, or on demonstrations from a file, has none
+  // unless its file or a --set gives one.
+  auto& sft = document["sft"];
+  const auto& env = document["env"];
+  if (!curriculum_given && sft.is_object() && env.is_object()) {
+    // Compared as JSON, so a name or path of the wrong type is left for
+    // parse_run_config to report.
+    const auto name = env.find("name");
+    const auto data = sft.find("data");
+    const bool arithmetic = name == env.end() || *name == "arithmetic";
+    const bool own_demonstrations = data == sft.end() || *data == "";
+    if (!arithmetic || !own_demonstrations) sft["curriculum"] = nlohmann::json::array();
+  }
   return parse_run_config(document, source);
 }
 

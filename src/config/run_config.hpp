@@ -37,10 +37,25 @@ struct ThreadsSection {
   int64_t train_intra_op = 1;
 };
 
+// One phase of a warm-start curriculum: a fraction of sft.steps whose
+// demonstrations come from the run's task section with `task` merged over it.
+// A fraction rather than a step count, so that `--set sft.steps=N` (a smoke
+// test, a longer warm start) scales the phases with it.
+struct SftPhase {
+  double fraction = 0.0;
+  nlohmann::json task = nlohmann::json::object();
+};
+
 struct SftSection {
   // Demonstrations from a JSON-lines file (env/data_file.hpp) for any task;
   // "" uses the environment's own demonstrations.
   std::string data;
+  // Phases run first, in order, within `steps`; the steps after them use the
+  // run's task as it is. A skill the mixed demonstrations teach only on some
+  // seeds (arithmetic's worked answers at rate 0.5) is learnt reliably when a
+  // phase shows it alone first (docs/decisions.md). One learning-rate
+  // schedule and one optimiser span every phase.
+  std::vector<SftPhase> curriculum;
   int64_t steps = 1200;
   int64_t batch_size = 64;
   double learning_rate = 2e-3;
@@ -123,6 +138,10 @@ struct ConsoleSection {
 };
 
 struct RunConfig {
+  // The default run's choices where they differ from the bare sections'
+  // defaults (ArithmeticConfig{} is a plain-answer teacher, SftSection{} has
+  // no curriculum); RunConfig{} is config/default.json.
+  RunConfig();
   std::string source;  // where it came from, for error messages
   RunSection run;
   ThreadsSection threads;
@@ -147,6 +166,17 @@ struct RunConfig {
   algo::LearnerConfig learner;
   nlohmann::json document;  // the resolved JSON, as written to the run directory
 };
+
+// The task section curriculum phase `phase` trains on: the run's task
+// section with the phase's keys merged over it (JSON merge patch).
+nlohmann::json sft_phase_task(const RunConfig& config, size_t phase);
+// The first step after curriculum phase `phase` (0-based, exclusive): the
+// phases' fractions summed up to it, times sft.steps, rounded to the nearest
+// step; sft.steps for phase curriculum.size() (the run's own task).
+int64_t sft_phase_end(const SftSection& options, size_t phase);
+// The curriculum phase SFT step `step` (0-based) belongs to;
+// options.curriculum.size() for the steps after every phase.
+size_t sft_phase_of_step(const SftSection& options, int64_t step);
 
 // The config compiled into the binary (config/default.json).
 nlohmann::json default_config_document();

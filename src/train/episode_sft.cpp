@@ -63,10 +63,18 @@ SftBatch make_episode_sft_batch(const tokenizer::Tokenizer& tokenizer, const std
 SftResult run_episode_sft(model::CausalLM& policy, const env::Environment& environment,
                           const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
                           report::JsonlWriter* metrics) {
+  return run_episode_sft(policy, std::vector<const env::Environment*>{&environment}, tokenizer, options, seed, metrics);
+}
+
+SftResult run_episode_sft(model::CausalLM& policy, const std::vector<const env::Environment*>& phase_environments,
+                          const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
+                          report::JsonlWriter* metrics) {
+  check_phase_count(options, phase_environments.size(), "environments");
   const int64_t max_length = policy->config().max_position_embeddings;
   return run_sft_loop(
-      policy, options, "sft " + environment.name(),
+      policy, options, "sft " + phase_environments.back()->name(),
       [&](int64_t step) {
+        const auto& environment = *phase_environments[config::sft_phase_of_step(options, step)];
         const auto episodes = environment.demonstrations(options.batch_size, seed + static_cast<uint64_t>(step) * 7919);
         if (episodes.empty()) throw Error("sft: environment '" + environment.name() + "' has no demonstrations");
         return make_episode_sft_batch(tokenizer, episodes, max_length);

@@ -41,6 +41,11 @@ SftBatch make_episode_sft_batch(const tokenizer::Tokenizer& tokenizer, const std
 SftResult run_episode_sft(model::CausalLM& policy, const env::Environment& environment,
                           const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
                           report::JsonlWriter* metrics);
+// The same with one environment per curriculum phase: phase_environments[k]
+// supplies phase k (config::sft_phase_of_step), .back() the steps after them.
+SftResult run_episode_sft(model::CausalLM& policy, const std::vector<const env::Environment*>& phase_environments,
+                          const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
+                          report::JsonlWriter* metrics);
 
 // Trains `policy` in place on `episodes` (demonstrations from a file), a
 // batch of batch_size drawn at random every step. Throws sao::Error when

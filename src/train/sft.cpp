@@ -9,6 +9,8 @@
 #include "train/evaluation.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <memory>
 #include <random>
 
 namespace sao::train {
@@ -76,6 +78,30 @@ double sft_learning_rate(const config::SftSection& options, int64_t step) {
   return options.learning_rate * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
+namespace {
+
+// One line when a curriculum phase begins, so a log shows which demonstrations
+// each stretch of the loss curve came from.
+void announce_phase(const config::SftSection& options, size_t phase, int64_t first_step) {
+  const auto phases = options.curriculum.size();
+  const bool curriculum_phase = phase < phases;
+  const int64_t last_step = config::sft_phase_end(options, phase);
+  const std::string task = curriculum_phase ? "task with " + options.curriculum[phase].task.dump() : "the run's task";
+  std::fprintf(stderr, "sft: phase %zu of %zu, steps %lld-%lld: %s\n", phase + 1, phases + 1,
+               static_cast<long long>(first_step + 1), static_cast<long long>(last_step), task.c_str());
+}
+
+}  // namespace
+
+size_t check_phase_count(const config::SftSection& options, size_t given, const char* what) {
+  if (given != options.curriculum.size() + 1) {
+    throw Error(std::string("sft: ") + std::to_string(given) + " " + what + " for a curriculum of " +
+                std::to_string(options.curriculum.size()) +
+                " phases; expected one per phase and one for the run's task");
+  }
+  return given;
+}
+
 SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& options, const std::string& label,
                        const SftBatchMaker& next_batch, report::JsonlWriter* metrics) {
   // Moved before the optimiser is made: AdamW keeps the parameter tensors
@@ -91,7 +117,13 @@ SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& option
   int64_t tokens_since_log = 0;
   int64_t total_tokens = 0;
   auto log_start = std::chrono::steady_clock::now();
+  const bool has_curriculum = !options.curriculum.empty();
+  size_t phase = 0;
   for (int64_t step = 0; step < options.steps; ++step) {
+    if (has_curriculum && (step == 0 || config::sft_phase_of_step(options, step) != phase)) {
+      phase = config::sft_phase_of_step(options, step);
+      announce_phase(options, phase, step);
+    }
     auto batch = next_batch(step);
     if (!device.is_cpu()) {
       batch.input_ids = batch.input_ids.to(device);
@@ -115,13 +147,16 @@ SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& option
       progress.print(step + 1, {{"loss", result.final_loss}, {"lr", learning_rate}, {"grad_norm", grad_norm}}, rate,
                      "tok");
       if (metrics != nullptr) {
-        metrics->write({{"sft_step", step + 1},
-                        {"task", label},
-                        {"loss", result.final_loss},
-                        {"learning_rate", learning_rate},
-                        {"grad_norm", grad_norm},
-                        {"tokens_per_s", rate},
-                        {"wall_time_s", progress.elapsed_seconds()}});
+        nlohmann::json line = {{"sft_step", step + 1},
+                               {"task", label},
+                               {"loss", result.final_loss},
+                               {"learning_rate", learning_rate},
+                               {"grad_norm", grad_norm},
+                               {"tokens_per_s", rate},
+                               {"wall_time_s", progress.elapsed_seconds()}};
+        // 1-based, as announced; curriculum.size() + 1 is the run's own task.
+        if (has_curriculum) line["curriculum_phase"] = config::sft_phase_of_step(options, step) + 1;
+        metrics->write(line);
       }
       tokens_since_log = 0;
       log_start = std::chrono::steady_clock::now();
@@ -133,21 +168,34 @@ SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& option
   return result;
 }
 
+SftBatchMaker arithmetic_batch_maker(const std::vector<env::ArithmeticTask>& phase_tasks,
+                                     const tokenizer::Tokenizer& tokenizer, const config::SftSection& options,
+                                     uint64_t seed) {
+  check_phase_count(options, phase_tasks.size(), "arithmetic tasks");
+  // One generator across phases: a curriculum changes what is drawn, not the stream.
+  auto rng = std::make_shared<std::mt19937_64>(seed);
+  return [rng, &phase_tasks, &tokenizer, &options](int64_t step) {
+    const auto& task = phase_tasks[config::sft_phase_of_step(options, step)];
+    std::vector<env::ArithmeticProblem> problems;
+    std::vector<std::string> answers;
+    for (int64_t i = 0; i < options.batch_size; ++i) {
+      problems.push_back(task.sample_train(*rng));
+      answers.push_back(task.demonstration_text(problems.back(), *rng));
+    }
+    return make_sft_batch(tokenizer, problems, answers);
+  };
+}
+
+SftResult run_sft(model::CausalLM& policy, const std::vector<env::ArithmeticTask>& phase_tasks,
+                  const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
+                  report::JsonlWriter* metrics) {
+  return run_sft_loop(policy, options, "sft", arithmetic_batch_maker(phase_tasks, tokenizer, options, seed), metrics);
+}
+
 SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
                   const config::SftSection& options, uint64_t seed, report::JsonlWriter* metrics) {
-  std::mt19937_64 rng(seed);
-  return run_sft_loop(
-      policy, options, "sft",
-      [&](int64_t) {
-        std::vector<env::ArithmeticProblem> problems;
-        std::vector<std::string> answers;
-        for (int64_t i = 0; i < options.batch_size; ++i) {
-          problems.push_back(task.sample_train(rng));
-          answers.push_back(task.demonstration_text(problems.back(), rng));
-        }
-        return make_sft_batch(tokenizer, problems, answers);
-      },
-      metrics);
+  const std::vector<env::ArithmeticTask> phase_tasks{task};
+  return run_sft(policy, phase_tasks, tokenizer, options, seed, metrics);
 }
 
 }  // namespace sao::train

@@ -47,7 +47,23 @@ using SftBatchMaker = std::function<SftBatch(int64_t step)>;
 SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& options, const std::string& label,
                        const SftBatchMaker& next_batch, report::JsonlWriter* metrics);
 
-// Trains `policy` in place on arithmetic. Writes one JSON line per logged step to `metrics`.
+// Throws unless `given` (the tasks or environments a warm start was handed)
+// is one per curriculum phase plus one for the run's task; returns it.
+size_t check_phase_count(const config::SftSection& options, size_t given, const char* what);
+
+// Arithmetic demonstrations for each step: phase_tasks[k] supplies curriculum
+// phase k (config::sft_phase_of_step), phase_tasks.back() the steps after
+// the phases. Keeps references to its arguments.
+SftBatchMaker arithmetic_batch_maker(const std::vector<env::ArithmeticTask>& phase_tasks,
+                                     const tokenizer::Tokenizer& tokenizer, const config::SftSection& options,
+                                     uint64_t seed);
+
+// Trains `policy` in place on arithmetic, one task per curriculum phase as
+// above. Writes one JSON line per logged step to `metrics`.
+SftResult run_sft(model::CausalLM& policy, const std::vector<env::ArithmeticTask>& phase_tasks,
+                  const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
+                  report::JsonlWriter* metrics);
+// The same with one task and no curriculum.
 SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
                   const config::SftSection& options, uint64_t seed, report::JsonlWriter* metrics);
 

@@ -2,6 +2,7 @@
 #include "train/task_runner.hpp"
 
 #include "base/error.hpp"
+#include "env/arithmetic_env.hpp"
 #include "env/data_file.hpp"
 #include "env/environment.hpp"
 #include "tokenizer/load_tokenizer.hpp"
@@ -95,12 +96,29 @@ SftResult run_warm_start(model::CausalLM& policy, const config::RunConfig& confi
     std::fprintf(stderr, "\n");
     return run_demonstration_sft(policy, episodes, "data", tokenizer, config.sft, seed, metrics);
   }
+  const auto phases = config.sft.curriculum.size();
+  auto phase_where = [&](size_t phase) {
+    return config.source + ".sft.curriculum[" + std::to_string(phase) + "].task";
+  };
   if (config.is_arithmetic()) {
-    const env::ArithmeticTask task(config.task);
-    return run_sft(policy, task, tokenizer, config.sft, seed, metrics);
+    std::vector<env::ArithmeticTask> phase_tasks;
+    for (size_t phase = 0; phase < phases; ++phase) {
+      phase_tasks.emplace_back(
+          env::arithmetic_config_from_json(config::sft_phase_task(config, phase), phase_where(phase)));
+    }
+    phase_tasks.emplace_back(config.task);
+    return run_sft(policy, phase_tasks, tokenizer, config.sft, seed, metrics);
   }
-  const auto environment = env::make_environment(config.env.name, config.task_document, config.source + ".task");
-  return run_episode_sft(policy, *environment, tokenizer, config.sft, seed, metrics);
+  std::vector<std::unique_ptr<env::Environment>> owned;
+  std::vector<const env::Environment*> phase_environments;
+  for (size_t phase = 0; phase <= phases; ++phase) {
+    owned.push_back(
+        phase < phases
+            ? env::make_environment(config.env.name, config::sft_phase_task(config, phase), phase_where(phase))
+            : env::make_environment(config.env.name, config.task_document, config.source + ".task"));
+    phase_environments.push_back(owned.back().get());
+  }
+  return run_episode_sft(policy, phase_environments, tokenizer, config.sft, seed, metrics);
 }
 
 }  // namespace sao::train
