@@ -2,12 +2,15 @@
 # The evidence suite (issue #8): reruns the paper's claims at small scale on
 # this machine and regenerates docs/results.md from the raw runs.
 #
-#   bench/evidence.sh [--only compare,maze,ablations,stability,staleness,drift,bench] [--seeds N]
+#   bench/evidence.sh [--only compare,worked,maze,ablations,stability,staleness,drift,bench] [--seeds N]
 #                     [--stability-seeds N] [--out DIR]
 #                     [--report FILE] [--report-only]
 #
 # compare    SAO vs GRPO (G=8, sync and async) vs PPO, 64 trajectories per
 #            update, same number of updates, on arithmetic
+# worked     the same comparison on the default run's task (arithmetic whose
+#            teacher shows its work on 30% of problems, after an SFT phase
+#            where it always does), where RL has the most to gain
 # maze       the same comparison on the maze (agentic, multi-turn)
 # ablations  SAO without the faster critic (K=1), without frozen critic
 #            attention, running-mean baseline, PPO clip instead of DIS (arithmetic)
@@ -31,7 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-only="compare,maze,ablations,stability,staleness,drift,bench"
+only="compare,worked,maze,ablations,stability,staleness,drift,bench"
 seeds=3
 stability_seeds=1  # 1,000 maze steps of SAO take about 45 minutes here
 out=runs/evidence
@@ -118,6 +121,17 @@ if ! $report_only; then
           --set learner.baseline=running_mean
         run arith sao_ppo_clip "$seed" "" "$arith_sft" "${arith[@]}" "${per_update[@]}" --set learner.policy_loss=ppo
       fi
+    done
+  fi
+  if wants worked; then
+    # The default config as it is: its warm start and 300 updates.
+    worked_sft=$(warm_start worked "")
+    worked=(--set train.steps=300 --set train.eval_every=50)
+    for seed in $(seq 1 "$seeds"); do
+      run worked sao "$seed" "" "$worked_sft" "${worked[@]}" "${per_update[@]}"
+      run worked grpo_sync "$seed" config/grpo_arith.json "$worked_sft" "${worked[@]}"
+      run worked grpo_async "$seed" config/grpo_async_arith.json "$worked_sft" "${worked[@]}"
+      run worked ppo "$seed" "" "$worked_sft" "${worked[@]}" "${per_update[@]}" --set learner.algorithm=ppo
     done
   fi
   if wants drift; then
