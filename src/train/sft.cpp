@@ -93,13 +93,12 @@ void announce_phase(const config::SftSection& options, size_t phase, int64_t fir
 
 }  // namespace
 
-size_t check_phase_count(const config::SftSection& options, size_t given, const char* what) {
+void check_phase_count(const config::SftSection& options, size_t given, const char* what) {
   if (given != options.curriculum.size() + 1) {
     throw Error(std::string("sft: ") + std::to_string(given) + " " + what + " for a curriculum of " +
                 std::to_string(options.curriculum.size()) +
                 " phases; expected one per phase and one for the run's task");
   }
-  return given;
 }
 
 SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& options, const std::string& label,
@@ -120,9 +119,10 @@ SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& option
   const bool has_curriculum = !options.curriculum.empty();
   size_t phase = 0;
   for (int64_t step = 0; step < options.steps; ++step) {
-    if (has_curriculum && (step == 0 || config::sft_phase_of_step(options, step) != phase)) {
-      phase = config::sft_phase_of_step(options, step);
-      announce_phase(options, phase, step);
+    if (has_curriculum) {
+      const auto step_phase = config::sft_phase_of_step(options, step);
+      if (step == 0 || step_phase != phase) announce_phase(options, step_phase, step);
+      phase = step_phase;
     }
     auto batch = next_batch(step);
     if (!device.is_cpu()) {
@@ -155,7 +155,7 @@ SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& option
                                {"tokens_per_s", rate},
                                {"wall_time_s", progress.elapsed_seconds()}};
         // 1-based, as announced; curriculum.size() + 1 is the run's own task.
-        if (has_curriculum) line["curriculum_phase"] = config::sft_phase_of_step(options, step) + 1;
+        if (has_curriculum) line["curriculum_phase"] = phase + 1;
         metrics->write(line);
       }
       tokens_since_log = 0;

@@ -48,8 +48,8 @@ SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& option
                        const SftBatchMaker& next_batch, report::JsonlWriter* metrics);
 
 // Throws unless `given` (the tasks or environments a warm start was handed)
-// is one per curriculum phase plus one for the run's task; returns it.
-size_t check_phase_count(const config::SftSection& options, size_t given, const char* what);
+// is one per curriculum phase plus one for the run's task.
+void check_phase_count(const config::SftSection& options, size_t given, const char* what);
 
 // Arithmetic demonstrations for each step: phase_tasks[k] supplies curriculum
 // phase k (config::sft_phase_of_step), phase_tasks.back() the steps after
