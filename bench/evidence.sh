@@ -2,7 +2,9 @@
 # The evidence suite (issue #8): reruns the paper's claims at small scale on
 # this machine and regenerates docs/results.md from the raw runs.
 #
-#   bench/evidence.sh [--only compare,worked,maze,ablations,stability,staleness,drift,bench] [--seeds N]
+#   bench/evidence.sh [--only compare,worked,worked_ablations,worked_drift,maze,ablations,stability,staleness,
+#                             drift,bench]
+#                     [--seeds N]
 #                     [--stability-seeds N] [--out DIR]
 #                     [--report FILE] [--report-only]
 #
@@ -11,6 +13,11 @@
 # worked     the same comparison on the default run's task (arithmetic whose
 #            teacher shows its work on 30% of problems, after an SFT phase
 #            where it always does), where RL has the most to gain
+# worked_ablations
+#            the ablations below on that task (SAO's runs shared with worked)
+# worked_drift
+#            SAO vs running-mean baseline vs GRPO on that task while what is
+#            asked drifts (additions <-> subtractions every 100 updates)
 # maze       the same comparison on the maze (agentic, multi-turn)
 # ablations  SAO without the faster critic (K=1), without frozen critic
 #            attention, running-mean baseline, PPO clip instead of DIS (arithmetic)
@@ -34,7 +41,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-only="compare,worked,maze,ablations,stability,staleness,drift,bench"
+only="compare,worked,worked_ablations,worked_drift,maze,ablations,stability,staleness,drift,bench"
 seeds=3
 stability_seeds=1  # 1,000 maze steps of SAO take about 45 minutes here
 out=runs/evidence
@@ -123,15 +130,30 @@ if ! $report_only; then
       fi
     done
   fi
+  # The default config as it is: its warm start and 300 updates.
+  worked=(--set train.steps=300 --set train.eval_every=50)
   if wants worked; then
-    # The default config as it is: its warm start and 300 updates.
     worked_sft=$(warm_start worked "")
-    worked=(--set train.steps=300 --set train.eval_every=50)
     for seed in $(seq 1 "$seeds"); do
       run worked sao "$seed" "" "$worked_sft" "${worked[@]}" "${per_update[@]}"
       run worked grpo_sync "$seed" config/grpo_arith.json "$worked_sft" "${worked[@]}"
       run worked grpo_async "$seed" config/grpo_async_arith.json "$worked_sft" "${worked[@]}"
       run worked ppo "$seed" "" "$worked_sft" "${worked[@]}" "${per_update[@]}" --set learner.algorithm=ppo
+    done
+  fi
+  if wants worked_ablations; then
+    # The ablations on the default run's task; SAO's own runs are the worked
+    # comparison's (the same run, kept once).
+    worked_sft=$(warm_start worked "")
+    for seed in $(seq 1 "$seeds"); do
+      run worked sao "$seed" "" "$worked_sft" "${worked[@]}" "${per_update[@]}"
+      run worked sao_k1 "$seed" "" "$worked_sft" "${worked[@]}" "${per_update[@]}" --set learner.critic_updates=1
+      run worked sao_unfrozen_critic "$seed" "" "$worked_sft" "${worked[@]}" "${per_update[@]}" \
+        --set learner.freeze_critic_attention=false
+      run worked sao_running_mean "$seed" "" "$worked_sft" "${worked[@]}" "${per_update[@]}" \
+        --set learner.baseline=running_mean
+      run worked sao_ppo_clip "$seed" "" "$worked_sft" "${worked[@]}" "${per_update[@]}" \
+        --set learner.policy_loss=ppo
     done
   fi
   if wants drift; then
@@ -152,6 +174,21 @@ if ! $report_only; then
       run drift_tasks sao "$seed" config/sao_drift.json "$tasks_sft" "${tasks_run[@]}"
       run drift_tasks running_mean "$seed" config/running_mean_drift.json "$tasks_sft" "${tasks_run[@]}"
       run drift_tasks grpo "$seed" config/grpo_drift.json "$tasks_sft" "${tasks_run[@]}"
+    done
+  fi
+  if wants worked_drift; then
+    # A drift on the default run's task: every 100 updates the training
+    # problems switch between additions and subtractions (both in the warm
+    # start, so both have reward to learn from and room to improve); the
+    # held-out split is the worked comparison's, graded the same way.
+    worked_sft=$(warm_start worked "")
+    grpo_sync=(--set learner.algorithm=grpo --set learner.group_size=8 --set train.mode=sync
+               --set rollout.num_actors=1 --set rollout.episodes_per_actor=64)
+    for seed in $(seq 1 "$seeds"); do
+      run drift_worked sao "$seed" config/sao_drift_worked.json "$worked_sft" "${worked[@]}" "${per_update[@]}"
+      run drift_worked running_mean "$seed" config/sao_drift_worked.json "$worked_sft" "${worked[@]}" \
+        "${per_update[@]}" --set learner.baseline=running_mean
+      run drift_worked grpo "$seed" config/sao_drift_worked.json "$worked_sft" "${worked[@]}" "${grpo_sync[@]}"
     done
   fi
   if wants maze; then

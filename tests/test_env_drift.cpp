@@ -181,6 +181,89 @@ TEST_CASE("drift: a regime's operators decide which problems it asks") {
   CHECK(both.operators == "-");
 }
 
+TEST_CASE("drift: a worked answer is graded by its answer in every regime, as arithmetic grades it") {
+  DriftConfig config;
+  config.switch_every = 10;
+  config.task.operators = "+";
+  config.regimes = {"plain", "reversed", "plain+!"};
+  DriftEnvironment env(config);
+  // 19+23 = 42: its work writes the digits least significant first.
+  const sao::env::ArithmeticProblem problem{19, '+', 23};
+  const sao::env::DriftRegime plain = sao::env::DriftRegime::parse("plain", "t");
+  const sao::env::DriftRegime reversed = sao::env::DriftRegime::parse("reversed", "t");
+  const sao::env::DriftRegime bang = sao::env::DriftRegime::parse("plain+!", "t");
+  CHECK(plain.accepts(problem, "w24>42"));
+  CHECK(plain.accepts(problem, " w24> 42 "));
+  CHECK(plain.accepts(problem, "w2>4>42"));  // the text after the last '>'
+  CHECK_FALSE(plain.accepts(problem, "w42>24"));
+  CHECK_FALSE(plain.accepts(problem, "w24>"));
+  CHECK_FALSE(plain.accepts(problem, "x24>42"));  // not worked: the whole text is the answer
+  CHECK(reversed.accepts(problem, "w24>24"));
+  CHECK_FALSE(reversed.accepts(problem, "w24>42"));
+  CHECK(bang.accepts(problem, "w24>42!"));
+  CHECK_FALSE(bang.accepts(problem, "w24>42"));
+
+  // The environment reports whether the answer was worked.
+  for (uint64_t seed = 0;; ++seed) {
+    const auto prompt = env.reset(seed).observation;
+    const auto op = prompt.find('+', 1);
+    const sao::env::ArithmeticProblem asked{std::stoll(prompt.substr(0, op)), '+',
+                                            std::stoll(prompt.substr(op + 1, prompt.size() - op - 2))};
+    const auto worked = sao::env::ArithmeticTask::worked_text(asked.result());
+    const auto step = env.step(worked);
+    CHECK(step.reward == 1.0);
+    CHECK(step.info["worked"] == 1.0);
+    env.reset(seed);
+    const auto direct = env.step(asked.answer());
+    CHECK(direct.reward == 1.0);
+    CHECK(direct.info["worked"] == 0.0);
+    break;
+  }
+  // Room for the longest worked answer: 2 digits + sign, twice, 'w', '>' and the suffix.
+  CHECK(env.limits().max_action_bytes == 5 + 2 + 5 + 1);
+}
+
+TEST_CASE("drift: the teacher's worked answers shape a plain regime's demonstrations only") {
+  DriftConfig config;
+  config.switch_every = 10;
+  config.task.operators = "+-";
+  config.regimes = {"plain@+", "reversed@-"};
+  config.task.demonstration_worked_rate = 1.0;
+  DriftEnvironment env(config);
+  const auto plain_demos = env.demonstrations(50, 3);
+  REQUIRE(plain_demos.size() == 50);
+  for (const auto& demo : plain_demos) {
+    const auto& answer = demo.turns.at(0).action;
+    REQUIRE(answer.front() == 'w');
+    CHECK(answer.find('>') != std::string::npos);
+    CHECK(demo.prompt.find('+', 1) != std::string::npos);
+    sao::env::ArithmeticProblem problem;
+    const auto op = demo.prompt.find('+', 1);
+    problem.a = std::stoll(demo.prompt.substr(0, op));
+    problem.b = std::stoll(demo.prompt.substr(op + 1, demo.prompt.size() - op - 2));
+    CHECK(answer == sao::env::ArithmeticTask::worked_text(problem.result()));
+    CHECK(env.regime().accepts(problem, answer));
+  }
+  env.on_training_step(10);
+  for (const auto& demo : env.demonstrations(50, 3)) {
+    CHECK(demo.turns.at(0).action.front() != 'w');
+  }
+
+  // The same key in a config, read and checked like arithmetic's.
+  const auto from_json = sao::env::drift_config_from_json(
+      {{"demonstration_worked_rate", 0.3}, {"demonstration_slip_rate", 0.1}}, "cfg.task");
+  CHECK(from_json.task.demonstration_worked_rate == 0.3);
+  CHECK(from_json.task.demonstration_slip_rate == 0.1);
+  CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"demonstration_worked_rate", 1.5}}, "cfg.task"),
+                       "cfg.task: task.demonstration_worked_rate: must be in [0, 1], got 1.5", sao::Error);
+  // At rate 0 (the default) the demonstrations are the regime's targets, as before the key existed.
+  config.task.demonstration_worked_rate = 0.0;
+  DriftEnvironment teacherless(config);
+  for (const auto& demo : teacherless.demonstrations(20, 3)) {
+    CHECK(demo.turns.at(0).action.front() != 'w');
+  }
+}
+
 TEST_CASE("drift: config errors name the key") {
   CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"regimes", {"plain", "plain@"}}}, "cfg.task"),
                        "cfg.task.regimes[1]: regime \"plain@\" names no operators after '@'", sao::Error);

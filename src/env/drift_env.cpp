@@ -42,7 +42,23 @@ std::string DriftRegime::target(const ArithmeticProblem& problem) const {
 }
 
 bool DriftRegime::accepts(const ArithmeticProblem& problem, const std::string& action) const {
-  return trim_ascii(action) == target(problem);
+  // Graded as the arithmetic verifier grades: a worked answer ("w24>42") by
+  // the text after its last '>', so a policy warm-started to show its work
+  // (task.demonstration_worked_rate) is judged on its answer in every regime.
+  auto answer = trim_ascii(action);
+  const auto last_arrow = answer.rfind('>');
+  if (ArithmeticTask::is_worked(answer) && last_arrow != std::string::npos) {
+    answer = trim_ascii(answer.substr(last_arrow + 1));
+  }
+  return answer == target(problem);
+}
+
+std::string DriftRegime::demonstration(const ArithmeticTask& task, const ArithmeticProblem& problem,
+                                       std::mt19937_64& rng) const {
+  // The teacher's knobs (slips, worked answers) are defined on plain answers;
+  // a reversed regime's demonstrations are its exact target.
+  if (answer_format != "plain") return target(problem);
+  return task.demonstration_text(problem, rng) + suffix;
 }
 
 namespace {
@@ -129,6 +145,7 @@ EnvStep DriftEnvironment::step(const std::string& action) {
   result.reward = correct ? 1.0 : 0.0;
   result.terminated = true;
   result.info = {{"accuracy", correct ? 1.0 : 0.0},
+                 {"worked", ArithmeticTask::is_worked(action) ? 1.0 : 0.0},
                  {"regime", regime.name},
                  {"regime_index", episode_regime_},
                  {"answer", regime.target(problem_)}};
@@ -141,8 +158,10 @@ EnvLimits DriftEnvironment::limits() const {
   const int64_t digits = config_.task.max_digits;
   EnvLimits limits;
   limits.max_turns = 1;
-  // A product of two d-digit numbers has up to 2d digits, plus a sign.
-  limits.max_action_bytes = 2 * digits + 1 + static_cast<int64_t>(suffix);
+  // A product of two d-digit numbers has up to 2d digits, plus a sign; a
+  // worked answer writes them twice, after 'w' and before '>'.
+  const int64_t answer = 2 * digits + 1 + static_cast<int64_t>(suffix);
+  limits.max_action_bytes = answer + 2 + (2 * digits + 1);
   limits.max_observation_bytes = 2 * digits + 4;  // "-a op -b ="
   return limits;
 }
@@ -157,7 +176,8 @@ std::vector<SftEpisode> DriftEnvironment::demonstrations(int64_t count, uint64_t
       demo_regime = pick(rng);
     }
     const auto problem = regime_tasks_[demo_regime].sample_train(rng);
-    episodes.push_back({problem.prompt(), {{regimes_[demo_regime].target(problem), "", true}}, ""});
+    const auto answer = regimes_[demo_regime].demonstration(regime_tasks_[demo_regime], problem, rng);
+    episodes.push_back({problem.prompt(), {{answer, "", true}}, ""});
   }
   return episodes;
 }
@@ -216,6 +236,8 @@ DriftConfig drift_config_from_json(const nlohmann::json& config, const std::stri
   reader.read("operators", result.task.operators);
   reader.read("test_fraction", result.task.test_fraction);
   reader.read("test_size", result.task.test_size);
+  reader.read("demonstration_slip_rate", result.task.demonstration_slip_rate);
+  reader.read("demonstration_worked_rate", result.task.demonstration_worked_rate);
   reader.reject_unknown_keys();
   validate_drift(result, where);
   try {

@@ -12,14 +12,19 @@
 // started with (on_training_step mid-episode changes the NEXT episode). The
 // prompt never says which regime is active: the policy must notice from its
 // rewards. One turn, reward 1 for an exact answer in the active style, else 0;
-// info {"accuracy", "regime", "regime_index", "answer"} on the step.
+// a worked answer ("w24>42", see ArithmeticConfig::demonstration_worked_rate)
+// is graded by the text after its last '>', as arithmetic grades it;
+// info {"accuracy", "worked", "regime", "regime_index", "answer"} on the step.
 //
 // Config keys: name ("drift"), switch_every (50), regimes (["plain",
 // "reversed"]), demonstration_regimes ("current": SFT demonstrations answer in
 // the regime in force; "all": each demonstration in a regime drawn uniformly,
 // so the warm-started policy samples every style and a switch is followed by
 // rewards it can learn from), and the arithmetic keys min_digits (1), max_digits (2),
-// operators ("+-"), test_fraction (0.1), test_size (400). The held-out split
+// operators ("+-"), test_fraction (0.1), test_size (400), demonstration_slip_rate
+// and demonstration_worked_rate (0; the teacher of plain regimes' demonstrations,
+// as in arithmetic: the same problems give the same held-out split, so a warm
+// start of the default arithmetic task can start a drift run). The held-out split
 // is the arithmetic test split (reset_heldout(i) = test_set()[i]), graded in
 // the current regime.
 //
@@ -39,6 +44,7 @@
 #include "env/arithmetic.hpp"
 #include "env/environment.hpp"
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -59,7 +65,11 @@ struct DriftRegime {
   std::string operators;  // empty: the task's operators
   static DriftRegime parse(const std::string& text, const std::string& where);
   std::string target(const ArithmeticProblem& problem) const;
-  bool accepts(const ArithmeticProblem& problem, const std::string& action) const;  // whitespace-trimmed exact match
+  // Whitespace-trimmed exact match of the answer (a worked one's text after its last '>').
+  bool accepts(const ArithmeticProblem& problem, const std::string& action) const;
+  // A warm-start answer: in a plain regime the task's teacher
+  // (ArithmeticTask::demonstration_text) plus the suffix, else target().
+  std::string demonstration(const ArithmeticTask& task, const ArithmeticProblem& problem, std::mt19937_64& rng) const;
 };
 
 class DriftEnvironment final : public Environment {
