@@ -2,8 +2,8 @@
 # The evidence suite (issue #8): reruns the paper's claims at small scale on
 # this machine and regenerates docs/results.md from the raw runs.
 #
-#   bench/evidence.sh [--only compare,worked,worked_ablations,worked_drift,maze,ablations,stability,staleness,
-#                             drift,bench]
+#   bench/evidence.sh [--only compare,worked,worked_ablations,worked_drift,worked_staleness,maze,ablations,
+#                             stability,staleness,drift,bench]
 #                     [--seeds N]
 #                     [--stability-seeds N] [--out DIR]
 #                     [--report FILE] [--report-only]
@@ -18,6 +18,8 @@
 # worked_drift
 #            SAO vs running-mean baseline vs GRPO on that task while what is
 #            asked drifts (additions <-> subtractions every 100 updates)
+# worked_staleness
+#            the staleness sweep below on that task (100 updates per run)
 # maze       the same comparison on the maze (agentic, multi-turn)
 # ablations  SAO without the faster critic (K=1), without frozen critic
 #            attention, running-mean baseline, PPO clip instead of DIS (arithmetic)
@@ -41,7 +43,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-only="compare,worked,worked_ablations,worked_drift,maze,ablations,stability,staleness,drift,bench"
+only="compare,worked,worked_ablations,worked_drift,worked_staleness,maze,ablations,stability,staleness,drift,bench"
 seeds=3
 stability_seeds=1  # 1,000 maze steps of SAO take about 45 minutes here
 out=runs/evidence
@@ -227,6 +229,24 @@ if ! $report_only; then
         run staleness "is_pg_d$delay" "$seed" "" "$arith_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}" \
           --set learner.dis_eps_low=1 --set learner.dis_eps_high=1e30
         run staleness "grpo_async_d$delay" "$seed" config/grpo_async_arith.json "$arith_sft" "${stale[@]}" \
+          "${lag[@]}"
+      done
+    done
+  fi
+  if wants worked_staleness; then
+    # The same sweep on the default run's task, 100 updates per run so the
+    # part fits in about an hour here (80 runs).
+    worked_sft=$(warm_start worked "")
+    stale=(--set train.steps=100 --set train.eval_every=25)
+    for seed in $(seq 1 "$seeds"); do
+      for delay in 0 2 8 32; do
+        lag=(--set rollout.weight_delay_versions=$delay --set replay.max_staleness=$((delay + 4)))
+        run staleness_worked "sao_d$delay" "$seed" "" "$worked_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}"
+        run staleness_worked "sao_ppo_clip_d$delay" "$seed" "" "$worked_sft" "${stale[@]}" "${per_update[@]}" \
+          "${lag[@]}" --set learner.policy_loss=ppo
+        run staleness_worked "is_pg_d$delay" "$seed" "" "$worked_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}" \
+          --set learner.dis_eps_low=1 --set learner.dis_eps_high=1e30
+        run staleness_worked "grpo_async_d$delay" "$seed" config/grpo_async_arith.json "$worked_sft" "${stale[@]}" \
           "${lag[@]}"
       done
     done
