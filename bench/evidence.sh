@@ -234,13 +234,10 @@ if ! $report_only; then
     done
   fi
   if wants worked_staleness; then
-    # The same sweep on the default run's task, 100 updates per run so the
-    # part fits in about an hour here (80 runs), at 10x the default actor lr:
-    # at 1e-5 the policy moves so little per update that data 32 versions old
-    # is still near on-policy and no method is disturbed; at 3e-4 every
-    # method collapses (docs/decisions.md, "Staleness on the worked task").
+    # The same sweep on the default run's task and learning rates, 100
+    # updates per run so the part fits in about an hour here (80 runs).
     worked_sft=$(warm_start worked "")
-    stale=(--set train.steps=100 --set train.eval_every=25 --set learner.actor_lr=1e-4)
+    stale=(--set train.steps=100 --set train.eval_every=25)
     for seed in $(seq 1 "$seeds"); do
       for delay in 0 2 8 32; do
         lag=(--set rollout.weight_delay_versions=$delay --set replay.max_staleness=$((delay + 4)))

@@ -447,10 +447,8 @@ STALENESS_HOW = {
               "learning rates (actor 1e-5, critic 5e-3)"),
     "worked": (STALENESS_WORKED_TITLE, "staleness_worked", "`bench/evidence.sh --only worked_staleness [--seeds N]`: "
                "the default run's task (worked arithmetic) from its warm start, 100 learner steps (so the section "
-               "takes about an hour here) of 64 trajectories each (GRPO: 8 prompts x 8) at actor lr 1e-4, 10x the "
-               "default (critic 5e-3): at 1e-5 the policy moves so little per update that data 32 versions old is "
-               "still near on-policy (seed 1: every method 0.85-0.86 at every D), and at 3e-4 SAO and the "
-               "importance-weighted PG both collapse at D=32 (docs/decisions.md, \"Staleness on the worked task\")"),
+               "takes about an hour here; SAO is at ~0.86 by then in the worked comparison, still learning) of 64 "
+               "trajectories each (GRPO: 8 prompts x 8) at the default run's learning rates (actor 1e-5, critic 5e-3)"),
 }
 
 
@@ -738,7 +736,7 @@ def main():
            "train.eval_every=50`; SAO and running-mean (`learner.baseline=running_mean`) add the 64-trajectory "
            "updates above; GRPO adds `learner.algorithm=grpo learner.group_size=8 train.mode=sync rollout.num_actors=1 "
            "rollout.episodes_per_actor=64`.",
-           "- worked_staleness: the worked warm start, `train.steps=100 train.eval_every=25 learner.actor_lr=1e-4`, each method and delay "
+           "- worked_staleness: the worked warm start, `train.steps=100 train.eval_every=25`, each method and delay "
            "as in the staleness sweep below.",
            "- maze: `config/sao_agentic.json` (SAO, PPO) / `config/grpo_agentic.json` (GRPO), `train.steps=100 "
            "train.eval_every=20`, 64 trajectories per update as above; GRPO-async adds `train.mode=async`.",
