@@ -143,6 +143,25 @@ def first_accuracy(run):
     return number(run["evals"][0]["accuracy"]) if run["evals"] else None
 
 
+def accuracy_at_step(run, step):
+    values = [number(e["accuracy"]) for e in run["evals"] if e.get("step") == step]
+    return values[0] if values else None
+
+
+def mid_step(variants):
+    """The evaluation step nearest a third of the way through the shortest
+    run: where the variants are still learning, before a task's ceiling
+    (the final column) hides how fast each got there. Fixed by rule, not
+    picked per table, so it cannot be chosen to favour a variant."""
+    runs = [r for runs in variants.values() for r in runs if r["evals"]]
+    if not runs:
+        return None
+    last = min(max(e.get("step", 0) for e in r["evals"]) for r in runs)
+    steps = sorted({e.get("step") for r in runs for e in r["evals"] if 0 < e.get("step", 0) < last})
+    steps = [s for s in steps if all(accuracy_at_step(r, s) is not None for r in runs)]
+    return min(steps, key=lambda s: abs(s - last / 3)) if steps else None
+
+
 def totals(run):
     trajectories = sum(s.get("trajectories") or 0 for s in run["steps"])
     tokens = sum(s.get("tokens") or 0 for s in run["steps"])
@@ -189,23 +208,29 @@ def run_wall(run):
     return times[-1] if times else None
 
 
-def comparison_table(variants, order):
-    """Rows of final held-out accuracy (equal trajectories) and held-out
-    accuracy at the shortest variant's wall time (equal wall time), each a
+def comparison_table(variants, order, with_mid=False):
+    """Rows of final held-out accuracy (equal trajectories), held-out
+    accuracy at the shortest variant's wall time (equal wall time) and, with
+    with_mid, at mid_step (equal trajectories, before the ceiling), each a
     mean with its 95% t-interval over seeds. Returns the lines, the per-seed
-    finals, the per-seed equal-wall values and that wall time."""
+    finals, the per-seed equal-wall values, that wall time, and the per-seed
+    mid-run values with their step (empty and None without with_mid)."""
     present = [v for v in order if v in variants]
     walls = [statistics.fmean(w for w in (run_wall(r) for r in variants[v]) if w is not None) for v in present
              if any(run_wall(r) is not None for r in variants[v])]
     equal_wall = min(walls) if walls else None
     wall_head = f"held-out at {equal_wall:.0f} s (equal wall time)" if equal_wall else "held-out at equal wall time"
-    lines = [f"| variant | seeds | held-out before | held-out final (equal trajectories), mean [95% CI] | {wall_head} "
-             "| training reward, last 10% of updates | trajectories | tokens | wall s (mean) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    finals, at_wall = {}, {}
+    middle = mid_step({v: variants[v] for v in present}) if with_mid else None
+    mid_head = f" held-out at step {middle} (a third of the way, equal trajectories) |" if middle else ""
+    lines = [f"| variant | seeds | held-out before |{mid_head} held-out final (equal trajectories), mean [95% CI] | "
+             f"{wall_head} | training reward, last 10% of updates | trajectories | tokens | wall s (mean) |",
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if middle else "")]
+    finals, at_wall, at_mid = {}, {}, {}
     for variant in present:
         runs = variants[variant]
         finals[variant] = [final_accuracy(r) for r in runs]
+        if middle:
+            at_mid[variant] = [accuracy_at_step(r, middle) for r in runs]
         at_wall[variant] = [accuracy_at_wall(r, equal_wall) for r in runs] if equal_wall else []
         firsts = [a for a in (first_accuracy(r) for r in runs) if a is not None]
         first_text = f"{statistics.fmean(firsts):.3f}" if firsts else "-"
@@ -213,10 +238,31 @@ def comparison_table(variants, order):
         tokens = statistics.fmean(totals(r)[1] for r in runs)
         wall_values = [r["wall"] for r in runs if r["wall"] is not None]
         wall = f"{statistics.fmean(wall_values):.0f}" if wall_values else "-"
-        lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {first_text} | "
+        mid_text = f" {mean_ci(at_mid[variant])[0]} |" if middle else ""
+        lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | {first_text} |{mid_text} "
                      f"{mean_ci(finals[variant])[0]} | {mean_ci(at_wall[variant])[0]} | "
                      f"{mean_ci([late_reward(r) for r in runs])[0]} | {trajectories:.0f} | {tokens:.0f} | {wall} |")
-    return lines, finals, at_wall, equal_wall
+    return lines, finals, at_wall, equal_wall, at_mid, middle
+
+
+def comparison_verdicts(table_result, baseline, others):
+    """The verdict lines under a comparison table: the baseline against each
+    other variant at equal trajectories (mid-run where measured, final) and
+    at equal wall time, then one sentence per measure on the paper's order."""
+    _, finals, at_wall, equal_wall, at_mid, middle = table_result
+    measures = []
+    if middle:
+        measures.append((at_mid, f"At equal trajectories, a third of the way (held-out accuracy at step {middle}):",
+                         f"equal trajectories, step {middle}"))
+    measures.append((finals, "At equal trajectories (final held-out accuracy):", "equal trajectories"))
+    if equal_wall:
+        measures.append((at_wall, f"At equal wall time ({equal_wall:.0f} s of training):", "equal wall time"))
+    lines = []
+    for values, heading, _ in measures:
+        lines += [heading] + ["- " + verdict(values, baseline, other) for other in others] + [""]
+    for values, _, what in measures:
+        lines += [claim_check(values, baseline, others, what), ""]
+    return lines
 
 
 def verdict(values, a, b):
@@ -763,17 +809,9 @@ def main():
         md += [f"## SAO vs GRPO vs PPO: {title}", "", f"Paper: {PAPER['compare']}", "",
                "Every algorithm trains on 64 trajectories per update (SAO 64 x 1, GRPO 8 prompts x 8) for the same",
                "number of updates, so trajectories and generated tokens are matched.", ""]
-        table, finals, at_wall, equal_wall = comparison_table(variants, order)
-        md += table + [""]
-        others = ["grpo_sync", "grpo_async", "ppo"]
-        md += ["At equal trajectories (final held-out accuracy):"] + \
-              ["- " + verdict(finals, "sao", other) for other in others] + [""]
-        if equal_wall:
-            md += [f"At equal wall time ({equal_wall:.0f} s of training):"] + \
-                  ["- " + verdict(at_wall, "sao", other) for other in others] + [""]
-        md += [claim_check(finals, "sao", others, "equal trajectories"), ""]
-        if equal_wall:
-            md += [claim_check(at_wall, "sao", others, "equal wall time"), ""]
+        result = comparison_table(variants, order, with_mid=True)
+        md += result[0] + [""]
+        md += comparison_verdicts(result, "sao", ["grpo_sync", "grpo_async", "ppo"])
         groups = [(v, variants[v]) for v in order if v in variants]
         for axis in ("trajectories", "tokens", "wall_time_s"):
             png = os.path.join(images, f"{task}_compare_{axis}.png")
@@ -793,16 +831,9 @@ def main():
         variants = found[task]
         order = ["sao", "sao_k1", "sao_unfrozen_critic", "sao_running_mean", "sao_ppo_clip"]
         md += [f"## Ablations ({title})", "", f"Paper: {PAPER['ablations']}", ""] + note
-        table, finals, at_wall, equal_wall = comparison_table(variants, order)
-        md += table + [""]
-        md += ["At equal trajectories (final held-out accuracy):"] + \
-              ["- " + verdict(finals, "sao", other) for other in order[1:]] + [""]
-        if equal_wall and task != "arith":
-            md += [f"At equal wall time ({equal_wall:.0f} s of training):"] + \
-                  ["- " + verdict(at_wall, "sao", other) for other in order[1:]] + [""]
-        md += [claim_check(finals, "sao", order[1:], "equal trajectories"), ""]
-        if equal_wall and task != "arith":
-            md += [claim_check(at_wall, "sao", order[1:], "equal wall time"), ""]
+        result = comparison_table(variants, order, with_mid=True)
+        md += result[0] + [""]
+        md += comparison_verdicts(result, "sao", order[1:])
         png = os.path.join(images, f"{task}_ablations.png")
         plot([(v, variants[v]) for v in order if v in variants], png, "trajectories", "accuracy,reward")
         md += [f"![{task} ablations]({os.path.relpath(png, os.path.dirname(report))})", ""]
@@ -907,16 +938,9 @@ def main():
                ("every switch was recovered from." if all_recovered else
                 f"{sum(r[5] is None for r in rows)} of {len(rows)} switches were not recovered from."), ""]
         order = ["sao", "running_mean", "grpo"]
-        table, finals, at_wall, equal_wall = comparison_table(variants, order)
-        md += ["Held-out accuracy across the drift (both operators):", ""] + table + [""]
-        md += ["At equal trajectories (final held-out accuracy):"] + \
-              ["- " + verdict(finals, "sao", other) for other in order[1:]] + [""]
-        if equal_wall:
-            md += [f"At equal wall time ({equal_wall:.0f} s of training):"] + \
-                  ["- " + verdict(at_wall, "sao", other) for other in order[1:]] + [""]
-        md += [claim_check(finals, "sao", order[1:], "equal trajectories"), ""]
-        if equal_wall:
-            md += [claim_check(at_wall, "sao", order[1:], "equal wall time"), ""]
+        result = comparison_table(variants, order, with_mid=True)
+        md += ["Held-out accuracy across the drift (both operators):", ""] + result[0] + [""]
+        md += comparison_verdicts(result, "sao", order[1:])
         png = os.path.join(images, "drift_worked.png")
         plot([(v, variants[v]) for v in order if v in variants], png, "step", "reward,accuracy", 5)
         md += [f"![drift on worked arithmetic]({os.path.relpath(png, os.path.dirname(report))})", ""]
