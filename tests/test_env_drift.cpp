@@ -203,22 +203,18 @@ TEST_CASE("drift: a worked answer is graded by its answer in every regime, as ar
   CHECK(bang.accepts(problem, "w24>42!"));
   CHECK_FALSE(bang.accepts(problem, "w24>42"));
 
-  // The environment reports whether the answer was worked.
-  for (uint64_t seed = 0;; ++seed) {
-    const auto prompt = env.reset(seed).observation;
-    const auto op = prompt.find('+', 1);
-    const sao::env::ArithmeticProblem asked{std::stoll(prompt.substr(0, op)), '+',
-                                            std::stoll(prompt.substr(op + 1, prompt.size() - op - 2))};
-    const auto worked = sao::env::ArithmeticTask::worked_text(asked.result());
-    const auto step = env.step(worked);
-    CHECK(step.reward == 1.0);
-    CHECK(step.info["worked"] == 1.0);
-    env.reset(seed);
-    const auto direct = env.step(asked.answer());
-    CHECK(direct.reward == 1.0);
-    CHECK(direct.info["worked"] == 0.0);
-    break;
-  }
+  // The environment rewards either form and reports which one was used.
+  const auto prompt = env.reset(0).observation;
+  const auto op = prompt.find('+', 1);
+  const sao::env::ArithmeticProblem asked{std::stoll(prompt.substr(0, op)), '+',
+                                          std::stoll(prompt.substr(op + 1, prompt.size() - op - 2))};
+  const auto worked = env.step(sao::env::ArithmeticTask::worked_text(asked.result()));
+  CHECK(worked.reward == 1.0);
+  CHECK(worked.info["worked"] == 1.0);
+  env.reset(0);
+  const auto direct = env.step(asked.answer());
+  CHECK(direct.reward == 1.0);
+  CHECK(direct.info["worked"] == 0.0);
   // Room for the longest worked answer: 2 digits + sign, twice, 'w', '>' and the suffix.
   CHECK(env.limits().max_action_bytes == 5 + 2 + 5 + 1);
 }
@@ -256,11 +252,15 @@ TEST_CASE("drift: the teacher's worked answers shape a plain regime's demonstrat
   CHECK(from_json.task.demonstration_slip_rate == 0.1);
   CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"demonstration_worked_rate", 1.5}}, "cfg.task"),
                        "cfg.task: task.demonstration_worked_rate: must be in [0, 1], got 1.5", sao::Error);
-  // At rate 0 (the default) the demonstrations are the regime's targets, as before the key existed.
+  // At rate 0 (the default) every demonstration is its regime's target, as before the key existed.
   config.task.demonstration_worked_rate = 0.0;
   DriftEnvironment teacherless(config);
   for (const auto& demo : teacherless.demonstrations(20, 3)) {
-    CHECK(demo.turns.at(0).action.front() != 'w');
+    const auto op = demo.prompt.find('+', 1);
+    REQUIRE(op != std::string::npos);
+    const sao::env::ArithmeticProblem problem{std::stoll(demo.prompt.substr(0, op)), '+',
+                                              std::stoll(demo.prompt.substr(op + 1, demo.prompt.size() - op - 2))};
+    CHECK(demo.turns.at(0).action == problem.answer());
   }
 }
 

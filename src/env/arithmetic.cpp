@@ -337,10 +337,14 @@ bool ArithmeticTask::verify(const ArithmeticProblem& problem, std::string_view m
   // construction, and a thousand-digit output cannot overflow anything.
   // A worked answer ("w24>42") is graded by its answer alone, the text after
   // its last '>'; the work before it is the policy's own business.
-  auto answer = trim_ascii(model_output);
+  return graded_answer(model_output) == target_text(problem, answer_format);
+}
+
+std::string_view ArithmeticTask::graded_answer(std::string_view model_output) {
+  const auto answer = trim_ascii(model_output);
   const auto last_arrow = answer.rfind('>');
-  if (is_worked(answer) && last_arrow != std::string_view::npos) answer = trim_ascii(answer.substr(last_arrow + 1));
-  return answer == target_text(problem, answer_format);
+  if (is_worked(answer) && last_arrow != std::string_view::npos) return trim_ascii(answer.substr(last_arrow + 1));
+  return answer;
 }
 
 std::string ArithmeticTask::sft_text(const ArithmeticProblem& problem, const std::string& answer_format) {

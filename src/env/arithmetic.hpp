@@ -106,6 +106,9 @@ class ArithmeticTask {
   static std::string worked_text(int64_t value);
   // Whether an output is in the worked form (starts with 'w' after trimming).
   static bool is_worked(std::string_view model_output);
+  // The text a verifier compares: the trimmed output, or for a worked one
+  // that holds a '>' the trimmed text after its last '>'.
+  static std::string_view graded_answer(std::string_view model_output);
   // A warm-start demonstration's answer text: target_text(), or with
   // probability demonstration_slip_rate the carry-forgotten answer; then,
   // with probability demonstration_worked_rate, its worked form.

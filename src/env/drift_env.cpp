@@ -45,12 +45,7 @@ bool DriftRegime::accepts(const ArithmeticProblem& problem, const std::string& a
   // Graded as the arithmetic verifier grades: a worked answer ("w24>42") by
   // the text after its last '>', so a policy warm-started to show its work
   // (task.demonstration_worked_rate) is judged on its answer in every regime.
-  auto answer = trim_ascii(action);
-  const auto last_arrow = answer.rfind('>');
-  if (ArithmeticTask::is_worked(answer) && last_arrow != std::string::npos) {
-    answer = trim_ascii(answer.substr(last_arrow + 1));
-  }
-  return answer == target(problem);
+  return ArithmeticTask::graded_answer(action) == target(problem);
 }
 
 std::string DriftRegime::demonstration(const ArithmeticTask& task, const ArithmeticProblem& problem,
