@@ -366,17 +366,25 @@ def drift_rows(runs, window=10, tolerance=0.05):
     return rows
 
 
-def gain_lines(rows):
+def gain_lines(rows, per_switch=False):
     """Reward gain inside each new regime (last 10 - first 10 steps) per
-    variant over switches and seeds, and SAO against each other variant."""
-    gains = {}
-    for variant, _, _, _, after, _, last in rows:
+    variant over switches and seeds, and SAO against each other variant;
+    with per_switch, SAO against each other variant at each switch too
+    (switches of different kinds pooled give a wide interval)."""
+    gains, at_switch = {}, {}
+    for variant, _, switch, _, after, _, last in rows:
         gains.setdefault(variant, []).append(last - after)
+        at_switch.setdefault(switch, {}).setdefault(variant, []).append(last - after)
     lines = [""] + [f"- {LABELS.get(v, v)}: reward gain inside a regime (last 10 - first 10 steps) over all "
                     f"switches and seeds {mean_ci(g)[0]}" for v, g in gains.items()]
     if "sao" in gains:
         for other in (v for v in gains if v != "sao"):
             lines.append(f"- SAO - {LABELS.get(other, other)}, gain: {welch_text(gains['sao'], gains[other])}")
+        if per_switch:
+            for switch, by_variant in sorted(at_switch.items()):
+                for other in (v for v in by_variant if v != "sao" and "sao" in by_variant):
+                    lines.append(f"- switch at step {switch}: SAO - {LABELS.get(other, other)}, gain: "
+                                 f"{welch_text(by_variant['sao'], by_variant[other])}")
     return lines
 
 
@@ -929,7 +937,7 @@ def main():
                "in the section above; means with 95% t-intervals over seeds.", ""]
         table, rows = drift_table(variants)
         md += table
-        md += gain_lines(rows)
+        md += gain_lines(rows, per_switch=True)
         all_gain = all(last > after for _, _, _, _, after, _, last in rows)
         all_recovered = all(r[5] is not None for r in rows)
         md += ["", ("In every run each new regime was learned (reward higher at its end than right after the switch)"
