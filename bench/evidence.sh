@@ -235,7 +235,7 @@ if ! $report_only; then
   fi
   if wants worked_staleness; then
     # The same sweep on the default run's task and learning rates, 100
-    # updates per run so the part fits in about an hour here (80 runs).
+    # updates per run so the 80 runs fit in a session (~75 min alone here).
     worked_sft=$(warm_start worked "")
     stale=(--set train.steps=100 --set train.eval_every=25)
     for seed in $(seq 1 "$seeds"); do

@@ -500,8 +500,8 @@ STALENESS_HOW = {
               "shared warm start, 200 learner steps of 64 trajectories each (GRPO: 8 prompts x 8) at the default run's "
               "learning rates (actor 1e-5, critic 5e-3)"),
     "worked": (STALENESS_WORKED_TITLE, "staleness_worked", "`bench/evidence.sh --only worked_staleness [--seeds N]`: "
-               "the default run's task (worked arithmetic) from its warm start, 100 learner steps (so the section "
-               "takes about an hour here; SAO is at ~0.86 by then in the worked comparison, still learning) of 64 "
+               "the default run's task (worked arithmetic) from its warm start, 100 learner steps (80 runs fit in a "
+               "session; SAO is at ~0.86 by then in the worked comparison, still learning) of 64 "
                "trajectories each (GRPO: 8 prompts x 8) at the default run's learning rates (actor 1e-5, critic 5e-3)"),
 }
 
