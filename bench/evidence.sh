@@ -214,42 +214,35 @@ if ! $report_only; then
         --set replay.min_batch=8 --set replay.max_batch=8 --set replay.max_staleness=4
     done
   fi
-  if wants staleness; then
-    # The learner sees data at least D versions old: the weight-sync actor
-    # holds back the newest D versions (rollout.weight_delay_versions) and
-    # replay admits up to D + 4. Same 64-trajectory updates for every method.
-    arith_sft=$(warm_start arith "" "${plain[@]}")
-    stale=("${plain[@]}" --set train.steps=200 --set train.eval_every=50)
+  # staleness_sweep EXPERIMENT SFT [--set ...]: each method at each delay D.
+  # The learner sees data at least D versions old: the weight-sync actor
+  # holds back the newest D versions (rollout.weight_delay_versions) and
+  # replay admits up to D + 4. Same 64-trajectory updates for every method.
+  staleness_sweep() {
+    local experiment=$1 sft=$2
+    shift 2
+    local stale=("$@") seed delay lag
     for seed in $(seq 1 "$seeds"); do
       for delay in 0 2 8 32; do
         lag=(--set rollout.weight_delay_versions=$delay --set replay.max_staleness=$((delay + 4)))
-        run staleness "sao_d$delay" "$seed" "" "$arith_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}"
-        run staleness "sao_ppo_clip_d$delay" "$seed" "" "$arith_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}" \
+        run "$experiment" "sao_d$delay" "$seed" "" "$sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}"
+        run "$experiment" "sao_ppo_clip_d$delay" "$seed" "" "$sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}" \
           --set learner.policy_loss=ppo
-        run staleness "is_pg_d$delay" "$seed" "" "$arith_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}" \
+        run "$experiment" "is_pg_d$delay" "$seed" "" "$sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}" \
           --set learner.dis_eps_low=1 --set learner.dis_eps_high=1e30
-        run staleness "grpo_async_d$delay" "$seed" config/grpo_async_arith.json "$arith_sft" "${stale[@]}" \
-          "${lag[@]}"
+        run "$experiment" "grpo_async_d$delay" "$seed" config/grpo_async_arith.json "$sft" "${stale[@]}" "${lag[@]}"
       done
     done
+  }
+  if wants staleness; then
+    arith_sft=$(warm_start arith "" "${plain[@]}")
+    staleness_sweep staleness "$arith_sft" "${plain[@]}" --set train.steps=200 --set train.eval_every=50
   fi
   if wants worked_staleness; then
-    # The same sweep on the default run's task and learning rates, 100
-    # updates per run so the 80 runs fit in a session (~75 min alone here).
+    # The default run's task and learning rates, 100 updates per run so the
+    # 80 runs fit in a session (~75 min alone here).
     worked_sft=$(warm_start worked "")
-    stale=(--set train.steps=100 --set train.eval_every=25)
-    for seed in $(seq 1 "$seeds"); do
-      for delay in 0 2 8 32; do
-        lag=(--set rollout.weight_delay_versions=$delay --set replay.max_staleness=$((delay + 4)))
-        run staleness_worked "sao_d$delay" "$seed" "" "$worked_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}"
-        run staleness_worked "sao_ppo_clip_d$delay" "$seed" "" "$worked_sft" "${stale[@]}" "${per_update[@]}" \
-          "${lag[@]}" --set learner.policy_loss=ppo
-        run staleness_worked "is_pg_d$delay" "$seed" "" "$worked_sft" "${stale[@]}" "${per_update[@]}" "${lag[@]}" \
-          --set learner.dis_eps_low=1 --set learner.dis_eps_high=1e30
-        run staleness_worked "grpo_async_d$delay" "$seed" config/grpo_async_arith.json "$worked_sft" "${stale[@]}" \
-          "${lag[@]}"
-      done
-    done
+    staleness_sweep staleness_worked "$worked_sft" --set train.steps=100 --set train.eval_every=25
   fi
   if wants bench; then
     mkdir -p "$out/bench"
