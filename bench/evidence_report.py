@@ -208,19 +208,19 @@ def run_wall(run):
     return times[-1] if times else None
 
 
-def comparison_table(variants, order, with_mid=False):
-    """Rows of final held-out accuracy (equal trajectories), held-out
-    accuracy at the shortest variant's wall time (equal wall time) and, with
-    with_mid, at mid_step (equal trajectories, before the ceiling), each a
-    mean with its 95% t-interval over seeds. Returns the lines, the per-seed
-    finals, the per-seed equal-wall values, that wall time, and the per-seed
-    mid-run values with their step (empty and None without with_mid)."""
+def comparison_table(variants, order):
+    """Rows of held-out accuracy at mid_step (equal trajectories, before the
+    ceiling), final (equal trajectories) and at the shortest variant's wall
+    time (equal wall time), each a mean with its 95% t-interval over seeds.
+    Returns the lines, the per-seed finals, the per-seed equal-wall values,
+    that wall time, and the per-seed mid-run values with their step (empty
+    and None when no evaluation step lies before the end)."""
     present = [v for v in order if v in variants]
     walls = [statistics.fmean(w for w in (run_wall(r) for r in variants[v]) if w is not None) for v in present
              if any(run_wall(r) is not None for r in variants[v])]
     equal_wall = min(walls) if walls else None
     wall_head = f"held-out at {equal_wall:.0f} s (equal wall time)" if equal_wall else "held-out at equal wall time"
-    middle = mid_step({v: variants[v] for v in present}) if with_mid else None
+    middle = mid_step({v: variants[v] for v in present})
     mid_head = f" held-out at step {middle} (a third of the way, equal trajectories) |" if middle else ""
     lines = [f"| variant | seeds | held-out before |{mid_head} held-out final (equal trajectories), mean [95% CI] | "
              f"{wall_head} | training reward, last 10% of updates | trajectories | tokens | wall s (mean) |",
@@ -497,12 +497,10 @@ def run_max(run, key):
 
 STALENESS_HOW = {
     "arith": (STALENESS_TITLE, "staleness", "`bench/evidence.sh --only staleness [--seeds N]`: arithmetic from the "
-              "shared warm start, 200 learner steps of 64 trajectories each (GRPO: 8 prompts x 8) at the default run's "
-              "learning rates (actor 1e-5, critic 5e-3)"),
+              "shared warm start, 200 learner steps"),
     "worked": (STALENESS_WORKED_TITLE, "staleness_worked", "`bench/evidence.sh --only worked_staleness [--seeds N]`: "
                "the default run's task (worked arithmetic) from its warm start, 100 learner steps (80 runs fit in a "
-               "session; SAO is at ~0.86 by then in the worked comparison, still learning) of 64 "
-               "trajectories each (GRPO: 8 prompts x 8) at the default run's learning rates (actor 1e-5, critic 5e-3)"),
+               "session; SAO is at ~0.86 by then in the worked comparison, still learning)"),
 }
 
 
@@ -521,7 +519,8 @@ def staleness_section(variants, images, report, task="arith"):
     seeds = sorted({len(r) for r in cells.values()})
     lines = [title, "",
              "Paper: asynchronous GRPO collapses as data gets stale, while SAO's token-level trust region (DIS) holds.",
-             "", how + ", `rollout.weight_delay_versions=D` (the weight-sync "
+             "", how + " of 64 trajectories each (GRPO: 8 prompts x 8) at the default run's learning rates (actor "
+             "1e-5, critic 5e-3), `rollout.weight_delay_versions=D` (the weight-sync "
              "actor hands rollouts the newest version at least D behind the learner's) and `replay.max_staleness=D+4`. "
              "The importance-weighted PG is SAO with the DIS band opened to (0, inf) (`learner.dis_eps_low=1 "
              "learner.dis_eps_high=1e30`): every token is kept at its full ratio. Collapse: the 50-step mean training "
@@ -817,7 +816,7 @@ def main():
         md += [f"## SAO vs GRPO vs PPO: {title}", "", f"Paper: {PAPER['compare']}", "",
                "Every algorithm trains on 64 trajectories per update (SAO 64 x 1, GRPO 8 prompts x 8) for the same",
                "number of updates, so trajectories and generated tokens are matched.", ""]
-        result = comparison_table(variants, order, with_mid=True)
+        result = comparison_table(variants, order)
         md += result[0] + [""]
         md += comparison_verdicts(result, "sao", ["grpo_sync", "grpo_async", "ppo"])
         groups = [(v, variants[v]) for v in order if v in variants]
@@ -839,7 +838,7 @@ def main():
         variants = found[task]
         order = ["sao", "sao_k1", "sao_unfrozen_critic", "sao_running_mean", "sao_ppo_clip"]
         md += [f"## Ablations ({title})", "", f"Paper: {PAPER['ablations']}", ""] + note
-        result = comparison_table(variants, order, with_mid=True)
+        result = comparison_table(variants, order)
         md += result[0] + [""]
         md += comparison_verdicts(result, "sao", order[1:])
         png = os.path.join(images, f"{task}_ablations.png")
@@ -946,7 +945,7 @@ def main():
                ("every switch was recovered from." if all_recovered else
                 f"{sum(r[5] is None for r in rows)} of {len(rows)} switches were not recovered from."), ""]
         order = ["sao", "running_mean", "grpo"]
-        result = comparison_table(variants, order, with_mid=True)
+        result = comparison_table(variants, order)
         md += ["Held-out accuracy across the drift (both operators):", ""] + result[0] + [""]
         md += comparison_verdicts(result, "sao", order[1:])
         png = os.path.join(images, "drift_worked.png")
