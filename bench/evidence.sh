@@ -2,8 +2,8 @@
 # The evidence suite (issue #8): reruns the paper's claims at small scale on
 # this machine and regenerates docs/results.md from the raw runs.
 #
-#   bench/evidence.sh [--only compare,worked,worked_ablations,worked_drift,worked_staleness,maze,ablations,
-#                             stability,staleness,drift,bench]
+#   bench/evidence.sh [--only compare,worked,worked_ablations,worked_drift,worked_staleness,worked_stability,
+#                             maze,ablations,stability,staleness,drift,bench]
 #                     [--seeds N]
 #                     [--stability-seeds N] [--out DIR]
 #                     [--report FILE] [--report-only]
@@ -20,11 +20,14 @@
 #            asked drifts (additions <-> subtractions every 100 updates)
 # worked_staleness
 #            the staleness sweep below on that task (100 updates per run)
+# worked_stability
+#            SAO and GRPO-async (staleness limit 4, 64 trajectories per
+#            update) for 1,000 updates on that task, --seeds seeds
 # maze       the same comparison on the maze (agentic, multi-turn)
 # ablations  SAO without the faster critic (K=1), without frozen critic
 #            attention, running-mean baseline, PPO clip instead of DIS (arithmetic)
 # stability  SAO for 1,000 learner steps on the maze, next to GRPO-async with
-#            the same staleness limit
+#            the same staleness limit (--stability-seeds seeds: ~1 h each)
 # staleness  data D = 0, 2, 8, 32 versions old (rollout.weight_delay_versions)
 #            for SAO (DIS), SAO with PPO clip, asynchronous GRPO and a plain
 #            importance-weighted policy gradient with no trust region
@@ -43,7 +46,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-only="compare,worked,worked_ablations,worked_drift,worked_staleness,maze,ablations,stability,staleness,drift,bench"
+only="compare,worked,worked_ablations,worked_drift,worked_staleness,worked_stability,maze,ablations,stability,staleness,drift,bench"
 seeds=3
 stability_seeds=1  # 1,000 maze steps of SAO take about 45 minutes here
 out=runs/evidence
@@ -176,6 +179,19 @@ if ! $report_only; then
       run drift_tasks sao "$seed" config/sao_drift.json "$tasks_sft" "${tasks_run[@]}"
       run drift_tasks running_mean "$seed" config/running_mean_drift.json "$tasks_sft" "${tasks_run[@]}"
       run drift_tasks grpo "$seed" config/grpo_drift.json "$tasks_sft" "${tasks_run[@]}"
+    done
+  fi
+  if wants worked_stability; then
+    # The paper's long-run claim on the default run's task, powered: past the
+    # ceiling the worked comparison reaches by update 300, where a policy
+    # that keeps learning from its own stale samples is the one that can
+    # collapse. The same 64-trajectory updates and staleness limit (4) as
+    # the worked comparison; ~15 min per seed here (SAO ~11, GRPO ~4).
+    worked_sft=$(warm_start worked "")
+    long_worked=(--set train.steps=1000 --set train.eval_every=100)
+    for seed in $(seq 1 "$seeds"); do
+      run stability_worked sao "$seed" "" "$worked_sft" "${long_worked[@]}" "${per_update[@]}"
+      run stability_worked grpo_async "$seed" config/grpo_async_arith.json "$worked_sft" "${long_worked[@]}"
     done
   fi
   if wants worked_drift; then
