@@ -874,7 +874,9 @@ def main():
           "Scale: a 0.77M-parameter model, byte tokenizer, tasks built into the runtime (`arithmetic`, the agentic",
           "`maze`, the drifting `drift`), warm-started by SFT once per task and shared by all runs of that task;",
           "every run's seed (`run.seed`) changes sampling. Wall times were measured on a shared 2-core machine",
-          "while other work ran: compare them within a table, not with other machines.", ""]
+          "while other work ran: compare them within a table, not with other machines. A warm start is the same",
+          "bit for bit on one machine, not across CPUs (docs/decisions.md, \"Warm starts differ across CPUs\"), so a",
+          "part rerun elsewhere starts from its own warm start: compare its \"held-out before\" column first.", ""]
     md += ["## How each run is made", "",
            "Every run is `./build/sao train [--config FILE] --run-dir OUT/EXPERIMENT/VARIANT/seed_N --set run.seed=N "
            "--set train.init_checkpoint=OUT/sft_TASK/sft --set train.checkpoint_every=0 --set console.enabled=false` "
