@@ -440,7 +440,7 @@ def stability_worked_section(variants, images, report):
     total = sum(len(variants[v]) for v in present)
     if not any(collapsed.values()):
         call = (f"**Verdict:** none of the {total} runs collapsed, SAO's or GRPO-async's: at this task's learning "
-                "rates and staleness limit, asynchronous GRPO is stable for 1,000 updates too, so the paper's "
+                f"rates and staleness limit, asynchronous GRPO is stable for {steps:,} updates too, so the paper's "
                 "contrast (SAO holds where GRPO-async collapses) is not reproduced by length of training alone; "
                 "what the runs decide is in the verdict lines above. The staleness stress sections provoke the "
                 "collapse side of the claim with data up to 32 versions old.")
