@@ -380,12 +380,6 @@ def best_accuracy(run):
     return max(values) if values else None
 
 
-def run_values(run, key):
-    """A run's finite values of `key`, in step order (steps lacking it skipped)."""
-    values = [number(s.get(key)) for s in run["steps"]]
-    return [v for v in values if v is not None]
-
-
 def stability_worked_section(variants, images, report):
     """The long-run claim, powered: SAO and GRPO-async for 1,000 updates on
     the default run's task, past its ceiling. The comparison table (held-out
@@ -411,32 +405,33 @@ def stability_worked_section(variants, images, report):
               "updates | entropy, last 50 | grad norm max | ratio max | tokens outside the DIS band | staleness "
               "seen (mean) |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
-    drops = {}
+    # One pass over each run's steps (stability_row) gives the entropy,
+    # gradient norms and collapse the per-run table below shows too.
+    rows = {v: [stability_row(r) for r in variants[v]] for v in present}
+    bests = {v: [best_accuracy(r) for r in variants[v]] for v in present}
+    drops = {v: [None if best is None or final_accuracy(r) is None else final_accuracy(r) - best
+                 for r, best in zip(variants[v], bests[v])] for v in present}
+    collapsed = {v: sum(row is not None and row[5] is not None for row in rows[v]) for v in present}
     for variant in present:
-        runs = variants[variant]
-        drops[variant] = [None if best_accuracy(r) is None or final_accuracy(r) is None
-                          else final_accuracy(r) - best_accuracy(r) for r in runs]
-        collapsed = sum(collapse_step(r["steps"]) is not None for r in runs)
-        first = [statistics.fmean(e[:50]) for e in (run_values(r, "entropy") for r in runs) if e]
-        last = [statistics.fmean(e[-50:]) for e in (run_values(r, "entropy") for r in runs) if e]
-        grads = [v for v in (run_max(r, "grad_norm") for r in runs) if v is not None]
+        runs, valid = variants[variant], [row for row in rows[variant] if row is not None]
+        first = [statistics.fmean(row[1]) for row in valid if row[1]]
+        last = [statistics.fmean(row[2]) for row in valid if row[2]]
+        grads = [max(row[3]) for row in valid if row[3]]
         ratios = [v for v in (run_max(r, "ratio_max") for r in runs) if v is not None]
         rejected = [run_mean(r, "dis_reject_low_frac", "dis_reject_high_frac") for r in runs]
         rejected = [v for v in rejected if v is not None]
         staleness = [v for v in (run_mean(r, "staleness_mean") for r in runs) if v is not None]
         text = lambda values, form, pick=statistics.fmean: format(pick(values), form) if values else "-"
         lines.append(f"| {LABELS.get(variant, variant)} | {len(runs)} | "
-                     f"{mean_ci([best_accuracy(r) for r in runs])[0]} | {mean_ci(drops[variant])[0]} | "
-                     f"{collapsed}/{len(runs)} | {mean_ci(first)[0]} | {mean_ci(last)[0]} | "
+                     f"{mean_ci(bests[variant])[0]} | {mean_ci(drops[variant])[0]} | "
+                     f"{collapsed[variant]}/{len(runs)} | {mean_ci(first)[0]} | {mean_ci(last)[0]} | "
                      f"{text(grads, '.2f', max)} | {text(ratios, '.3g', max)} | "
                      f"{text([100 * v for v in rejected], '.2f')}{'%' if rejected else ''} | "
                      f"{text(staleness, '.2f')} |")
     lines += ["", "Grad norm max and ratio max: the largest over every update of every seed.", ""]
     if len(present) > 1:
-        bests = {v: [best_accuracy(r) for r in variants[v]] for v in present}
         lines += [f"- Best evaluation, {verdict(bests, 'sao', present[1])}",
                   f"- Drop from the best evaluation, {verdict(drops, 'sao', present[1])}", ""]
-    collapsed = {v: sum(collapse_step(r["steps"]) is not None for r in variants[v]) for v in present}
     total = sum(len(variants[v]) for v in present)
     if not any(collapsed.values()):
         call = (f"**Verdict:** none of the {total} runs collapsed, SAO's or GRPO-async's: at this task's learning "
@@ -597,7 +592,8 @@ def run_mean(run, *keys):
 
 
 def run_max(run, key):
-    values = run_values(run, key)
+    values = [number(s.get(key)) for s in run["steps"]]
+    values = [v for v in values if v is not None]
     return max(values) if values else None
 
 
