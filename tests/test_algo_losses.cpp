@@ -132,6 +132,34 @@ TEST_CASE("DIS surrogate: an overflowing ratio outside the band leaves the gradi
   CHECK(grad[1] == 0.0);
 }
 
+TEST_CASE("DIS and PPO: NaN and inf log-probs off the mask change neither the loss nor its gradient") {
+  const double nan = std::nan("");
+  const double inf = std::numeric_limits<double>::infinity();
+  // Tokens 1 and 3 are actions (ratios 1.0 and 1.5, trusted in (0.5, 2.0));
+  // the others hold what a padded or prompt position may hold.
+  auto clean_logp = row({0.0, -0.5, 0.0, -1.2, 0.0}, true);
+  auto dirty_logp = row({nan, -0.5, inf, -1.2, -inf}, true);
+  auto behaviour = row({inf, -0.5, nan, -1.2 - std::log(1.5), 0.0});
+  auto adv = row({nan, 2.0, inf, -0.5, 1.0});
+  auto mask = mask_row({0, 1, 0, 1, 0});
+  for (bool detach : {true, false}) {
+    CAPTURE(detach);
+    auto clean = dis_loss(clean_logp, behaviour, adv, mask, DisOptions{0.5, 1.0, detach});
+    auto dirty = dis_loss(dirty_logp, behaviour, adv, mask, DisOptions{0.5, 1.0, detach});
+    // -(1 * 2 * -0.5 + 1.5 * -0.5 * -1.2) / 2 for the detached form; the
+    // surrogate -(1 * 2 + 1.5 * -0.5) / 2 otherwise.
+    const double expected = detach ? 0.05 : -0.625;
+    CHECK(clean.loss.item<double>() == doctest::Approx(expected));
+    CHECK(dirty.loss.item<double>() == doctest::Approx(expected));
+    const auto grad = gradient_of(dirty.loss, dirty_logp);
+    const std::vector<double> want = {0.0, -1.0, 0.0, 0.375, 0.0};  // -r A / N on the actions
+    for (size_t i = 0; i < want.size(); ++i) CHECK(grad[i] == doctest::Approx(want[i]));
+  }
+  auto ppo = ppo_clip_loss(dirty_logp, behaviour, adv, mask, PpoClipOptions{0.2, 0.2, 0.0});
+  CHECK(std::isfinite(ppo.loss.item<double>()));
+  for (double g : gradient_of(ppo.loss, dirty_logp)) CHECK(std::isfinite(g));
+}
+
 TEST_CASE("PPO dual clip bounds the loss of negative-advantage tokens; clip-higher widens the top") {
   auto logp = row({0.0, std::log(7.0)}, true);
   auto behaviour = row({0.0, 0.0});

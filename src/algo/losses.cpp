@@ -62,7 +62,9 @@ PolicyLossResult dis_loss(const torch::Tensor& logprobs, const torch::Tensor& be
   auto adv = torch::where(trusted, advantages.detach().to(logprobs.scalar_type()), zero);
   torch::Tensor terms;  // [B, T]
   if (options.detach_weight) {
-    terms = torch::where(trusted, ratio, zero) * adv * logprobs;
+    // Selected after multiplying too: log-probs off the band may be NaN or
+    // infinite, and 0 * NaN would reach the loss value.
+    terms = torch::where(trusted, torch::where(trusted, ratio, zero) * adv * logprobs, zero);
   } else {
     // Surrogate r_t A_t: gradient r A grad(logp), the importance-sampled
     // policy gradient, identical to the detached form's.
