@@ -158,7 +158,7 @@ struct ConsoleServer::Impl {
     if (!recent["evals"].empty()) {
       const auto& eval = recent["evals"].back();
       out.family("sao_heldout_accuracy", "gauge", "held-out accuracy at the latest evaluation");
-      out.sample({}, eval["accuracy"].is_number() ? eval["accuracy"].get<double>() : std::nan(""));
+      out.sample({}, eval["heldout_accuracy"].is_number() ? eval["heldout_accuracy"].get<double>() : std::nan(""));
     }
     const auto statuses = snapshot();
     out.family("sao_actor_up", "gauge", "1 for every actor that answered the introspection request");

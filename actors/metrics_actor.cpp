@@ -78,8 +78,8 @@ nlohmann::json summary_of(const MetricsActorState& state) {
       {"evals", state.evals},
   };
   if (!state.evals.empty()) {
-    summary["accuracy_first"] = state.evals.front()["accuracy"];
-    summary["accuracy_last"] = state.evals.back()["accuracy"];
+    summary["heldout_accuracy_first"] = state.evals.front()["heldout_accuracy"];
+    summary["heldout_accuracy_last"] = state.evals.back()["heldout_accuracy"];
     if (state.evals.front().contains("worked") && state.evals.back().contains("worked")) {
       summary["worked_first"] = state.evals.front()["worked"];
       summary["worked_last"] = state.evals.back()["worked"];
@@ -120,7 +120,7 @@ void on_step(MetricsSelf self, const msg::StepReport& report) {
   if (report.step % every == 0 || report.step == state.config.total_steps) {
     state.progress->print(report.step,
                           {{"reward", state.reward_ema},
-                           {"accuracy", state.last_accuracy},
+                           {"heldout_accuracy", state.last_accuracy},
                            {"staleness", get("staleness_mean")},
                            {"dis_rej", get("dis_reject_low_frac") + get("dis_reject_high_frac")},
                            {"lost", static_cast<double>(state.episodes_lost)}},
@@ -192,8 +192,8 @@ void restore_from(MetricsActorState& state, report::RewoundMetrics rewound) {
   state.history.assign(rewound.steps.begin() + static_cast<std::ptrdiff_t>(first), rewound.steps.end());
   state.evals = std::move(rewound.evals);
   state.events = std::move(rewound.events);
-  if (!state.evals.empty() && state.evals.back()["accuracy"].is_number())
-    state.last_accuracy = state.evals.back()["accuracy"].get<double>();
+  if (!state.evals.empty() && state.evals.back()["heldout_accuracy"].is_number())
+    state.last_accuracy = state.evals.back()["heldout_accuracy"].get<double>();
   // A run resumed at (or past) its budget trains nothing and loses nothing.
   if (state.config.resume_step >= state.config.total_steps) return;
   // Nothing the checkpoint does not hold is trained again, so it is lost:
@@ -267,11 +267,11 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
         nlohmann::json line = {{"eval", true},
                                {"step", report.step},
                                {"policy_version", report.policy_version},
-                               {"accuracy", report.accuracy},
+                               {"heldout_accuracy", report.accuracy},
                                {"total", report.total},
                                {"split", report.split},
                                {"wall_time_s", st.progress->elapsed_seconds()}};
-        if (!std::isfinite(report.accuracy)) line["accuracy"] = nullptr;
+        if (!std::isfinite(report.accuracy)) line["heldout_accuracy"] = nullptr;
         if (report.worked >= 0) line["worked"] = report.worked;
         st.writer->write(line);
         st.evals.push_back(line);
@@ -309,7 +309,7 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
         return describe_actor(self, "metrics", "metrics", "idle", st.counters,
                               {{"last_step", static_cast<double>(st.last_step)},
                                {"episodes_lost", static_cast<double>(st.episodes_lost)},
-                               {"accuracy", st.last_accuracy},
+                               {"heldout_accuracy", st.last_accuracy},
                                {"reward_ema", st.reward_ema},
                                {"control_events", static_cast<double>(st.events.size())}});
       },

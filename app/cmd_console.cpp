@@ -169,7 +169,7 @@ void print_metrics(const nlohmann::json& history) {
   }
   for (const auto& eval : history["evals"]) {
     std::printf("eval step %-6s held-out accuracy %s\n", format_number(eval["step"]).c_str(),
-                format_number(eval["accuracy"]).c_str());
+                format_number(eval["heldout_accuracy"]).c_str());
   }
 }
 

@@ -30,7 +30,7 @@ struct Curve {
 const std::vector<Curve>& curves() {
   static const std::vector<Curve> list = {
       {"reward.png", "reward (moving average)", {"reward_mean"}, false, true},
-      {"accuracy.png", "held-out accuracy", {"accuracy"}, true, false},
+      {"accuracy.png", "held-out accuracy", {"heldout_accuracy"}, true, false},
       {"staleness.png", "staleness (mean, policy versions)", {"staleness_mean"}, false, true},
       {"dis_rejection.png",
        "DIS rejected fraction (low + high)",

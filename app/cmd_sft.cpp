@@ -40,7 +40,7 @@ int run_sft(const Args& args) {
   metrics.write({{"eval", true},
                  {"split", "test"},
                  {"stage", "sft"},
-                 {"accuracy", eval.accuracy},
+                 {"heldout_accuracy", eval.accuracy},
                  {"wall_time_s", result.seconds + eval.seconds}});
   print_eval_result(eval, checkpoint);
   return 0;

@@ -173,9 +173,11 @@ int report_training_outcome(const actors::TrainOutcome& outcome, const config::R
               static_cast<long long>(outcome.policy_version));
   if (!outcome.summary_json.empty()) {
     const auto summary = nlohmann::json::parse(outcome.summary_json, nullptr, /*allow_exceptions=*/false);
-    if (summary.is_object() && summary.contains("accuracy_last") && summary["accuracy_last"].is_number()) {
-      std::printf("held-out accuracy: %.4f (before RL: %.4f), run dir %s\n", summary["accuracy_last"].get<double>(),
-                  summary.value("accuracy_first", 0.0), config.run.dir.c_str());
+    if (summary.is_object() && summary.contains("heldout_accuracy_last") &&
+        summary["heldout_accuracy_last"].is_number()) {
+      std::printf("held-out accuracy: %.4f (before RL: %.4f), run dir %s\n",
+                  summary["heldout_accuracy_last"].get<double>(), summary.value("heldout_accuracy_first", 0.0),
+                  config.run.dir.c_str());
       if (summary.value("worked_last", nlohmann::json()).is_number_integer() &&
           summary.value("worked_first", nlohmann::json()).is_number_integer()) {
         std::printf("worked answers: %lld of %lld (before RL: %lld)\n", summary["worked_last"].get<long long>(),
@@ -207,7 +209,7 @@ void print_eval_result(const train::HeldoutResult& result, const std::string& ch
   nlohmann::json line = {{"eval", true},
                          {"split", "test"},
                          {"checkpoint", checkpoint},
-                         {"accuracy", result.accuracy},
+                         {"heldout_accuracy", result.accuracy},
                          {"correct", result.correct},
                          {"total", result.total},
                          {"seconds", result.seconds}};

@@ -89,7 +89,7 @@ for name in sorted(os.listdir(out)):
     wall = steps[-1]["wall_time_s"] - steps[0]["wall_time_s"]
     trajectories = sum(s["trajectories"] for s in steps[1:])
     mode, n, latency = name.rsplit("_n", 1)[0], *name.rsplit("_n", 1)[1].split("_l")
-    accuracy = evals[-1]["accuracy"] if len(evals) >= 2 else None
+    accuracy = evals[-1]["heldout_accuracy"] if len(evals) >= 2 else None
     rows[(int(latency), int(n), mode)] = (trajectories / wall, (len(steps) - 1) / wall, steps[-1]["wall_time_s"], accuracy)
 print(f"{'latency ms':>10} {'actors':>6} {'mode':>10} {'traj/s':>8} {'steps/s':>8} {'run wall s':>10} "
       f"{'held-out':>8} {'async speed-up':>15}")

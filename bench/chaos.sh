@@ -153,7 +153,7 @@ def report(name):
     return dict(steps=summary["steps"], faults=int(faults), node_kills=int(node_kills),
                 learner_kills=int(learner_kills), lost=summary["episodes_lost"],
                 duplicated=duplicated, missing=missing,
-                first=summary.get("accuracy_first"), last=summary.get("accuracy_last"))
+                first=summary.get("heldout_accuracy_first"), last=summary.get("heldout_accuracy_last"))
 
 rows = {name: report(name) for name in ("faults", "clean")}
 print(f"{'run':8} {'steps':>6} {'faults':>7} {'node kills':>11} {'learner kills':>14} "

@@ -43,6 +43,9 @@ def read_run(directory):
             if "event" in record:
                 events.append(record)
             elif "eval" in record:
+                # Runs before the keys were named apart call it "accuracy".
+                if "heldout_accuracy" not in record and "accuracy" in record:
+                    record["heldout_accuracy"] = record.pop("accuracy")
                 evals.append(record)
             else:
                 steps.append(record)
@@ -136,15 +139,15 @@ def welch_text(a_values, b_values):
 
 
 def final_accuracy(run):
-    return number(run["evals"][-1]["accuracy"]) if run["evals"] else None
+    return number(run["evals"][-1]["heldout_accuracy"]) if run["evals"] else None
 
 
 def first_accuracy(run):
-    return number(run["evals"][0]["accuracy"]) if run["evals"] else None
+    return number(run["evals"][0]["heldout_accuracy"]) if run["evals"] else None
 
 
 def accuracy_at_step(run, step):
-    values = [number(e["accuracy"]) for e in run["evals"] if e.get("step") == step]
+    values = [number(e["heldout_accuracy"]) for e in run["evals"] if e.get("step") == step]
     return values[0] if values else None
 
 
@@ -189,8 +192,8 @@ def late_reward(run):
 def accuracy_at_wall(run, seconds):
     """Held-out accuracy at `seconds` of wall time: linear between the two
     evaluations around it (the last one when the run ended earlier)."""
-    points = [(e["wall_time_s"], number(e["accuracy"])) for e in run["evals"]
-              if number(e.get("wall_time_s")) is not None and number(e["accuracy"]) is not None]
+    points = [(e["wall_time_s"], number(e["heldout_accuracy"])) for e in run["evals"]
+              if number(e.get("wall_time_s")) is not None and number(e["heldout_accuracy"]) is not None]
     if not points:
         return None
     if seconds <= points[0][0]:
@@ -341,7 +344,7 @@ def stability_row(run):
     collapse = collapse_step(steps)
     ent = [e for e in entropy if e is not None]
     grads = [g for g in grad if g is not None]
-    accuracies = ", ".join(f"{e['step']}: {e['accuracy']:.3f}" for e in run["evals"] if number(e["accuracy"]) is not None)
+    accuracies = ", ".join(f"{e['step']}: {e['heldout_accuracy']:.3f}" for e in run["evals"] if number(e["heldout_accuracy"]) is not None)
     trajectories = sum(s.get("trajectories") or 0 for s in steps)
     return (len(steps), ent[:50], ent[-50:], grads, smoothed, collapse, accuracies, trajectories)
 
@@ -375,7 +378,7 @@ def stability_plots(runs, images, report, prefix):
 
 
 def best_accuracy(run):
-    values = [number(e["accuracy"]) for e in run["evals"]]
+    values = [number(e["heldout_accuracy"]) for e in run["evals"]]
     values = [v for v in values if v is not None]
     return max(values) if values else None
 
@@ -528,8 +531,8 @@ def pipeline_section(variants):
         per_eval = {}
         for run in variants[variant]:
             for e in run["evals"]:
-                if number(e["accuracy"]) is not None:
-                    per_eval.setdefault(e["step"], []).append(e["accuracy"])
+                if number(e["heldout_accuracy"]) is not None:
+                    per_eval.setdefault(e["step"], []).append(e["heldout_accuracy"])
         best[variant] = max(statistics.fmean(v) for v in per_eval.values())
     target = min(best.values())
     lines = ["## Pipeline (arithmetic runs above)", "",
@@ -562,7 +565,7 @@ def pipeline_section(variants):
             lat50.append(summary.get("rollout_to_learner_ms_p50"))
             lat99.append(summary.get("rollout_to_learner_ms_p99"))
             for e in run["evals"]:
-                if number(e["accuracy"]) is not None and e["accuracy"] >= target - 1e-12:
+                if number(e["heldout_accuracy"]) is not None and e["heldout_accuracy"] >= target - 1e-12:
                     reach.append(e["wall_time_s"])
                     break
         avg = lambda values: statistics.fmean([v for v in values if v is not None]) if any(v is not None for v in values) else float("nan")

@@ -75,7 +75,7 @@ if timeout 150 "./$build/sao" train --run-dir "$run" --steps "${SAO_GPU_STEPS:-1
     > "$out/sao_train.log" 2>&1; then
   grep -E "held-out|sft .*(pass|accuracy)|step +[0-9]+/" "$out/sao_train.log" | tail -8
   cp "$run/summary.json" "$out/summary.json" 2>/dev/null
-  python3 -c "import json; s=json.load(open('$run/summary.json')); print({k: s[k] for k in s if k in ('steps','accuracy_first','accuracy_last','accuracy_best','wall_time_s','tokens_per_s','episodes_lost','policy_version')})" || true
+  python3 -c "import json; s=json.load(open('$run/summary.json')); print({k: s[k] for k in s if k in ('steps','heldout_accuracy_first','heldout_accuracy_last','wall_time_s','tokens_per_s','episodes_lost','policy_version')})" || true
 else
   echo "FAIL sao train"; tail -30 "$out/sao_train.log"; failed+=("sao_train")
 fi

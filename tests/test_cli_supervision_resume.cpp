@@ -87,7 +87,7 @@ TEST_CASE("resume: a finished run trains no step past its budget, and the counte
   // The evaluations of the first run are still the run's evaluations.
   const auto first_eval = lines_of(fixture.run_dir / "metrics.jsonl").front();
   CHECK(first_eval.contains("eval"));
-  CHECK(summary["accuracy_first"] == first_eval["accuracy"]);
+  CHECK(summary["heldout_accuracy_first"] == first_eval["heldout_accuracy"]);
   int evals_at_two = 0;
   for (const auto& line : lines_of(fixture.run_dir / "metrics.jsonl"))
     evals_at_two += line.contains("eval") && line["step"] == 2 ? 1 : 0;

@@ -121,10 +121,11 @@ TEST_CASE("series maths: moving average, cumulative sum") {
 TEST_CASE("run metrics: lines sorted into steps, evals and events; axes") {
   const auto dir = fresh_dir("metrics");
   std::ofstream(dir / "metrics.jsonl") << "{\"eval\":true,\"step\":0,\"accuracy\":0.1,\"wall_time_s\":0.5}\n"
-                                       << "{\"step\":1,\"trajectories\":16,\"tokens\":100,\"reward_mean\":0.5}\n"
+                                       << "{\"step\":1,\"trajectories\":16,\"tokens\":100,\"reward_mean\":0.5,"
+                                          "\"accuracy\":0.25}\n"
                                        << "{\"event\":\"set\",\"key\":\"min_batch\",\"value\":\"4\",\"step\":1}\n"
                                        << "{\"step\":2,\"trajectories\":4,\"tokens\":40,\"reward_mean\":null}\n"
-                                       << "{\"eval\":true,\"step\":2,\"accuracy\":0.3,\"wall_time_s\":2.0}\n";
+                                       << "{\"eval\":true,\"step\":2,\"heldout_accuracy\":0.3,\"wall_time_s\":2.0}\n";
   const auto run = sao::report::read_run_metrics(dir.string());
   REQUIRE(run.steps.size() == 2);
   REQUIRE(run.evals.size() == 2);
@@ -135,6 +136,10 @@ TEST_CASE("run metrics: lines sorted into steps, evals and events; axes") {
   CHECK(all_nan_or_equal(sao::report::eval_axis(run, "trajectories"), {0, 20}));
   CHECK(all_nan_or_equal(sao::report::eval_axis(run, "step"), {0, 2}));
   CHECK(all_nan_or_equal(sao::report::eval_axis(run, "wall_time_s"), {0.5, 2.0}));
+  // The old name of each accuracy is read as the new one.
+  CHECK(all_nan_or_equal(sao::report::column(run.evals, "heldout_accuracy"), {0.1, 0.3}));
+  CHECK(all_nan_or_equal(sao::report::column(run.steps, "batch_accuracy"), {0.25, std::nan("")}));
+  CHECK_FALSE(run.evals[0].contains("accuracy"));
   CHECK_THROWS_WITH_AS(sao::report::step_axis(run, "epochs"),
                        "x axis 'epochs': expected step, wall_time_s, trajectories or tokens", Error);
 }

@@ -27,9 +27,22 @@ def synthetic_run(name, rewards, accuracies, wall_per_step=1.0, extra=None):
                   "staleness_mean": 1.0, "dis_reject_low_frac": 0.01, "dis_reject_high_frac": 0.02}
         record.update(extra or {})
         steps.append(record)
-    evals = [{"step": 100 * k, "accuracy": a, "wall_time_s": 100 * k * wall_per_step}
+    evals = [{"step": 100 * k, "heldout_accuracy": a, "wall_time_s": 100 * k * wall_per_step}
              for k, a in enumerate(accuracies)]
     return {"dir": f"/runs/{name}", "steps": steps, "evals": evals, "wall": len(rewards) * wall_per_step}
+
+
+class ReadRun(unittest.TestCase):
+    def test_old_and_new_accuracy_keys_read_alike(self):
+        with tempfile.TemporaryDirectory() as directory:
+            with open(os.path.join(directory, "metrics.jsonl"), "w") as handle:
+                handle.write('{"eval": true, "step": 0, "accuracy": 0.25, "wall_time_s": 1.0}\n')
+                handle.write('{"step": 1, "reward_mean": 0.5, "accuracy": 0.5}\n')
+                handle.write('{"eval": true, "step": 1, "heldout_accuracy": 0.75, "wall_time_s": 2.0}\n')
+            run = report.read_run(directory)
+        self.assertEqual([e["heldout_accuracy"] for e in run["evals"]], [0.25, 0.75])
+        self.assertEqual(report.first_accuracy(run), 0.25)
+        self.assertEqual(report.final_accuracy(run), 0.75)
 
 
 class Statistics(unittest.TestCase):

@@ -59,7 +59,7 @@ TEST_CASE("README: a data file and a config file -> sao sft --data -> sao train 
   CHECK(sft.output.find("dropped: prompt of a held-out problem)") != std::string::npos);
   double start = -1.0;
   for (const auto& line : json_lines(run_dir / "sft_metrics.jsonl")) {
-    if (line.contains("eval")) start = line["accuracy"].get<double>();
+    if (line.contains("eval")) start = line["heldout_accuracy"].get<double>();
   }
   REQUIRE(start >= 0.0);
 
@@ -70,9 +70,9 @@ TEST_CASE("README: a data file and a config file -> sao sft --data -> sao train 
     if (line.contains("eval")) evals.push_back(line);
   }
   REQUIRE(evals.size() >= 2);
-  CHECK(evals.front()["accuracy"].get<double>() == doctest::Approx(start));  // the run starts from the warm start
+  CHECK(evals.front()["heldout_accuracy"].get<double>() == doctest::Approx(start));  // the run starts from the warm start
   CHECK(evals.back()["step"] == 300);
-  const double end = evals.back()["accuracy"].get<double>();
+  const double end = evals.back()["heldout_accuracy"].get<double>();
   MESSAGE("held-out accuracy: warm start " << start << ", after 300 SAO steps " << end);
   CHECK(end > start);
   CHECK(evals.back()["total"].get<int64_t>() >= 20);

@@ -192,7 +192,7 @@ void batch_metrics(const std::vector<Trajectory>& kept, const TrajectoryBatch& b
     accuracy_sum += tr.accuracy;
     ++accuracy_count;
   }
-  if (accuracy_count > 0) m["accuracy"] = accuracy_sum / static_cast<double>(accuracy_count);
+  if (accuracy_count > 0) m["batch_accuracy"] = accuracy_sum / static_cast<double>(accuracy_count);
   m["tokens"] = static_cast<double>(batch.valid_mask.sum().item<int64_t>());
   m["action_tokens"] = static_cast<double>(batch.action_mask.sum().item<int64_t>());
   auto staleness = (learner_version - batch.versions.masked_select(batch.action_mask)).to(torch::kFloat64);

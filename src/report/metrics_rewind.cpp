@@ -1,5 +1,6 @@
 // Rewinding metrics.jsonl to a checkpoint; see metrics_rewind.hpp.
 #include "report/metrics_rewind.hpp"
+#include "report/run_metrics.hpp"
 
 #include "base/atomic_file.hpp"
 #include "base/error.hpp"
@@ -52,6 +53,7 @@ RewoundMetrics rewind_metrics_file(const std::string& metrics_path, int64_t chec
       continue;
     }
     kept += line + "\n";
+    upgrade_legacy_accuracy(value);
     if (value.contains("eval")) {
       rewound.evals.push_back(std::move(value));
     } else if (value.contains("event")) {

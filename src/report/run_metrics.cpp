@@ -16,6 +16,15 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 }
 
+void upgrade_legacy_accuracy(nlohmann::json& line) {
+  if (!line.is_object() || line.contains("event")) return;
+  const auto old = line.find("accuracy");
+  if (old == line.end()) return;
+  const char* key = line.contains("eval") ? "heldout_accuracy" : "batch_accuracy";
+  if (!line.contains(key)) line[key] = *old;
+  line.erase("accuracy");
+}
+
 RunMetrics read_run_metrics(const std::string& run_dir) {
   const auto path = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
   std::ifstream in(path);
@@ -29,6 +38,7 @@ RunMetrics read_run_metrics(const std::string& run_dir) {
     const std::string where = path + ":" + std::to_string(number);
     if (record.is_discarded() || !record.is_object()) throw Error(where + ": not a JSON object");
     if (!record.contains("step") || !record["step"].is_number()) throw Error(where + ": no numeric \"step\"");
+    upgrade_legacy_accuracy(record);
     if (record.contains("event")) {
       run.events.push_back(std::move(record));
     } else if (record.contains("eval")) {

@@ -17,6 +17,13 @@ struct RunMetrics {
   std::vector<nlohmann::json> events;  // operator commands ("event")
 };
 
+// Runs written before the keys were named apart call held-out accuracy
+// "accuracy" on evaluation lines (and the training batch's "accuracy" on
+// step lines): moves an evaluation line's old key to "heldout_accuracy" and
+// a step line's to "batch_accuracy", so readers of old and new runs see one
+// name. Lines that already use the new keys are left as they are.
+void upgrade_legacy_accuracy(nlohmann::json& line);
+
 // Throws sao::Error naming the file and line for a missing file or a line
 // that is not a JSON object with a numeric "step".
 RunMetrics read_run_metrics(const std::string& run_dir);
