@@ -95,7 +95,7 @@ void start(CoordinatorSelf self) {
   state.restart_budget =
       std::make_unique<RestartBudget>(run.train.max_actor_failures, std::chrono::seconds(run.train.failure_window_s));
   const int64_t local_rollouts = state.config.local_rollouts < 0 ? run.rollout.num_actors : state.config.local_rollouts;
-  MetricsActorConfig metrics_config{run.run.dir, run.train.steps, run.replay};
+  MetricsActorConfig metrics_config{run.run.dir, run.train.steps, run.train.eval_every, run.replay};
   if (!state.config.resume_from.empty()) {
     state.resume_step = algo::read_learner_state(state.config.resume_from).step;
     metrics_config.resume_step = state.resume_step;

@@ -75,6 +75,7 @@ msg::EvalReport evaluate(LearnerSelf self) {
     report.accuracy = result.accuracy;
     report.total = result.total;
     report.worked = result.worked;
+    report.seconds = result.seconds;
   } catch (const std::exception& error) {
     // An evaluation that fails (e.g. an external env is down) must not end training.
     state.counters.last_error = std::string("evaluation failed: ") + error.what();

@@ -236,6 +236,7 @@ struct EvalReport {
   int64_t total = 0;
   std::string split = "test";
   int64_t worked = -1;  // arithmetic: answers that showed their work; -1 elsewhere
+  double seconds = 0.0;  // how long the evaluation took (the progress line's ETA counts evaluations)
 };
 
 // Where a rollout actor runs, sent when it registers with weight-sync:
@@ -367,7 +368,8 @@ typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalReport& x) {
-  return f(caf::meta::type_name("EvalReport"), x.step, x.policy_version, x.accuracy, x.total, x.split, x.worked);
+  return f(caf::meta::type_name("EvalReport"), x.step, x.policy_version, x.accuracy, x.total, x.split, x.worked,
+                           x.seconds);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RolloutPlacement& x) {

@@ -233,6 +233,7 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
   state.writer =
       std::make_unique<report::JsonlWriter>((std::filesystem::path(state.config.run_dir) / "metrics.jsonl").string());
   state.progress = std::make_unique<report::ProgressLine>("train", state.config.total_steps);
+  state.progress->count_evaluations(state.config.eval_every, std::max<int64_t>(0, state.config.resume_step));
   if (!state.resume_event.is_null()) {
     state.writer->write(state.resume_event);
     state.events.push_back(state.resume_event);
@@ -258,6 +259,7 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
         auto& st = self->state;
         ++st.counters.handled;
         st.last_accuracy = report.accuracy;
+        st.progress->add_evaluation(report.seconds);
         // The same policy evaluated twice (a run resumed at its budget, a
         // stop right after a scheduled eval) is one evaluation.
         if (!st.evals.empty() && st.evals.back()["step"] == report.step &&

@@ -9,6 +9,7 @@
 #include "base/host_port.hpp"
 #include "report/system_info.hpp"
 
+#include <chrono>
 #include <unistd.h>
 
 #include <cstdio>
@@ -67,6 +68,7 @@ int run_learner(const ParsedArgs& parsed) {
   // Before the warm start: a refused address must not cost an SFT run.
   actors::require_encryption("learner node: --listen", options.listen_host, options.tls, options.insecure_plaintext);
   if (options.tls.enabled()) actors::check_cluster_tls(options.tls, "--certs");
+  const auto started = std::chrono::steady_clock::now();
   auto start = prepare_training(parsed, "node");
   const auto& config = start.config;
   if (config.train.mode != "async") {
@@ -77,7 +79,8 @@ int run_learner(const ParsedArgs& parsed) {
                algo::algorithm_name(config.learner.algorithm), static_cast<long long>(config.train.steps),
                static_cast<long long>(options.local_rollouts), config.run.dir.c_str());
   const auto outcome = actors::run_learner_node(config, start.policy, start.resume_from, options, stop_requested);
-  return report_training_outcome(outcome, config, "node");
+  return report_training_outcome(outcome, config, "node",
+                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }
 
 // A rollout or env node.

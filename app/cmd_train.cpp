@@ -5,6 +5,7 @@
 #include "app/commands.hpp"
 #include "app/common.hpp"
 
+#include <chrono>
 #include <cstdio>
 
 namespace sao::cli {
@@ -16,6 +17,7 @@ int run_train(const Args& args) {
     std::printf("usage: sao train [options]\n%s", flags_help(specs).c_str());
     return 0;
   }
+  const auto started = std::chrono::steady_clock::now();
   auto start = prepare_training(parsed, "train");
   const auto& config = start.config;
   const auto* stop_requested = install_stop_handlers();
@@ -24,7 +26,8 @@ int run_train(const Args& args) {
                static_cast<long long>(config.train.steps), static_cast<long long>(config.rollout.num_actors),
                static_cast<long long>(config.rollout.episodes_per_actor), config.run.dir.c_str());
   const auto outcome = actors::run_training(config, start.policy, start.resume_from, stop_requested);
-  return report_training_outcome(outcome, config, "train");
+  return report_training_outcome(outcome, config, "train",
+                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }
 
 }  // namespace sao::cli

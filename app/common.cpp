@@ -3,7 +3,7 @@
 
 #include "algo/learner.hpp"
 #include "base/json_parse.hpp"
-#include "report/time_accounting.hpp"
+#include "report/run_summary.hpp"
 #include "train/memory_estimate.hpp"
 
 #include "base/error.hpp"
@@ -167,29 +167,15 @@ const std::atomic<bool>* install_stop_handlers() {
 }
 
 int report_training_outcome(const actors::TrainOutcome& outcome, const config::RunConfig& config,
-                            const std::string& command) {
+                            const std::string& command, double wall_s) {
   std::printf("%s: finished (%s) after %lld learner steps, policy version %lld\n", command.c_str(),
               outcome.reason.c_str(), static_cast<long long>(outcome.steps),
               static_cast<long long>(outcome.policy_version));
   if (!outcome.summary_json.empty()) {
+    // A few lines for a person; every number stays in summary.json.
     const auto summary = nlohmann::json::parse(outcome.summary_json, nullptr, /*allow_exceptions=*/false);
-    if (summary.is_object() && summary.contains("heldout_accuracy_last") &&
-        summary["heldout_accuracy_last"].is_number()) {
-      std::printf("held-out accuracy: %.4f (before RL: %.4f), run dir %s\n",
-                  summary["heldout_accuracy_last"].get<double>(), summary.value("heldout_accuracy_first", 0.0),
-                  config.run.dir.c_str());
-      if (summary.value("worked_last", nlohmann::json()).is_number_integer() &&
-          summary.value("worked_first", nlohmann::json()).is_number_integer()) {
-        std::printf("worked answers: %lld of %lld (before RL: %lld)\n", summary["worked_last"].get<long long>(),
-                    summary["evals"].back().value("total", 0LL), summary["worked_first"].get<long long>());
-      }
-    }
-    if (summary.is_object() && summary.contains("time_accounting")) {
-      // One line for where the time went; the full accounting is in summary.json.
-      auto shown = summary;
-      shown.erase("time_accounting");
-      std::printf("%s\n", base::dump_json(shown).c_str());
-      std::printf("%s\n", report::describe_time_accounting(summary["time_accounting"]).c_str());
+    if (summary.is_object()) {
+      std::printf("%s", report::describe_run_summary(summary, config.run.dir, wall_s).c_str());
     } else {
       std::printf("%s\n", outcome.summary_json.c_str());
     }

@@ -50,9 +50,11 @@ TrainingStart prepare_training(const ParsedArgs& parsed, const std::string& comm
 // SIGINT/SIGTERM set the returned flag instead of killing the process, so a
 // run ends with its final evaluation and checkpoint.
 const std::atomic<bool>* install_stop_handlers();
-// Prints how an RL run ended and returns the process exit code.
+// Prints how an RL run ended (a short summary for a person; the numbers are
+// in summary.json) and returns the process exit code. `wall_s`: the
+// command's wall time so far.
 int report_training_outcome(const actors::TrainOutcome& outcome, const config::RunConfig& config,
-                            const std::string& command);
+                            const std::string& command, double wall_s);
 // Prints the human line and one JSON line for an evaluation.
 void print_eval_result(const train::HeldoutResult& result, const std::string& checkpoint);
 

@@ -2,6 +2,8 @@
 // the console instead of JSON text, and the JSON the console serves from it.
 #include "report/metrics_line.hpp"
 #include "report/metrics_rewind.hpp"
+#include "report/progress.hpp"
+#include "report/run_summary.hpp"
 
 #include "base/error.hpp"
 
@@ -108,4 +110,41 @@ TEST_CASE("rewinding metrics.jsonl to a checkpoint keeps steps up to it and move
   // Rewinding again to the same step changes nothing.
   CHECK(sao::report::rewind_metrics_file(path, 2).moved_lines == 0);
   fs::remove_all(dir);
+}
+
+TEST_CASE("progress ETA counts the held-out evaluations left, not only the steps") {
+  using sao::report::estimate_eta_seconds;
+  using sao::report::evaluations_left;
+  // Every 25 of 300 steps and at the end: after step 1, 25..275 and the final one.
+  CHECK(evaluations_left(1, 300, 25) == 12);
+  CHECK(evaluations_left(275, 300, 25) == 2);
+  CHECK(evaluations_left(276, 300, 25) == 1);
+  CHECK(evaluations_left(300, 300, 25) == 1);  // the final evaluation runs after the last step line
+  CHECK(evaluations_left(5, 10, 0) == 1);
+  CHECK(evaluations_left(301, 300, 25) == 0);
+  // 130 s elapsed, of which one 30 s evaluation: 1 s a step for 200 steps,
+  // then evaluations at 100, 200 and the end.
+  CHECK(estimate_eta_seconds(130.0, 30.0, 1, 0, 100, 300, 100) == doctest::Approx(200.0 + 3 * 30.0));
+  // At the last step only the final evaluation is left (it used to say 0:00).
+  CHECK(estimate_eta_seconds(330.0, 30.0, 1, 0, 300, 300, 100) == doctest::Approx(30.0));
+  // A run resumed at step 200: its pace is measured over the steps it ran.
+  CHECK(estimate_eta_seconds(80.0, 30.0, 1, 200, 250, 300, 0) == doctest::Approx(50.0 + 30.0));
+  CHECK(estimate_eta_seconds(10.0, 10.0, 1, 0, 0, 300, 25) == 0.0);
+}
+
+TEST_CASE("a finished run ends with a few lines for a person, not summary.json's text") {
+  const auto summary = nlohmann::json::parse(R"({"steps": 300, "episodes_lost": 2, "heldout_accuracy_first": 0.195,
+      "heldout_accuracy_last": 0.9275, "worked_first": 36, "worked_last": 400,
+      "evals": [{"step": 0, "total": 400}, {"step": 300, "total": 400}]})");
+  CHECK(sao::report::describe_run_summary(summary, "runs/default", 497.0) ==
+        "held-out accuracy: 0.9275 (before RL: 0.1950), 400 problems\n"
+        "worked answers: 400 of 400 (before RL: 36)\n"
+        "steps: 300, episodes lost 2, wall time 8:17\n"
+        "files: runs/default/ (metrics.jsonl, summary.json with every number, checkpoint/policy for sao eval); "
+        "curves: sao plot runs/default\n");
+  // A run stopped before any evaluation: no accuracy line, no placeholder.
+  CHECK(sao::report::describe_run_summary(nlohmann::json::parse(R"({"steps": 0, "episodes_lost": 0})"), "r", 2.0) ==
+        "steps: 0, episodes lost 0, wall time 0:02\n"
+        "files: r/ (metrics.jsonl, summary.json with every number, checkpoint/policy for sao eval); "
+        "curves: sao plot r\n");
 }

@@ -4,6 +4,7 @@
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -24,10 +25,46 @@ std::string format_duration(double seconds) {
   return buffer;
 }
 
+int64_t evaluations_left(int64_t step, int64_t total_steps, int64_t eval_every) {
+  if (step > total_steps) return 0;
+  int64_t left = 1;  // the final evaluation
+  if (eval_every > 0 && total_steps > 1) {
+    // Multiples of eval_every in [step, total_steps).
+    const int64_t last_multiple = (total_steps - 1) / eval_every;
+    const int64_t first_multiple = step <= 0 ? 1 : (step + eval_every - 1) / eval_every;
+    if (last_multiple >= first_multiple) left += last_multiple - first_multiple + 1;
+  }
+  return left;
+}
+
+double estimate_eta_seconds(double elapsed_s, double evaluation_s, int64_t evaluations_done, int64_t first_step,
+                            int64_t step, int64_t total_steps, int64_t eval_every) {
+  const int64_t steps_run = step - first_step;
+  if (steps_run <= 0) return 0.0;
+  const double step_s = std::max(0.0, elapsed_s - evaluation_s) / static_cast<double>(steps_run);
+  const double per_evaluation = evaluations_done > 0 ? evaluation_s / static_cast<double>(evaluations_done) : 0.0;
+  return step_s * static_cast<double>(std::max<int64_t>(0, total_steps - step)) +
+         per_evaluation * static_cast<double>(evaluations_left(step, total_steps, eval_every));
+}
+
+void ProgressLine::count_evaluations(int64_t eval_every, int64_t first_step) {
+  counts_evaluations_ = true;
+  eval_every_ = eval_every;
+  first_step_ = first_step;
+}
+
+void ProgressLine::add_evaluation(double seconds) {
+  ++evaluations_done_;
+  evaluation_s_ += std::max(0.0, seconds);
+}
+
 void ProgressLine::print(int64_t step, const std::vector<std::pair<std::string, double>>& values, double rate,
                          const char* rate_unit) {
   const double elapsed = elapsed_seconds();
-  const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_steps_ - step) : 0.0;
+  const double eta =
+      counts_evaluations_
+          ? estimate_eta_seconds(elapsed, evaluation_s_, evaluations_done_, first_step_, step, total_steps_, eval_every_)
+          : (step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_steps_ - step) : 0.0);
   std::string line = label_ + " " + std::to_string(step) + "/" + std::to_string(total_steps_);
   char buffer[64];
   for (const auto& [name, value] : values) {
