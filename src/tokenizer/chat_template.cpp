@@ -33,9 +33,7 @@ ChatTemplate ChatTemplate::parse(const std::string& source, const std::string& w
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& variables) const {
   jinja::Renderer renderer(program_->where, variables);
-  std::string out;
-  renderer.run(program_->body, out);
-  return out;
+  return renderer.render(program_->body);
 }
 
 std::optional<ChatTemplate> load_chat_template(const std::string& model_directory) {

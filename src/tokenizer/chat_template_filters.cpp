@@ -2,23 +2,57 @@
 // template calls, with Python's semantics.
 #include "tokenizer/chat_template_render.hpp"
 
+#include "base/utf8.hpp"
+
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
 #include <sstream>
 
 namespace sao::tokenizer::jinja {
+
+namespace {
+
+// std::string::find compares the needle at every position: a 1 MiB needle
+// in a 64 MiB string would take hours. glibc's memmem uses the two-way
+// algorithm for long needles, linear in the text whatever the needle holds.
+size_t find_in(const std::string& text, const std::string& needle, size_t from = 0) {
+  if (needle.size() <= 64 || from >= text.size()) return text.find(needle, from);
+  const void* found = ::memmem(text.data() + from, text.size() - from, needle.data(), needle.size());
+  return found == nullptr ? std::string::npos : static_cast<size_t>(static_cast<const char*>(found) - text.data());
+}
+
+// Python's float(text): the whole text (spaces around allowed) or nothing.
+std::optional<double> parse_float(const std::string& text) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(begin, &end);
+  if (end == begin) return std::nullopt;
+  while (*end != '\0' && std::isspace(static_cast<unsigned char>(*end))) ++end;
+  if (*end != '\0') return std::nullopt;
+  return value;
+}
+
+}  // namespace
 
 // Python's str.strip: with `chars`, exactly those characters; without,
 // every character str.isspace() accepts (ASCII and Unicode spaces).
 std::string Renderer::strip_chars(const std::string& text, const Value* chars, bool left, bool right) {
   if (chars != nullptr && chars->is(Value::Kind::kString)) {
-    const auto& set = chars->text;
+    std::array<bool, 256> in_set{};  // a table, not a search of `chars` per byte
+    for (const char c : chars->text) in_set[static_cast<unsigned char>(c)] = true;
     size_t begin = 0, end = text.size();
     if (left)
-      while (begin < end && set.find(text[begin]) != std::string::npos) ++begin;
+      while (begin < end && in_set[static_cast<unsigned char>(text[begin])]) ++begin;
     if (right)
-      while (end > begin && set.find(text[end - 1]) != std::string::npos) --end;
+      while (end > begin && in_set[static_cast<unsigned char>(text[end - 1])]) --end;
     return text.substr(begin, end - begin);
   }
   static const std::vector<std::string> kUnicodeSpaces = {
@@ -96,7 +130,8 @@ Value Renderer::call_method(const Value& function, const std::vector<Value>& arg
     if (separator.empty()) fail("split: empty separator");
     int64_t max_split = args.size() > 1 ? as_index(args[1], "split's maxsplit") : -1;
     size_t begin = 0;
-    for (size_t found; (found = self.text.find(separator, begin)) != std::string::npos && max_split != 0; --max_split) {
+    for (size_t found; (found = find_in(self.text, separator, begin)) != std::string::npos && max_split != 0;
+         --max_split) {
       parts.push_back(Value::of(self.text.substr(begin, found - begin)));
       begin = found + separator.size();
     }
@@ -111,23 +146,21 @@ Value Renderer::call_method(const Value& function, const std::vector<Value>& arg
   }
   if (name == "str.replace") return apply_filter("replace", self, args, {});
   if (name == "str.find") {
-    const auto found = self.text.find(arg_string(0));
+    const auto found = find_in(self.text, arg_string(0));
     return Value::of(found == std::string::npos ? int64_t{-1} : static_cast<int64_t>(found));
   }
   if (name == "str.count") {
     const auto& needle = arg_string(0);
     int64_t count = 0;
     if (!needle.empty())
-      for (size_t at = self.text.find(needle); at != std::string::npos; at = self.text.find(needle, at + needle.size()))
+      for (size_t at = find_in(self.text, needle); at != std::string::npos;
+           at = find_in(self.text, needle, at + needle.size()))
         ++count;
     return Value::of(count);
   }
   if (name == "str.join") {
     if (args.empty()) fail("join needs a list");
-    std::string text;
-    const auto items = iterate(args[0]);
-    for (size_t i = 0; i < items.size(); ++i) text += (i ? self.text : "") + to_text(items[i]);
-    return Value::of(text);
+    return Value::of(join_text(iterate(args[0]), self.text));
   }
   if (name == "dict.items" || name == "dict.keys" || name == "dict.values") {
     Array items;
@@ -176,8 +209,10 @@ Value Renderer::apply_filter(const std::string& name, const Value& value, const 
   if (name == "tojson") {
     const Value* indent = keyword("indent");
     if (indent == nullptr && !args.empty()) indent = &args[0];
-    return Value::of(to_json_text(
-        value, indent != nullptr && indent->is(Value::Kind::kInt) ? static_cast<int>(indent->integer) : 0, 0));
+    const int64_t width = indent != nullptr && indent->is(Value::Kind::kInt) ? indent->integer : 0;
+    if (width > kMaxIndent)
+      fail("tojson: indent " + std::to_string(width) + " is over the limit of " + std::to_string(kMaxIndent));
+    return Value::of(to_json_text(value, width, 0));
   }
   if (name == "length" || name == "count") {
     if (value.is(Value::Kind::kString)) {
@@ -213,11 +248,7 @@ Value Renderer::apply_filter(const std::string& name, const Value& value, const 
     return name == "first" ? items.front() : items.back();
   }
   if (name == "join") {
-    const std::string separator = args.empty() ? "" : to_text(args[0]);
-    std::string text;
-    const auto items = iterate(value);
-    for (size_t i = 0; i < items.size(); ++i) text += (i ? separator : "") + to_text(items[i]);
-    return Value::of(text);
+    return Value::of(join_text(iterate(value), args.empty() ? "" : to_text(args[0])));
   }
   if (name == "reverse") {
     if (value.is(Value::Kind::kString)) return Value::of(std::string(value.text.rbegin(), value.text.rend()));
@@ -246,33 +277,39 @@ Value Renderer::apply_filter(const std::string& name, const Value& value, const 
     if (from.empty()) fail("replace: empty pattern");
     std::string out;
     size_t begin = 0;
-    for (size_t found; (found = text.find(from, begin)) != std::string::npos; begin = found + from.size())
-      out += text.substr(begin, found - begin) + to;
-    return Value::of(out + text.substr(begin));
+    for (size_t found; (found = find_in(text, from, begin)) != std::string::npos; begin = found + from.size()) {
+      check_text_size(uint64_t{out.size()} + (found - begin) + to.size(), "replace");
+      out.append(text, begin, found - begin).append(to);
+    }
+    check_text_size(uint64_t{out.size()} + (text.size() - begin), "replace");
+    return Value::of(out.append(text, begin, std::string::npos));
   }
   if (name == "items") return call_method(Value::function("dict.items", std::make_shared<Value>(value)), {});
   if (name == "int") {
-    if (value.is(Value::Kind::kInt)) return value;
-    if (value.is(Value::Kind::kFloat)) return Value::of(static_cast<int64_t>(value.number));
-    if (value.is(Value::Kind::kString)) {
-      try {
-        return Value::of(static_cast<int64_t>(std::stoll(value.text)));
-      } catch (const std::exception&) {
-        return Value::of(int64_t{0});
-      }
-    }
-    return Value::of(int64_t{0});
+    return to_int(value);
   }
-  if (name == "float") return Value::of_float(value.numeric() ? value.as_double() : 0.0);
+  if (name == "float") {
+    if (value.numeric()) return Value::of_float(value.as_double());
+    const auto parsed = value.is(Value::Kind::kString) ? parse_float(value.text) : std::nullopt;
+    return Value::of_float(parsed ? *parsed : 0.0);  // jinja2: 0.0 for what float() refuses
+  }
   if (name == "abs") {
-    if (value.is(Value::Kind::kInt)) return Value::of(value.integer < 0 ? -value.integer : value.integer);
+    if (value.is(Value::Kind::kInt)) {
+      if (value.integer == std::numeric_limits<int64_t>::min())
+        fail("integer overflow in abs: abs(" + std::to_string(value.integer) + ") does not fit in 64 bits");
+      return Value::of(value.integer < 0 ? -value.integer : value.integer);
+    }
     return Value::of_float(std::fabs(value.as_double()));
   }
   if (name == "safe" || name == "e" || name == "escape") return value;  // chat templates render unescaped
   if (name == "indent") {
     const int64_t width = args.empty() ? 4 : as_index(args[0], "indent's width");
+    if (width > kMaxIndent)
+      fail("indent: width " + std::to_string(width) + " is over the limit of " + std::to_string(kMaxIndent));
     const std::string pad(static_cast<size_t>(std::max<int64_t>(0, width)), ' ');
     std::string text = to_text(value), out;
+    const auto lines = static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n'));
+    check_text_size(uint64_t{text.size()} + lines * pad.size(), "indent");
     for (size_t i = 0; i < text.size(); ++i) {
       out += text[i];
       if (text[i] == '\n' && i + 1 < text.size() && text[i + 1] != '\n') out += pad;
@@ -323,7 +360,7 @@ bool Renderer::apply_test(const std::string& name, const Value& value, const std
 bool Renderer::contains(const Value& container, const Value& item) {
   if (container.is(Value::Kind::kString)) {
     if (!item.is(Value::Kind::kString)) fail("'in <string>' needs a string on the left");
-    return container.text.find(item.text) != std::string::npos;
+    return find_in(container.text, item.text) != std::string::npos;
   }
   if (container.is(Value::Kind::kArray))
     return std::any_of(container.array->begin(), container.array->end(),
@@ -331,6 +368,49 @@ bool Renderer::contains(const Value& container, const Value& item) {
   if (container.is(Value::Kind::kObject)) return item.is(Value::Kind::kString) && container.find(item.text) != nullptr;
   if (container.is(Value::Kind::kUndefined)) return false;
   fail(std::string("'in' a ") + kind_name(container));
+}
+
+// jinja2's int filter: int(value), else int(float(value)), else 0; a value
+// Python would hold as a big integer is an error here, not a wrong number.
+Value Renderer::to_int(const Value& value) {
+  if (value.is(Value::Kind::kInt)) return value;
+  if (value.is(Value::Kind::kBool)) return Value::of(int64_t{value.boolean ? 1 : 0});
+  double number = 0;
+  if (value.is(Value::Kind::kFloat)) {
+    number = value.number;
+  } else if (value.is(Value::Kind::kString)) {
+    const char* begin = value.text.c_str();
+    char* end = nullptr;
+    errno = 0;
+    const long long integer = std::strtoll(begin, &end, 10);
+    bool whole = end != begin;
+    while (whole && *end != '\0' && std::isspace(static_cast<unsigned char>(*end))) ++end;
+    if (whole && *end == '\0') {
+      if (errno == ERANGE) fail("int: " + base::quoted_excerpt(value.text) + " does not fit in 64 bits");
+      return Value::of(static_cast<int64_t>(integer));
+    }
+    const auto parsed = parse_float(value.text);
+    if (!parsed) return Value::of(int64_t{0});
+    number = *parsed;
+  } else {
+    return Value::of(int64_t{0});
+  }
+  if (std::isnan(number)) return Value::of(int64_t{0});  // int(nan) is a ValueError: jinja2's default
+  // 2^63 is exactly representable; every double below it truncates into range.
+  if (!(number >= -9223372036854775808.0 && number < 9223372036854775808.0))
+    fail("int: " + float_text(number) + " does not fit in 64 bits");
+  return Value::of(static_cast<int64_t>(number));
+}
+
+std::string Renderer::join_text(const std::vector<Value>& items, const std::string& separator) {
+  std::string text;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string item = to_text(items[i]);
+    check_text_size(uint64_t{text.size()} + (i ? separator.size() : 0) + item.size(), "join");
+    if (i) text += separator;
+    text += item;
+  }
+  return text;
 }
 
 }  // namespace sao::tokenizer::jinja

@@ -68,11 +68,23 @@ class Parser {
     e->line = peek().line;
     return e;
   }
+  // The depth of a finished node, bounded: a chain of 10^5 filters or
+  // operators parses without recursion but would be evaluated (and freed)
+  // by one call per level, so it is refused here like deep parentheses.
+  ExprPtr sealed(const std::shared_ptr<Expr>& e) {
+    int deepest = 0;
+    for (const auto& child : e->children)
+      if (child) deepest = std::max(deepest, child->depth);
+    for (const auto& entry : e->keywords) deepest = std::max(deepest, entry.second->depth);
+    e->depth = deepest + 1;
+    if (e->depth > kMaxNesting) fail("expressions nest deeper than " + std::to_string(kMaxNesting));
+    return e;
+  }
   ExprPtr binary(const std::string& op, ExprPtr left, ExprPtr right) {
     auto e = node(Expr::Type::kBinary);
     e->name = op;
     e->children = {std::move(left), std::move(right)};
-    return e;
+    return sealed(e);
   }
 
   ExprPtr ternary() {
@@ -91,7 +103,7 @@ class Parser {
       }
       auto e = node(Expr::Type::kTernary);
       e->children = {condition, value, otherwise};
-      value = e;
+      value = sealed(e);
     }
     return value;
   }
@@ -118,7 +130,7 @@ class Parser {
       auto e = node(Expr::Type::kUnary);
       e->name = "not";
       e->children = {not_expr()};
-      return e;
+      return sealed(e);
     }
     return compare();
   }
@@ -158,10 +170,20 @@ class Parser {
     return left;
   }
   ExprPtr product() {
-    auto left = unary();
+    auto left = power();
     while (peek_op("*") || peek_op("/") || peek_op("//") || peek_op("%")) {
       const auto op = next().text;
-      left = binary(op, left, unary());
+      left = binary(op, left, power());
+    }
+    return left;
+  }
+  // As in jinja2, ** binds tighter than * but takes unary operands and
+  // groups from the left: -2 ** 2 is 4 and 2 ** 3 ** 2 is 64.
+  ExprPtr power() {
+    auto left = unary();
+    while (peek_op("**")) {
+      next();
+      left = binary("**", left, unary());
     }
     return left;
   }
@@ -172,7 +194,7 @@ class Parser {
       auto e = node(Expr::Type::kUnary);
       e->name = op;
       e->children = {unary()};
-      return e;
+      return sealed(e);
     }
     return filtered(postfix(primary()));
   }
@@ -205,7 +227,7 @@ class Parser {
           fail("filter '" + e->name + "' is not supported");
         e->children.push_back(value);
         if (peek_op("(")) arguments(*e);
-        value = e;
+        value = sealed(e);
       } else if (peek_name("is")) {
         next();
         auto e = node(Expr::Type::kTest);
@@ -225,7 +247,7 @@ class Parser {
                     !peek_name("if") && !peek_name("in") && !peek_name("not"))) {
           e->children.push_back(postfix(primary()));  // `is equalto 3`, `x is sameas y`
         }
-        value = e;
+        value = sealed(e);
       } else {
         return value;
       }
@@ -239,7 +261,7 @@ class Parser {
         auto e = node(Expr::Type::kAttribute);
         e->name = expect_name();
         e->children = {value};
-        value = e;
+        value = sealed(e);
       } else if (peek_op("[")) {
         next();
         ExprPtr parts[3];
@@ -258,12 +280,12 @@ class Parser {
         auto e = node(slice ? Expr::Type::kSlice : Expr::Type::kIndex);
         e->children = {value, parts[0], parts[1], parts[2]};
         if (!slice && !parts[0]) fail("empty subscript");
-        value = e;
+        value = sealed(e);
       } else if (peek_op("(")) {
         auto e = node(Expr::Type::kCall);
         e->children.push_back(value);
         arguments(*e);
-        value = e;
+        value = sealed(e);
       } else {
         return value;
       }
@@ -328,7 +350,7 @@ class Parser {
               list->children.push_back(expression());
             }
             expect_op(")");
-            return list;
+            return sealed(list);
           }
           expect_op(")");
           return inner;
@@ -343,7 +365,7 @@ class Parser {
             next();
           }
           expect_op("]");
-          return list;
+          return sealed(list);
         }
         if (token.text == "{") {
           auto dict = std::make_shared<Expr>();
@@ -358,7 +380,7 @@ class Parser {
             next();
           }
           expect_op("}");
-          return dict;
+          return sealed(dict);
         }
         break;
       default:

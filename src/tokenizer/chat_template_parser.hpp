@@ -36,6 +36,7 @@ struct Expr {
   std::vector<ExprPtr> children;  // operands, list items, call/filter arguments (after the receiver)
   std::vector<std::pair<std::string, ExprPtr>> keywords;  // call/filter keyword arguments; dict entries
   bool negated = false;                                   // `is not`
+  int depth = 1;                                          // levels of nodes down to the deepest leaf
 };
 
 struct Node;

@@ -2,23 +2,69 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace sao::tokenizer::jinja {
 
+namespace {
+
+std::string json_string(const std::string& text) {
+  return OrderedJson(text).dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+}
+
+// How many of start, start + step, ... come before stop (the length of
+// Python's range), computed without overflow for any 64-bit bounds.
+uint64_t range_length(int64_t start, int64_t stop, int64_t step) {
+  const auto ustart = static_cast<uint64_t>(start), ustop = static_cast<uint64_t>(stop);
+  if (step > 0) return start < stop ? (ustop - ustart - 1) / static_cast<uint64_t>(step) + 1 : 0;
+  return start > stop ? (ustart - ustop - 1) / (uint64_t{0} - static_cast<uint64_t>(step)) + 1 : 0;
+}
+
+}  // namespace
+
+std::string Renderer::render(const Body& body) {
+  std::string out;
+  run(body, out);
+  return out;
+}
+
+void Renderer::spend_steps(uint64_t count) {
+  steps_ += count;
+  if (steps_ > kMaxSteps) fail("the template runs more than " + std::to_string(kMaxSteps) + " steps");
+}
+
+void Renderer::check_text_size(uint64_t bytes, const std::string& what) const {
+  if (bytes > kMaxTextBytes)
+    fail(what + " would make a string of more than " + std::to_string(kMaxTextBytes) + " bytes");
+}
+
+void Renderer::check_data_depth(int depth, const char* what) const {
+  if (depth > kMaxDataDepth)
+    fail(std::string(what) + ": lists and dicts nest deeper than " + std::to_string(kMaxDataDepth));
+}
+
+void Renderer::overflow(const std::string& op, int64_t x, int64_t y) const {
+  fail("integer overflow in '" + op + "': " + std::to_string(x) + " " + op + " " + std::to_string(y) +
+       " does not fit in 64 bits");
+}
+
 Flow Renderer::run(const Body& body, std::string& out) {
+  const auto write = [&](const std::string& text) {
+    if (out.size() + text.size() > kMaxOutputBytes)
+      fail("the template writes more than " + std::to_string(kMaxOutputBytes) + " bytes");
+    out += text;
+  };
   for (const auto& node : body) {
     line_ = node->line;
     // A template is data from a model directory: bounded work and output,
     // so nested range() loops end in an error, not a hang.
-    if (++steps_ > kMaxSteps) fail("the template runs more than " + std::to_string(kMaxSteps) + " steps");
-    if (out.size() > kMaxOutputBytes)
-      fail("the template writes more than " + std::to_string(kMaxOutputBytes) + " bytes");
+    spend_steps(1);
     switch (node->type) {
       case Node::Type::kText:
-        out += node->text;
+        write(node->text);
         break;
       case Node::Type::kOutput:
-        out += to_text(eval(*node->expr));
+        write(to_text(eval(*node->expr)));
         break;
       case Node::Type::kIf:
         for (const auto& [condition, branch] : node->branches) {
@@ -73,8 +119,12 @@ void Renderer::assign(const Node& node) {
 }
 
 std::vector<Value> Renderer::iterate(const Value& value) {
-  if (value.is(Value::Kind::kArray)) return *value.array;
+  if (value.is(Value::Kind::kArray)) {
+    spend_steps(value.array->size());
+    return *value.array;
+  }
   if (value.is(Value::Kind::kObject)) {
+    spend_steps(value.object->size());
     std::vector<Value> keys;
     for (const auto& [key, item] : *value.object) keys.push_back(Value::of(key));
     return keys;
@@ -90,6 +140,7 @@ std::vector<Value> Renderer::iterate(const Value& value) {
         length = 3;
       else if (lead >= 0xC0)
         length = 2;
+      spend_steps(1);
       characters.push_back(Value::of(value.text.substr(i, length)));
       i += length;
     }
@@ -117,7 +168,7 @@ void Renderer::run_for(const Node& node, std::string& out) {
   }
   const auto length = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < length; ++i) {
-    if (++steps_ > kMaxSteps) fail("the template runs more than " + std::to_string(kMaxSteps) + " steps");
+    spend_steps(1);
     scopes_.emplace_back();  // a loop body's `set` does not leak out (Jinja scoping)
     bind_targets(node, items[static_cast<size_t>(i)]);
     Object loop = {{"index0", Value::of(i)},
@@ -211,14 +262,21 @@ Value Renderer::slice(const Value& value, const Expr& e) {
   };
   const int64_t start = bound(e.children[1], step > 0 ? 0 : size - 1);
   const int64_t stop = bound(e.children[2], step > 0 ? size : -1);
-  if (value.is(Value::Kind::kString)) {
-    std::string text;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) text += value.text[static_cast<size_t>(i)];
-    return Value::of(text);
-  }
+  // Counted, not `i += step` until past stop: a step near 2^63 would overflow.
+  const uint64_t count = range_length(start, stop, step);
+  std::string text;
   Array items;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-    items.push_back((*value.array)[static_cast<size_t>(i)]);
+  int64_t i = start;
+  for (uint64_t k = 0; k < count; ++k) {
+    if (value.is(Value::Kind::kString)) {
+      text += value.text[static_cast<size_t>(i)];
+    } else {
+      spend_steps(1);
+      items.push_back((*value.array)[static_cast<size_t>(i)]);
+    }
+    if (k + 1 < count) i += step;
+  }
+  if (value.is(Value::Kind::kString)) return Value::of(std::move(text));
   return Value::of(std::move(items));
 }
 
@@ -254,28 +312,37 @@ Value Renderer::call(const Expr& e) {
       if (args.size() == 3) step = as_index(args[2], "range's step");
     }
     if (step == 0) fail("range step cannot be zero");
-    if ((stop - start) / step > 100000) fail("range of more than 100000 items");
+    const uint64_t count = range_length(start, stop, step);
+    if (count > kMaxRange) fail("range of more than " + std::to_string(kMaxRange) + " items");
+    spend_steps(count);
     Array items;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::of(i));
+    int64_t i = start;
+    for (uint64_t k = 0; k < count; ++k) {
+      items.push_back(Value::of(i));
+      if (k + 1 < count) i += step;
+    }
     return Value::of(std::move(items));
   }
   fail("function '" + name + "' is not supported");
 }
 
 Value Renderer::arithmetic(const std::string& op, const Value& a, const Value& b) {
-  if (op == "+" && a.is(Value::Kind::kString) && b.is(Value::Kind::kString)) return Value::of(a.text + b.text);
+  if (op == "+" && a.is(Value::Kind::kString) && b.is(Value::Kind::kString)) {
+    check_text_size(uint64_t{a.text.size()} + b.text.size(), "'+'");
+    return Value::of(a.text + b.text);
+  }
   if (op == "+" && a.is(Value::Kind::kArray) && b.is(Value::Kind::kArray)) {
+    spend_steps(uint64_t{a.array->size()} + b.array->size());
     Array items = *a.array;
     items.insert(items.end(), b.array->begin(), b.array->end());
     return Value::of(std::move(items));
   }
-  if (op == "*" && a.is(Value::Kind::kString) && b.is(Value::Kind::kInt)) {
-    std::string text;
-    for (int64_t i = 0; i < std::min<int64_t>(b.integer, 100000); ++i) text += a.text;
-    return Value::of(text);
-  }
+  const auto sequence = [](const Value& v) { return v.is(Value::Kind::kString) || v.is(Value::Kind::kArray); };
+  if (op == "*" && sequence(a) && b.is(Value::Kind::kInt)) return repeat(a, b.integer);
+  if (op == "*" && a.is(Value::Kind::kInt) && sequence(b)) return repeat(b, a.integer);
   if (!a.numeric() || !b.numeric())
     fail("unsupported operand types for " + op + ": " + kind_name(a) + " and " + kind_name(b));
+  if (op == "**") return power(a, b);
   const bool integers = a.is(Value::Kind::kInt) && b.is(Value::Kind::kInt);
   if (op == "/") {
     if (b.as_double() == 0) fail("division by zero");
@@ -283,13 +350,32 @@ Value Renderer::arithmetic(const std::string& op, const Value& a, const Value& b
   }
   if (integers) {
     const int64_t x = a.integer, y = b.integer;
-    if (op == "+") return Value::of(x + y);
-    if (op == "-") return Value::of(x - y);
-    if (op == "*") return Value::of(x * y);
+    int64_t result = 0;
+    if (op == "+") {
+      if (__builtin_add_overflow(x, y, &result)) overflow(op, x, y);
+      return Value::of(result);
+    }
+    if (op == "-") {
+      if (__builtin_sub_overflow(x, y, &result)) overflow(op, x, y);
+      return Value::of(result);
+    }
+    if (op == "*") {
+      if (__builtin_mul_overflow(x, y, &result)) overflow(op, x, y);
+      return Value::of(result);
+    }
     if (y == 0) fail("division by zero");
-    const int64_t floor_div = x / y - ((x % y != 0) && ((x < 0) != (y < 0)));
-    if (op == "//") return Value::of(floor_div);
-    return Value::of(x - floor_div * y);  // Python's % takes the divisor's sign
+    // x / -1 traps (SIGFPE) for the smallest x, x % -1 too; Python's
+    // answers are -x (which may not fit) and 0.
+    if (y == -1) {
+      if (op == "%") return Value::of(int64_t{0});
+      if (x == std::numeric_limits<int64_t>::min()) overflow(op, x, y);
+      return Value::of(-x);
+    }
+    // Python floors the quotient and gives the remainder the divisor's sign.
+    const int64_t remainder = x % y;
+    const bool adjust = remainder != 0 && ((remainder < 0) != (y < 0));
+    if (op == "//") return Value::of(x / y - (adjust ? 1 : 0));
+    return Value::of(adjust ? remainder + y : remainder);
   }
   const double x = a.as_double(), y = b.as_double();
   if (op == "+") return Value::of_float(x + y);
@@ -298,6 +384,142 @@ Value Renderer::arithmetic(const std::string& op, const Value& a, const Value& b
   if (y == 0) fail("division by zero");
   if (op == "//") return Value::of_float(std::floor(x / y));
   return Value::of_float(x - std::floor(x / y) * y);
+}
+
+// Python's **: exact for integers (a negative exponent gives a float),
+// an error where the result does not fit, as Python's OverflowError.
+Value Renderer::power(const Value& a, const Value& b) {
+  if (a.is(Value::Kind::kInt) && b.is(Value::Kind::kInt) && b.integer >= 0) {
+    int64_t base = a.integer, result = 1;
+    for (int64_t exponent = b.integer; exponent > 0; exponent >>= 1) {
+      if ((exponent & 1) != 0 && __builtin_mul_overflow(result, base, &result)) overflow("**", a.integer, b.integer);
+      if (exponent > 1 && __builtin_mul_overflow(base, base, &base)) overflow("**", a.integer, b.integer);
+    }
+    return Value::of(result);
+  }
+  const double x = a.as_double(), y = b.as_double();
+  if (x == 0 && y < 0) fail("division by zero (0 to a negative power)");
+  const double result = std::pow(x, y);
+  if (std::isinf(result) && std::isfinite(x) && std::isfinite(y))
+    fail("float overflow in '**': " + float_text(x) + " ** " + float_text(y));
+  if (std::isnan(result) && !std::isnan(x) && !std::isnan(y))
+    fail("'**': " + float_text(x) + " ** " + float_text(y) + " is not a real number");
+  return Value::of_float(result);
+}
+
+// Python's sequence * n: n copies (none for n <= 0), bounded before any is made.
+Value Renderer::repeat(const Value& value, int64_t count) {
+  const uint64_t copies = count > 0 ? static_cast<uint64_t>(count) : 0;
+  if (value.is(Value::Kind::kString)) {
+    const uint64_t size = value.text.size();
+    check_text_size(size > 0 && copies > kMaxTextBytes / size ? uint64_t{kMaxTextBytes} + 1 : size * copies, "'*'");
+    std::string text;
+    text.reserve(static_cast<size_t>(size * copies));
+    for (uint64_t i = 0; i < copies; ++i) text += value.text;
+    return Value::of(std::move(text));
+  }
+  const uint64_t size = value.array->size();
+  if (size > 0 && copies > kMaxSteps / size + 1) spend_steps(kMaxSteps + 1);
+  spend_steps(size * copies);
+  Array items;
+  for (uint64_t i = 0; i < copies; ++i) items.insert(items.end(), value.array->begin(), value.array->end());
+  return Value::of(std::move(items));
+}
+
+std::string Renderer::to_json_text(const Value& v, int64_t indent, int depth) {
+  check_data_depth(depth, "tojson");
+  const std::string item_separator = indent > 0 ? "," : ", ";
+  const auto padding = [&](int level) {
+    return indent > 0 ? "\n" + std::string(static_cast<size_t>(indent * level), ' ') : std::string();
+  };
+  switch (v.kind) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return "null";
+    case Value::Kind::kBool:
+      return v.boolean ? "true" : "false";
+    case Value::Kind::kInt:
+      return std::to_string(v.integer);
+    case Value::Kind::kFloat:
+      return OrderedJson(v.number).dump();
+    case Value::Kind::kString:
+      return json_string(v.text);
+    case Value::Kind::kArray:
+    case Value::Kind::kObject: {
+      const bool list = v.is(Value::Kind::kArray);
+      const size_t size = list ? v.array->size() : v.object->size();
+      if (size == 0) return list ? "[]" : "{}";
+      spend_steps(size);
+      const std::string child_pad = padding(depth + 1);
+      std::string out = list ? "[" : "{";
+      for (size_t i = 0; i < size; ++i) {
+        std::string item =
+            list ? to_json_text((*v.array)[i], indent, depth + 1)
+                 : json_string((*v.object)[i].first) + ": " + to_json_text((*v.object)[i].second, indent, depth + 1);
+        check_text_size(uint64_t{out.size()} + child_pad.size() + item.size() + 2, "tojson");
+        out += (i ? item_separator : "") + child_pad + item;
+      }
+      return out + padding(depth) + (list ? "]" : "}");
+    }
+    case Value::Kind::kFunction:
+      fail("tojson: a function cannot be serialised");
+  }
+  return "null";
+}
+
+std::string Renderer::to_text(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return v.boolean ? "True" : "False";
+    case Value::Kind::kInt:
+      return std::to_string(v.integer);
+    case Value::Kind::kFloat:
+      return float_text(v.number);
+    case Value::Kind::kString:
+      return v.text;
+    case Value::Kind::kArray:
+    case Value::Kind::kObject:
+      return to_json_text(v, 0, 0);
+    case Value::Kind::kFunction:
+      return "<function " + v.text + ">";
+  }
+  return "";
+}
+
+bool Renderer::equal(const Value& a, const Value& b, int depth) {
+  spend_steps(1);
+  check_data_depth(depth, "comparison");
+  if (a.is(Value::Kind::kInt) && b.is(Value::Kind::kInt)) return a.integer == b.integer;
+  if (a.numeric() && b.numeric()) return a.as_double() == b.as_double();
+  if (a.is(Value::Kind::kBool) && b.is(Value::Kind::kBool)) return a.boolean == b.boolean;
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.text == b.text;
+    case Value::Kind::kArray:
+      if (a.array == b.array) return true;  // Python compares a list with itself by identity
+      if (a.array->size() != b.array->size()) return false;
+      for (size_t i = 0; i < a.array->size(); ++i)
+        if (!equal((*a.array)[i], (*b.array)[i], depth + 1)) return false;
+      return true;
+    case Value::Kind::kObject:
+      if (a.object == b.object) return true;
+      if (a.object->size() != b.object->size()) return false;
+      for (const auto& [key, item] : *a.object) {
+        const auto* other = b.find(key);
+        if (other == nullptr || !equal(item, *other, depth + 1)) return false;
+      }
+      return true;
+    default:
+      return a.object == b.object && a.text == b.text;
+  }
 }
 
 bool Renderer::less(const Value& a, const Value& b) {
@@ -352,7 +574,10 @@ Value Renderer::eval(const Expr& e) {
       if (e.name == "not") return Value::of(!truthy(value));
       if (!value.numeric()) fail("unary " + e.name + " of a " + kind_name(value));
       if (e.name == "+") return value;
-      return value.is(Value::Kind::kInt) ? Value::of(-value.integer) : Value::of_float(-value.number);
+      if (value.is(Value::Kind::kFloat)) return Value::of_float(-value.number);
+      if (value.integer == std::numeric_limits<int64_t>::min())
+        fail("integer overflow in unary '-': -(" + std::to_string(value.integer) + ") does not fit in 64 bits");
+      return Value::of(-value.integer);
     }
     case Expr::Type::kTernary:
       return truthy(eval(*e.children[0])) ? eval(*e.children[1]) : eval(*e.children[2]);
@@ -369,7 +594,12 @@ Value Renderer::eval(const Expr& e) {
       const auto left = eval(*e.children[0]);
       const auto right = eval(*e.children[1]);
       line_ = e.line;
-      if (op == "~") return Value::of(to_text(left) + to_text(right));
+      if (op == "~") {
+        std::string text = to_text(left);
+        const std::string right_text = to_text(right);
+        check_text_size(uint64_t{text.size()} + right_text.size(), "'~'");
+        return Value::of(text + right_text);
+      }
       if (op == "==") return Value::of(equal(left, right));
       if (op == "!=") return Value::of(!equal(left, right));
       if (op == "<") return Value::of(less(left, right));

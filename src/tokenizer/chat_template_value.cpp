@@ -1,10 +1,97 @@
 #include "tokenizer/chat_template_value.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace sao::tokenizer::jinja {
+
+namespace {
+
+thread_local ValueAllowance* active_allowance = nullptr;
+
+}  // namespace
+
+ValueAllowance::ValueAllowance(std::size_t limit, std::function<void(std::size_t)> exhausted)
+    : limit_(limit), exhausted_(std::move(exhausted)), previous_(active_allowance) {
+  active_allowance = this;
+}
+
+ValueAllowance::~ValueAllowance() {
+  active_allowance = previous_;
+  // Emptied through a local so each item is freed by ~Value's own loop;
+  // a container freed on the way has expired by the time it is reached.
+  for (const auto& tracked : arrays_) {
+    if (const auto array = tracked.lock()) Array().swap(*array);
+  }
+  for (const auto& tracked : objects_) {
+    if (const auto object = tracked.lock()) Object().swap(*object);
+  }
+}
+
+void ValueAllowance::track(const Value& container) {
+  if (container.array) arrays_.push_back(container.array);
+  if (container.object) objects_.push_back(container.object);
+}
+
+void ValueAllowance::spend(std::size_t bytes) {
+  spent_ += bytes;
+  if (spent_ > limit_) exhausted_(limit_);
+}
+
+void Value::charge(std::size_t bytes) {
+  if (active_allowance != nullptr) active_allowance->spend(bytes);
+}
+
+void Value::track(const Value& container) {
+  if (active_allowance != nullptr) active_allowance->track(container);
+}
+
+Value::Value(const Value& other)
+    : kind(other.kind),
+      boolean(other.boolean),
+      integer(other.integer),
+      number(other.number),
+      text(other.text),
+      array(other.array),
+      object(other.object),
+      self(other.self),
+      is_namespace(other.is_namespace) {
+  charge(sizeof(Value) + text.size());
+}
+
+Value& Value::operator=(const Value& other) {
+  if (this != &other) *this = Value(other);
+  return *this;
+}
+
+// A list nested 10^5 deep would be destroyed by one recursive call per level
+// and overflow the stack. Instead the items of containers this value alone
+// owns move to a work list and are taken apart one level at a time, so each
+// destructor only ever meets containers already emptied.
+Value::~Value() {
+  if (!array && !object && !self) return;
+  std::vector<Value> pending;
+  const auto take_items = [&pending](Value& value) {
+    if (value.array && value.array.use_count() == 1) {
+      for (auto& item : *value.array) pending.push_back(std::move(item));
+      value.array->clear();
+    }
+    if (value.object && value.object.use_count() == 1) {
+      for (auto& entry : *value.object) pending.push_back(std::move(entry.second));
+      value.object->clear();
+    }
+    if (value.self && value.self.use_count() == 1) pending.push_back(std::move(*value.self));
+  };
+  take_items(*this);
+  while (!pending.empty()) {
+    Value item = std::move(pending.back());
+    pending.pop_back();
+    take_items(item);
+  }
+}
 
 Value from_json(const OrderedJson& json) {
   switch (json.type()) {
@@ -84,110 +171,19 @@ bool truthy(const Value& v) {
 std::string float_text(double d) {
   if (std::isnan(d)) return "nan";
   if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  char buffer[40];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, d);
+  char buffer[64];
+  int digits = 1;
+  for (; digits < 17; ++digits) {
+    std::snprintf(buffer, sizeof(buffer), "%.*e", digits - 1, d);
     if (std::strtod(buffer, nullptr) == d) break;
   }
+  std::snprintf(buffer, sizeof(buffer), "%.*e", digits - 1, d);
+  const int exponent = std::atoi(std::strchr(buffer, 'e') + 1);
+  if (exponent < -4 || exponent >= 16) return buffer;  // repr's switch to scientific notation
+  std::snprintf(buffer, sizeof(buffer), "%.*f", std::max(0, digits - 1 - exponent), d);
   std::string text = buffer;
-  if (text.find_first_of(".eni") == std::string::npos) text += ".0";
+  if (text.find('.') == std::string::npos) text += ".0";
   return text;
-}
-
-namespace {
-
-std::string json_string(const std::string& text) {
-  return OrderedJson(text).dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
-}
-
-}  // namespace
-
-std::string to_json_text(const Value& v, int indent, int depth) {
-  const std::string item_separator = indent > 0 ? "," : ", ";
-  const std::string pad = indent > 0 ? "\n" + std::string(static_cast<size_t>(indent * depth), ' ') : "";
-  const std::string child_pad = indent > 0 ? "\n" + std::string(static_cast<size_t>(indent * (depth + 1)), ' ') : "";
-  switch (v.kind) {
-    case Value::Kind::kUndefined:
-    case Value::Kind::kNone:
-      return "null";
-    case Value::Kind::kBool:
-      return v.boolean ? "true" : "false";
-    case Value::Kind::kInt:
-      return std::to_string(v.integer);
-    case Value::Kind::kFloat:
-      return OrderedJson(v.number).dump();
-    case Value::Kind::kString:
-      return json_string(v.text);
-    case Value::Kind::kArray: {
-      if (v.array->empty()) return "[]";
-      std::string out = "[";
-      for (size_t i = 0; i < v.array->size(); ++i)
-        out += (i ? item_separator : "") + child_pad + to_json_text((*v.array)[i], indent, depth + 1);
-      return out + pad + "]";
-    }
-    case Value::Kind::kObject: {
-      if (v.object->empty()) return "{}";
-      std::string out = "{";
-      for (size_t i = 0; i < v.object->size(); ++i) {
-        const auto& [key, item] = (*v.object)[i];
-        out += (i ? item_separator : "") + child_pad + json_string(key) + ": " + to_json_text(item, indent, depth + 1);
-      }
-      return out + pad + "}";
-    }
-    case Value::Kind::kFunction:
-      throw Error("tojson: a function cannot be serialised");
-  }
-  return "null";
-}
-
-std::string to_text(const Value& v) {
-  switch (v.kind) {
-    case Value::Kind::kUndefined:
-      return "";
-    case Value::Kind::kNone:
-      return "None";
-    case Value::Kind::kBool:
-      return v.boolean ? "True" : "False";
-    case Value::Kind::kInt:
-      return std::to_string(v.integer);
-    case Value::Kind::kFloat:
-      return float_text(v.number);
-    case Value::Kind::kString:
-      return v.text;
-    case Value::Kind::kArray:
-    case Value::Kind::kObject:
-      return to_json_text(v, 0, 0);
-    case Value::Kind::kFunction:
-      return "<function " + v.text + ">";
-  }
-  return "";
-}
-
-bool equal(const Value& a, const Value& b) {
-  if (a.numeric() && b.numeric()) return a.as_double() == b.as_double();
-  if (a.is(Value::Kind::kBool) && b.is(Value::Kind::kBool)) return a.boolean == b.boolean;
-  if (a.kind != b.kind) return false;
-  switch (a.kind) {
-    case Value::Kind::kUndefined:
-    case Value::Kind::kNone:
-      return true;
-    case Value::Kind::kString:
-      return a.text == b.text;
-    case Value::Kind::kArray:
-      if (a.array->size() != b.array->size()) return false;
-      for (size_t i = 0; i < a.array->size(); ++i)
-        if (!equal((*a.array)[i], (*b.array)[i])) return false;
-      return true;
-    case Value::Kind::kObject:
-      if (a.object->size() != b.object->size()) return false;
-      for (const auto& [key, item] : *a.object) {
-        const auto* other = b.find(key);
-        if (other == nullptr || !equal(item, *other)) return false;
-      }
-      return true;
-    default:
-      return a.object == b.object && a.text == b.text;
-  }
 }
 
 }  // namespace sao::tokenizer::jinja
