@@ -115,6 +115,57 @@ struct Pattern {
   }
 };
 
+// ---- bounds on a pipeline -------------------------------------------------
+
+// A normalizer, pre-tokenizer or decoder is a program from a model directory
+// too: a Sequence of Replace steps that each double the text would fill
+// memory, and Sequences nested without end would exhaust the stack. Real
+// pipelines swap 1-byte spaces for 3-byte "▁", add a prefix and NFKC
+// (which expands some characters up to 18-fold): far below these bounds.
+constexpr std::size_t kMaxGrowth = 64;          // output bytes per input byte ...
+constexpr std::size_t kGrowthSlack = 4096;      // ... plus this many
+constexpr int kMaxSequenceDepth = 16;           // Sequence inside Sequence
+constexpr std::size_t kMaxPipelineSteps = 256;  // components of one pipeline, Sequences included
+
+// The most bytes one run of a pipeline may hand on, from its input's size.
+class OutputBound {
+ public:
+  explicit OutputBound(std::size_t input_bytes)
+      : input_bytes_(input_bytes), max_bytes_(kMaxGrowth * input_bytes + kGrowthSlack) {}
+  void check(std::size_t bytes, const std::string& where) const {
+    if (bytes > max_bytes_)
+      throw Error(where + ": the text grows past " + std::to_string(max_bytes_) + " bytes from " +
+                  std::to_string(input_bytes_) + " (the limit is " + std::to_string(kMaxGrowth) + " x the input + " +
+                  std::to_string(kGrowthSlack) + ")");
+  }
+
+ private:
+  std::size_t input_bytes_;
+  std::size_t max_bytes_;
+};
+
+// Counts a pipeline's components and Sequence nesting while it is built.
+struct PipelineShape {
+  int depth = 0;
+  std::size_t steps = 0;
+  void add_step(const std::string& where) {
+    if (++steps > kMaxPipelineSteps)
+      throw Error(where + ": the pipeline has more than " + std::to_string(kMaxPipelineSteps) + " components");
+  }
+  void enter_sequence(const std::string& where) {
+    if (++depth > kMaxSequenceDepth)
+      throw Error(where + ": Sequences nest deeper than " + std::to_string(kMaxSequenceDepth));
+  }
+};
+
+// The size of `text` once every `from` in it is replaced by `to`.
+std::size_t replaced_size(std::string_view text, std::string_view from, std::string_view to) {
+  if (from.empty() || to.size() <= from.size()) return text.size();
+  std::size_t count = 0;
+  for (std::size_t at = text.find(from); at != std::string_view::npos; at = text.find(from, at + from.size())) ++count;
+  return text.size() + count * (to.size() - from.size());
+}
+
 // ---- GPT-2's byte <-> printable character map -----------------------------
 
 struct ByteMap {
@@ -144,7 +195,7 @@ constexpr std::string_view kGpt2Pattern =
 
 // ---- normalizers -----------------------------------------------------------
 
-using Normalizer = std::function<std::string(std::string)>;
+using Normalizer = std::function<std::string(std::string, const OutputBound&)>;
 
 std::string unicode_normal_form(const std::string& text, utf8proc_option_t options) {
   utf8proc_uint8_t* mapped = nullptr;
@@ -157,46 +208,54 @@ std::string unicode_normal_form(const std::string& text, utf8proc_option_t optio
   return out;
 }
 
-Normalizer make_normalizer(const Json& config, const std::string& where) {
+Normalizer make_normalizer(const Json& config, const std::string& where, PipelineShape& shape) {
   const std::string type = string_at(config, "type", where);
+  shape.add_step(where);
   if (type == "Sequence") {
+    shape.enter_sequence(where);
     std::vector<Normalizer> steps;
     const Json& list = require_key(config, "normalizers", where);
     if (!list.is_array()) throw Error(where + ".normalizers: expected an array");
     for (std::size_t i = 0; i < list.size(); ++i)
-      steps.push_back(make_normalizer(list[i], where + ".normalizers[" + std::to_string(i) + "]"));
-    return [steps](std::string text) {
-      for (const auto& step : steps) text = step(std::move(text));
+      steps.push_back(make_normalizer(list[i], where + ".normalizers[" + std::to_string(i) + "]", shape));
+    --shape.depth;
+    return [steps](std::string text, const OutputBound& bound) {
+      for (const auto& step : steps) text = step(std::move(text), bound);
       return text;
     };
   }
-  if (type == "NFC") return [](std::string text) { return unicode_normal_form(text, UTF8PROC_COMPOSE); };
-  if (type == "NFD") return [](std::string text) { return unicode_normal_form(text, UTF8PROC_DECOMPOSE); };
-  if (type == "NFKC") {
-    return [](std::string text) {
-      return unicode_normal_form(text, static_cast<utf8proc_option_t>(UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
+  const auto normal_form = [where](utf8proc_option_t options) -> Normalizer {
+    return [where, options](const std::string& text, const OutputBound& bound) {
+      std::string out = unicode_normal_form(text, options);
+      bound.check(out.size(), where);
+      return out;
     };
-  }
-  if (type == "NFKD") {
-    return [](std::string text) {
-      return unicode_normal_form(text, static_cast<utf8proc_option_t>(UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT));
-    };
-  }
+  };
+  if (type == "NFC") return normal_form(UTF8PROC_COMPOSE);
+  if (type == "NFD") return normal_form(UTF8PROC_DECOMPOSE);
+  if (type == "NFKC") return normal_form(static_cast<utf8proc_option_t>(UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
+  if (type == "NFKD") return normal_form(static_cast<utf8proc_option_t>(UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT));
   if (type == "Prepend") {
     const std::string prefix = string_at(config, "prepend", where);
-    return [prefix](std::string text) { return text.empty() ? text : prefix + text; };
+    return [prefix, where](std::string text, const OutputBound& bound) {
+      if (text.empty()) return text;
+      bound.check(prefix.size() + text.size(), where);
+      return prefix + text;
+    };
   }
   if (type == "Replace") {
     const Pattern pattern = Pattern::from_json(require_key(config, "pattern", where), where + ".pattern");
     const std::string content = string_at(config, "content", where);
-    return [pattern, content](std::string text) {
+    return [pattern, content, where](const std::string& text, const OutputBound& bound) {
       std::string out;
       std::size_t last = 0;
       for (const auto& [begin, end] : pattern.find_all(text)) {
+        bound.check(out.size() + (begin - last) + content.size(), where);
         out.append(text, last, begin - last);
         out += content;
         last = end;
       }
+      bound.check(out.size() + (text.size() - last), where);
       out.append(text, last, std::string::npos);
       return out;
     };
@@ -213,15 +272,15 @@ struct Piece {
   std::string text;
   bool first = false;
 };
-using PreTokenizer = std::function<std::vector<Piece>(std::vector<Piece>)>;
+using PreTokenizer = std::function<std::vector<Piece>(std::vector<Piece>, const OutputBound&)>;
 
-PreTokenizer make_pre_tokenizer(const Json& config, const std::string& where);
+PreTokenizer make_pre_tokenizer(const Json& config, const std::string& where, PipelineShape& shape);
 
 // Splits each piece at `pattern`'s matches; "Isolated" keeps matches and the
 // text between as separate pieces, "Removed" drops the matches. With
 // `invert`, the roles of matches and the text between swap.
 PreTokenizer make_split(Pattern pattern, bool keep_delimiters, bool invert) {
-  return [pattern = std::move(pattern), keep_delimiters, invert](std::vector<Piece> pieces) {
+  return [pattern = std::move(pattern), keep_delimiters, invert](std::vector<Piece> pieces, const OutputBound&) {
     std::vector<Piece> out;
     for (auto& piece : pieces) {
       auto emit = [&](std::size_t begin, std::size_t end, bool is_match) {
@@ -251,18 +310,21 @@ PreTokenizer make_byte_level(const Json& config, const std::string& where) {
     gpt2.regex = std::make_shared<base::UnicodeRegex>(kGpt2Pattern, where + " (GPT-2 pattern)");
     split = make_split(gpt2, true, false);
   }
-  return [add_prefix_space, split](std::vector<Piece> pieces) {
+  return [add_prefix_space, split, where](std::vector<Piece> pieces, const OutputBound& bound) {
     if (add_prefix_space) {
       for (auto& piece : pieces) {
         if (piece.text.empty() || piece.text[0] != ' ') piece.text.insert(0, " ");
       }
     }
-    if (split) pieces = (*split)(std::move(pieces));
+    if (split) pieces = (*split)(std::move(pieces), bound);
     const auto& map = byte_map();
+    std::size_t total = 0;  // each byte becomes 1 or 2: a Sequence of ByteLevels doubles the text each time
     for (auto& piece : pieces) {
       std::string mapped;
       mapped.reserve(piece.text.size() * 2);
       for (const char c : piece.text) mapped += map.to_char[static_cast<unsigned char>(c)];
+      total += mapped.size();
+      bound.check(total, where);
       piece.text = std::move(mapped);
     }
     return pieces;
@@ -287,9 +349,12 @@ PreTokenizer make_metaspace(const Json& config, const std::string& where) {
   if (replacement.empty()) throw Error(where + ".replacement: must not be empty");
   const std::string scheme = metaspace_scheme(config, where);
   const bool split = bool_or(config, "split", true, where);
-  return [replacement, scheme, split](std::vector<Piece> pieces) {
+  return [replacement, scheme, split, where](std::vector<Piece> pieces, const OutputBound& bound) {
     std::vector<Piece> out;
+    std::size_t total = 0;
     for (auto& piece : pieces) {
+      total += replaced_size(piece.text, " ", replacement) + replacement.size();
+      bound.check(total, where);
       replace_all(piece.text, " ", replacement);
       const bool prepend = scheme == "always" || (scheme == "first" && piece.first);
       if (prepend && piece.text.compare(0, replacement.size(), replacement) != 0) piece.text.insert(0, replacement);
@@ -310,16 +375,19 @@ PreTokenizer make_metaspace(const Json& config, const std::string& where) {
   };
 }
 
-PreTokenizer make_pre_tokenizer(const Json& config, const std::string& where) {
+PreTokenizer make_pre_tokenizer(const Json& config, const std::string& where, PipelineShape& shape) {
   const std::string type = string_at(config, "type", where);
+  shape.add_step(where);
   if (type == "Sequence") {
+    shape.enter_sequence(where);
     std::vector<PreTokenizer> steps;
     const Json& list = require_key(config, "pretokenizers", where);
     if (!list.is_array()) throw Error(where + ".pretokenizers: expected an array");
     for (std::size_t i = 0; i < list.size(); ++i)
-      steps.push_back(make_pre_tokenizer(list[i], where + ".pretokenizers[" + std::to_string(i) + "]"));
-    return [steps](std::vector<Piece> pieces) {
-      for (const auto& step : steps) pieces = step(std::move(pieces));
+      steps.push_back(make_pre_tokenizer(list[i], where + ".pretokenizers[" + std::to_string(i) + "]", shape));
+    --shape.depth;
+    return [steps](std::vector<Piece> pieces, const OutputBound& bound) {
+      for (const auto& step : steps) pieces = step(std::move(pieces), bound);
       return pieces;
     };
   }
@@ -346,7 +414,7 @@ struct DecodeToken {
   std::string text;
   bool added = false;
 };
-using Decoder = std::function<std::vector<DecodeToken>(std::vector<DecodeToken>)>;
+using Decoder = std::function<std::vector<DecodeToken>(std::vector<DecodeToken>, const OutputBound&)>;
 
 std::string bytes_from_byte_chars(std::string_view text) {
   std::string bytes;
@@ -385,23 +453,26 @@ std::optional<uint8_t> byte_token_value(std::string_view token) {
   return static_cast<uint8_t>(value);
 }
 
-Decoder make_decoder(const Json& config, const std::string& where) {
+Decoder make_decoder(const Json& config, const std::string& where, PipelineShape& shape) {
   const std::string type = string_at(config, "type", where);
+  shape.add_step(where);
   if (type == "Sequence") {
+    shape.enter_sequence(where);
     std::vector<Decoder> steps;
     const Json& list = require_key(config, "decoders", where);
     if (!list.is_array()) throw Error(where + ".decoders: expected an array");
     for (std::size_t i = 0; i < list.size(); ++i)
-      steps.push_back(make_decoder(list[i], where + ".decoders[" + std::to_string(i) + "]"));
-    return [steps](std::vector<DecodeToken> tokens) {
-      for (const auto& step : steps) tokens = step(std::move(tokens));
+      steps.push_back(make_decoder(list[i], where + ".decoders[" + std::to_string(i) + "]", shape));
+    --shape.depth;
+    return [steps](std::vector<DecodeToken> tokens, const OutputBound& bound) {
+      for (const auto& step : steps) tokens = step(std::move(tokens), bound);
       return tokens;
     };
   }
   if (type == "ByteLevel") {
     // Runs of ordinary tokens are joined and mapped back to bytes, then read
     // as UTF-8 (invalid sequences become U+FFFD); added tokens stay verbatim.
-    return [](std::vector<DecodeToken> tokens) {
+    return [](std::vector<DecodeToken> tokens, const OutputBound&) {
       std::vector<DecodeToken> out;
       std::string run;
       auto flush = [&] {
@@ -425,15 +496,20 @@ Decoder make_decoder(const Json& config, const std::string& where) {
     const Pattern pattern = Pattern::from_json(require_key(config, "pattern", where), where + ".pattern");
     if (pattern.regex) throw Error(where + ".pattern: a Regex pattern in a Replace decoder is not supported");
     const std::string content = string_at(config, "content", where);
-    return [pattern, content](std::vector<DecodeToken> tokens) {
-      for (auto& token : tokens) replace_all(token.text, pattern.literal, content);
+    return [pattern, content, where](std::vector<DecodeToken> tokens, const OutputBound& bound) {
+      std::size_t total = 0;
+      for (auto& token : tokens) {
+        total += replaced_size(token.text, pattern.literal, content);
+        bound.check(total, where);
+        replace_all(token.text, pattern.literal, content);
+      }
       return tokens;
     };
   }
   if (type == "ByteFallback") {
     // Consecutive <0xXX> tokens become their bytes: one string when they
     // are valid UTF-8, else one U+FFFD per byte.
-    return [](std::vector<DecodeToken> tokens) {
+    return [](std::vector<DecodeToken> tokens, const OutputBound&) {
       std::vector<DecodeToken> out;
       std::string bytes;
       std::size_t count = 0;
@@ -462,7 +538,7 @@ Decoder make_decoder(const Json& config, const std::string& where) {
     };
   }
   if (type == "Fuse") {
-    return [](std::vector<DecodeToken> tokens) {
+    return [](std::vector<DecodeToken> tokens, const OutputBound&) {
       DecodeToken fused;
       for (const auto& token : tokens) fused.text += token.text;
       return std::vector<DecodeToken>{fused};
@@ -477,7 +553,7 @@ Decoder make_decoder(const Json& config, const std::string& where) {
       throw Error(where + ": start and stop must be non-negative integers");
     const auto start = start_value.get<std::size_t>();
     const auto stop = stop_value.get<std::size_t>();
-    return [content, start, stop](std::vector<DecodeToken> tokens) {
+    return [content, start, stop](std::vector<DecodeToken> tokens, const OutputBound&) {
       for (auto& token : tokens) {
         for (std::size_t i = 0; i < start && token.text.compare(0, content.size(), content) == 0; ++i)
           token.text.erase(0, content.size());
@@ -493,7 +569,7 @@ Decoder make_decoder(const Json& config, const std::string& where) {
     const std::string replacement = string_at(config, "replacement", where);
     if (replacement.empty()) throw Error(where + ".replacement: must not be empty");
     const std::string scheme = metaspace_scheme(config, where);
-    return [replacement, scheme](std::vector<DecodeToken> tokens) {
+    return [replacement, scheme](std::vector<DecodeToken> tokens, const OutputBound&) {
       for (std::size_t i = 0; i < tokens.size(); ++i) {
         replace_all(tokens[i].text, replacement, " ");
         if (i == 0 && scheme != "never" && !tokens[i].text.empty() && tokens[i].text[0] == ' ')
@@ -652,9 +728,10 @@ struct HfTokenizer::Impl {
   // Normalise, pre-tokenise and BPE text that holds no added token.
   void encode_plain(std::string text, bool starts_text, std::vector<int64_t>& out) const {
     if (text.empty()) return;
-    if (normalizer) text = (*normalizer)(std::move(text));
+    const OutputBound bound(text.size());
+    if (normalizer) text = (*normalizer)(std::move(text), bound);
     std::vector<Piece> pieces{{std::move(text), starts_text}};
-    if (pre_tokenizer) pieces = (*pre_tokenizer)(std::move(pieces));
+    if (pre_tokenizer) pieces = (*pre_tokenizer)(std::move(pieces), bound);
     for (const auto& piece : pieces) bpe(piece.text, out);
   }
 
@@ -848,12 +925,13 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& tokenizer_json, const
     });
   }
 
+  PipelineShape normalizer_shape, pre_tokenizer_shape, decoder_shape;
   if (root.contains("normalizer") && !root.at("normalizer").is_null())
-    impl->normalizer = make_normalizer(root.at("normalizer"), file + ": normalizer");
+    impl->normalizer = make_normalizer(root.at("normalizer"), file + ": normalizer", normalizer_shape);
   if (root.contains("pre_tokenizer") && !root.at("pre_tokenizer").is_null())
-    impl->pre_tokenizer = make_pre_tokenizer(root.at("pre_tokenizer"), file + ": pre_tokenizer");
+    impl->pre_tokenizer = make_pre_tokenizer(root.at("pre_tokenizer"), file + ": pre_tokenizer", pre_tokenizer_shape);
   if (root.contains("decoder") && !root.at("decoder").is_null())
-    impl->decoder = make_decoder(root.at("decoder"), file + ": decoder");
+    impl->decoder = make_decoder(root.at("decoder"), file + ": decoder", decoder_shape);
 
   if (!config_json.empty()) {
     const std::string config_file = where + "/tokenizer_config.json";
@@ -934,7 +1012,10 @@ std::string HfTokenizer::decode(const std::vector<int64_t>& ids, bool skip_speci
   }
   std::string text;
   if (impl_->decoder) {
-    for (const auto& token : (*impl_->decoder)(std::move(tokens))) text += token.text;
+    std::size_t input_bytes = 0;
+    for (const auto& token : tokens) input_bytes += token.text.size();
+    const OutputBound bound(input_bytes);
+    for (const auto& token : (*impl_->decoder)(std::move(tokens), bound)) text += token.text;
   } else {
     for (std::size_t i = 0; i < tokens.size(); ++i) text += (i == 0 ? "" : " ") + tokens[i].text;
   }
