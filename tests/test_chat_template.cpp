@@ -92,6 +92,8 @@ TEST_CASE("tests, filters and tojson as transformers defines them") {
   CHECK(render("{{ 'é\"' | tojson }}") == "\"é\\\"\"");
   CHECK(render("{{ messages | length - 1 }}", kConversation) == "2");
   CHECK(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }}") == "3 -4 2 3.5");
+  CHECK(render("{{ 10.0 }} {{ 2.5 }} {{ 10.0 ** 16 }} {{ 10.0 ** 15 }} {{ 0.0001 }} {{ 0.00001 }} {{ -0.0 }}") ==
+        "10.0 2.5 1e+16 1000000000000000.0 0.0001 1e-05 -0.0");
   CHECK(render("{{ 'a' if false }}|{{ 'b' if false else 'c' }}") == "|c");
 }
 

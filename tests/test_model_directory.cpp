@@ -177,3 +177,26 @@ TEST_CASE("sao doctor --model prints the report and exits 1 when the directory i
   CHECK(result.output.find("config.json            NOT USABLE") != std::string::npos);
   CHECK(result.output.find("model_type: \"gemma3\" is not implemented") != std::string::npos);
 }
+
+// Issue 47: a downloaded chat template that divides the smallest integer by
+// -1 or chains 10^5 filters made doctor die by a signal (exit 136, 139).
+TEST_CASE("sao doctor --model names a hostile chat template's error and exits 1, not by a signal") {
+  const Directory dir("doctor_hostile");
+  const auto doctor = [&](const std::string& chat_template) {
+    std::ofstream(dir.path / "chat_template.jinja") << chat_template;
+    return sao_test::run_command(std::string(SAO_BINARY) + " doctor --model " + sao_test::quoted(dir.path.string()) +
+                                 " 2>&1");
+  };
+  const std::string where = (dir.path / "chat_template.jinja").string();
+  auto result = doctor("{{ (-9223372036854775807 - 1) // -1 }}");
+  INFO(result.output);
+  CHECK(result.exit_code == 1);
+  CHECK(result.output.find("error: " + where +
+                           ": line 1: integer overflow in '//': -9223372036854775808 // -1 does not fit in 64 bits") !=
+        std::string::npos);
+  std::string chain = "{{ 'x'";
+  for (int i = 0; i < 100000; ++i) chain += "|trim";
+  result = doctor(chain + " }}");
+  CHECK(result.exit_code == 1);
+  CHECK(result.output.find("error: " + where + ": line 1: expressions nest deeper than 200") != std::string::npos);
+}

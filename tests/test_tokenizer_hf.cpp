@@ -135,3 +135,60 @@ TEST_CASE("decode refuses ids outside the vocabulary; load refuses a directory w
   CHECK(HfTokenizer::load(dir.string()).encode("hello") == Ids{259});
   std::filesystem::remove_all(dir);
 }
+
+// A tokenizer.json is a program from a model directory too (issue 47):
+// a pipeline may grow its input at most 64-fold (+ 4096 bytes) and nest
+// Sequences 16 deep, with at most 256 components.
+TEST_CASE("normalizer, pre-tokenizer and decoder pipelines are bounded in growth and in nesting") {
+  const nlohmann::json doubling = {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "aa"}};
+  const std::string growth = " (the limit is 64 x the input + 4096)";
+  auto normalizer_chain = sentencepiece_json();
+  normalizer_chain["normalizer"] = {{"type", "Sequence"}, {"normalizers", std::vector<nlohmann::json>(30, doubling)}};
+  CHECK_THROWS_WITH_AS(
+      tokenizer_from(normalizer_chain).encode("a"),
+      ("tiny/tokenizer.json: normalizer.normalizers[12]: the text grows past 4160 bytes from 1" + growth).c_str(),
+      sao::Error);
+
+  auto byte_levels = byte_level_json();
+  byte_levels["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       std::vector<nlohmann::json>(
+           20, {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}})}};  // doubles non-ASCII
+  CHECK_THROWS_WITH_AS(
+      tokenizer_from(byte_levels).encode("\xC3\xA9"),
+      ("tiny/tokenizer.json: pre_tokenizer.pretokenizers[11]: the text grows past 4224 bytes from 2" + growth).c_str(),
+      sao::Error);
+
+  auto metaspace = byte_level_json();
+  metaspace["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", std::string(5000, 'x')}, {"prepend_scheme", "never"}, {"split", false}};
+  CHECK_THROWS_WITH_AS(tokenizer_from(metaspace).encode("a b"),
+                       ("tiny/tokenizer.json: pre_tokenizer: the text grows past 4288 bytes from 3" + growth).c_str(),
+                       sao::Error);
+
+  auto decoder_chain = sentencepiece_json();
+  decoder_chain["decoder"] = {{"type", "Sequence"}, {"decoders", std::vector<nlohmann::json>(30, doubling)}};
+  CHECK_THROWS_WITH_AS(
+      tokenizer_from(decoder_chain).decode({258}),
+      ("tiny/tokenizer.json: decoder.decoders[12]: the text grows past 4160 bytes from 1" + growth).c_str(),
+      sao::Error);
+
+  nlohmann::json nested = {{"type", "NFC"}};
+  std::string where = "tiny/tokenizer.json: normalizer";
+  for (int i = 0; i < 17; ++i) nested = {{"type", "Sequence"}, {"normalizers", {nested}}};
+  for (int i = 0; i < 16; ++i) where += ".normalizers[0]";
+  auto deep = sentencepiece_json();
+  deep["normalizer"] = nested;
+  CHECK(error_of(deep) == where + ": Sequences nest deeper than 16");
+
+  auto wide = sentencepiece_json();
+  wide["normalizer"] = {{"type", "Sequence"}, {"normalizers", std::vector<nlohmann::json>(300, {{"type", "NFC"}})}};
+  CHECK(error_of(wide) ==
+        "tiny/tokenizer.json: normalizer.normalizers[255]: the pipeline has more than 256 components");
+
+  // Within the bounds, a chain that doubles four times works.
+  auto short_chain = sentencepiece_json();
+  short_chain["normalizer"] = {{"type", "Sequence"}, {"normalizers", std::vector<nlohmann::json>(4, doubling)}};
+  CHECK(tokenizer_from(short_chain).encode("a") == Ids(16, 258));
+}
