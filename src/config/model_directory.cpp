@@ -146,28 +146,34 @@ ModelDirectoryPart inspect_tokenizer(const fs::path& dir) {
 ModelDirectoryPart inspect_chat_template(const fs::path& dir) {
   ModelDirectoryPart part{"chat template", true, {}};
   try {
-    if (!fs::exists(dir / "tokenizer_config.json")) {
-      part.lines.push_back("none (no tokenizer_config.json)");
-      return part;
-    }
-    const auto config = read_json(dir / "tokenizer_config.json");
-    if (!config.contains("chat_template") || config["chat_template"].is_null()) {
-      part.lines.push_back("none in tokenizer_config.json (a base model: prompts are plain text)");
-      return part;
-    }
-    const auto& value = config["chat_template"];
-    if (value.is_string()) {
-      part.lines.push_back("tokenizer_config.json chat_template, " + std::to_string(value.get<std::string>().size()) +
-                           " characters");
-    } else if (value.is_array()) {
-      std::string names;
-      for (const auto& entry : value) {
-        if (entry.is_object() && entry.contains("name") && entry["name"].is_string())
-          names += (names.empty() ? "" : ", ") + entry["name"].get<std::string>();
-      }
-      part.lines.push_back("tokenizer_config.json chat_template: named templates " + names);
+    // chat_template.jinja, when present, is what runs use (load_chat_template).
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(dir / "chat_template.jinja", ec))) {
+      part.lines.push_back("chat_template.jinja");
     } else {
-      throw Error((dir / "tokenizer_config.json").string() + ": chat_template: expected a string or a list");
+      if (!fs::exists(dir / "tokenizer_config.json")) {
+        part.lines.push_back("none (no tokenizer_config.json)");
+        return part;
+      }
+      const auto config = read_json(dir / "tokenizer_config.json");
+      if (!config.contains("chat_template") || config["chat_template"].is_null()) {
+        part.lines.push_back("none in tokenizer_config.json (a base model: prompts are plain text)");
+        return part;
+      }
+      const auto& value = config["chat_template"];
+      if (value.is_string()) {
+        part.lines.push_back("tokenizer_config.json chat_template, " + std::to_string(value.get<std::string>().size()) +
+                             " characters");
+      } else if (value.is_array()) {
+        std::string names;
+        for (const auto& entry : value) {
+          if (entry.is_object() && entry.contains("name") && entry["name"].is_string())
+            names += (names.empty() ? "" : ", ") + entry["name"].get<std::string>();
+        }
+        part.lines.push_back("tokenizer_config.json chat_template: named templates " + names);
+      } else {
+        throw Error((dir / "tokenizer_config.json").string() + ": chat_template: expected a string or a list");
+      }
     }
     // Parsing and one rendered turn show whether sao can use it as it stands.
     auto chat_template = tokenizer::load_chat_template(dir.string());
