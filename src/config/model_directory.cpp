@@ -7,6 +7,7 @@
 #include "model/regular_file.hpp"
 #include "model/safetensors.hpp"
 #include "model/weight_files.hpp"
+#include "tokenizer/byte_tokenizer_files.hpp"
 #include "tokenizer/chat_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 
@@ -126,6 +127,10 @@ ModelDirectoryPart inspect_tokenizer(const fs::path& dir) {
     std::string listed;
     for (const auto id : ids) listed += (listed.empty() ? "" : " ") + std::to_string(id);
     part.lines.push_back("\"" + sample + "\" -> " + listed + " -> \"" + tokenizer.decode(ids) + "\"");
+    if (tokenizer::is_byte_tokenizer_directory(dir.string()))
+      part.lines.push_back(
+          "sao's byte tokenizer: runs use it as such (every byte string, invalid UTF-8 included, "
+          "encodes to its bytes)");
     if (fs::exists(dir / "config.json")) {
       const auto config = read_json(dir / "config.json");
       if (config.contains("vocab_size") && config["vocab_size"].is_number_integer() &&

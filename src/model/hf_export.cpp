@@ -99,6 +99,7 @@ HfExportReport export_hf_directory(const CausalLM& policy, const std::string& ou
                       {{"metadata", {{"total_size", report.weight_bytes}}}, {"weight_map", weight_map}});
     }
     for (const auto& file : options.copy_files) copy_model_file(file, dir / fs::path(file).filename());
+    for (const auto& [name, json] : options.generated_files) write_json_file(dir / name, json);
     if (!options.generation_config.is_null())
       write_json_file(dir / "generation_config.json", options.generation_config);
   });
