@@ -88,6 +88,8 @@ TEST_CASE("an exported byte-level run has tokenizer files and sao doctor --model
                            "  bos \"<|bos|>\" (257), eos \"<|eos|>\" (258), pad \"<|pad|>\" (256)\n") !=
         std::string::npos);
   CHECK(doctor.output.find("  sao's byte tokenizer: runs use it as such") != std::string::npos);
+  CHECK(doctor.output.find("MANIFEST.json          ok\n  5 listed files have their recorded sizes") !=
+        std::string::npos);
   CHECK(doctor.output.find("verdict                every part above is readable by sao") != std::string::npos);
 }
 

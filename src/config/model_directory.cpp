@@ -3,6 +3,7 @@
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
+#include "model/checkpoint.hpp"
 #include "model/model_config.hpp"
 #include "model/regular_file.hpp"
 #include "model/safetensors.hpp"
@@ -37,6 +38,20 @@ std::string gigabytes(double bytes) {
 
 nlohmann::json read_json(const fs::path& path) {
   return base::parse_json_limited(model::read_regular_file(path.string(), kMaxSmallJsonBytes), path.string());
+}
+
+ModelDirectoryPart inspect_manifest(const fs::path& dir) {
+  ModelDirectoryPart part{"MANIFEST.json", true, {}};
+  try {
+    const auto checked = model::verify_checkpoint_files(dir.string());
+    part.lines.push_back(checked == 0 ? std::string("none (not written by sao): no file is checked for corruption")
+                                      : std::to_string(checked) +
+                                            " listed files have their recorded sizes and FNV-1a checksums");
+  } catch (const std::exception& error) {
+    part.usable = false;
+    part.lines.push_back(std::string("error: ") + error.what());
+  }
+  return part;
 }
 
 ModelDirectoryPart inspect_config(const fs::path& dir) {
@@ -237,6 +252,7 @@ ModelDirectoryReport inspect_model_directory(const std::string& directory) {
     report.parts.push_back({"directory", false, {"error: " + directory + " is not a directory"}});
     return report;
   }
+  report.parts.push_back(inspect_manifest(dir));
   report.parts.push_back(inspect_config(dir));
   report.parts.push_back(inspect_weights(dir));
   report.parts.push_back(inspect_tokenizer(dir));
