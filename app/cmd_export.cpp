@@ -1,6 +1,7 @@
 // `sao export CHECKPOINT --out DIR`: a sao checkpoint as a Hugging Face model
 // directory. The tokenizer files come from the model directory the run was
-// started from (recorded in the checkpoint's sao.json) or --tokenizer-from.
+// started from (recorded in the checkpoint's sao.json) or --tokenizer-from;
+// a byte-level run gets the byte tokenizer written as tokenizer.json.
 #include "app/commands.hpp"
 
 #include "app/args.hpp"
@@ -8,6 +9,8 @@
 #include "base/error.hpp"
 #include "model/checkpoint.hpp"
 #include "model/hf_export.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
+#include "tokenizer/byte_tokenizer_files.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 
 #include <nlohmann/json.hpp>
@@ -30,14 +33,12 @@ constexpr const char* kTokenizerFiles[] = {"tokenizer.json",
                                            "merges.txt",
                                            "tokenizer.model"};
 
-// eos/bos from the tokenizer, for a directory that ships no generation_config.json.
-nlohmann::json generation_config_of(const std::string& tokenizer_dir) {
-  const auto tokenizer = tokenizer::HfTokenizer::load(tokenizer_dir);
-  nlohmann::json config = {{"do_sample", true}, {"temperature", 1.0}, {"top_p", 1.0}, {"top_k", 0}};
-  if (tokenizer.bos_id() >= 0) config["bos_token_id"] = tokenizer.bos_id();
-  if (tokenizer.eos_id() >= 0) config["eos_token_id"] = tokenizer.eos_id();
-  if (tokenizer.pad_id() >= 0) config["pad_token_id"] = tokenizer.pad_id();
-  return config;
+// The byte tokenizer's files (tokenizer/byte_tokenizer_files.hpp), written
+// into the export's staging folder so they get manifest entries too.
+void add_byte_tokenizer_files(model::HfExportOptions* options) {
+  options->generated_files["tokenizer.json"] = tokenizer::byte_tokenizer_json();
+  options->generated_files["tokenizer_config.json"] = tokenizer::byte_tokenizer_config_json();
+  options->generation_config = tokenizer::generation_config_json(tokenizer::ByteTokenizer());
 }
 }  // namespace
 
@@ -68,9 +69,14 @@ int run_export(const Args& args) {
   if (tokenizer_dir.empty() && info.contains("tokenizer") && info["tokenizer"].is_string() &&
       info["tokenizer"] != "byte")
     tokenizer_dir = info["tokenizer"].get<std::string>();
-  if (tokenizer_dir.empty()) {
+  const bool byte_tokenizer = tokenizer_dir.empty() && info.value("tokenizer", nlohmann::json()) == "byte";
+  if (byte_tokenizer) {
+    add_byte_tokenizer_files(&options);
+  } else if (tokenizer_dir.empty()) {
     std::fprintf(stderr,
-                 "export: the checkpoint uses sao's byte tokenizer, which has no Hugging Face files; none copied\n");
+                 "export: %s names no tokenizer (no sao.json with a \"tokenizer\"); no tokenizer files written "
+                 "(name a directory with --tokenizer-from)\n",
+                 checkpoint.c_str());
   } else {
     for (const char* name : kTokenizerFiles) {
       const auto path = fs::path(tokenizer_dir) / name;
@@ -79,7 +85,7 @@ int run_export(const Args& args) {
     if (!fs::is_regular_file(fs::path(tokenizer_dir) / "tokenizer.json"))
       throw Error("export: " + tokenizer_dir + " has no tokenizer.json to copy");
     if (!fs::is_regular_file(fs::path(tokenizer_dir) / "generation_config.json"))
-      options.generation_config = generation_config_of(tokenizer_dir);
+      options.generation_config = tokenizer::generation_config_json(tokenizer::HfTokenizer::load(tokenizer_dir));
   }
   // A run that capped a brought model's context exports the directory's
   // own context, so the model keeps what it was built for.
@@ -96,9 +102,12 @@ int run_export(const Args& args) {
   }
   const auto& out = parsed.get("--out");
   const auto report = model::export_hf_directory(exported, out, options);
-  std::printf("export: wrote %s: %zu weight file(s), %.1f MB of %s weights, %zu tokenizer file(s) copied\n",
-              out.c_str(), report.weight_files.size(), static_cast<double>(report.weight_bytes) / 1e6,
-              parsed.get("--dtype", "fp32").c_str(), options.copy_files.size());
+  const std::string tokenizer_files = byte_tokenizer
+                                          ? std::string("sao's byte tokenizer as tokenizer.json")
+                                          : std::to_string(options.copy_files.size()) + " tokenizer file(s) copied";
+  std::printf("export: wrote %s: %zu weight file(s), %.1f MB of %s weights, %s\n", out.c_str(),
+              report.weight_files.size(), static_cast<double>(report.weight_bytes) / 1e6,
+              parsed.get("--dtype", "fp32").c_str(), tokenizer_files.c_str());
   return 0;
 }
 

@@ -45,12 +45,16 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
-// A saved small policy; returns its directory.
+// A saved small policy; returns its directory. The tests edit its files to
+// reach each content check, so it has no MANIFEST.json, as a hand-made or
+// downloaded directory has none (with one, the checksum stops the load
+// first: test_checkpoint_integrity).
 fs::path saved_checkpoint(const std::string& name, const nlohmann::json& info = {{"step", 3}}) {
   const auto dir = fresh_dir(name);
   sao::model::CausalLM policy(small_config());
   sao::model::init_weights(*policy, 11);
   sao::model::save_policy_checkpoint(dir.string(), policy, info);
+  fs::remove(dir / "MANIFEST.json");
   return dir;
 }
 

@@ -46,6 +46,8 @@ struct Directory {
     sao::model::CausalLM policy(tiny_config());
     sao::model::init_weights(*policy, 3);
     sao::model::save_policy_checkpoint(path.string(), policy, {{"stage", "sft"}});
+    // As the Hub has it: no MANIFEST.json, so the tests below can edit files.
+    fs::remove(path / "MANIFEST.json");
     std::ofstream(path / "tokenizer.json") << sao_test::byte_level_json().dump();
     std::ofstream(path / "tokenizer_config.json")
         << R"({"eos_token": "<|special|>", "chat_template": ")" << kChatTemplate << R"("})";

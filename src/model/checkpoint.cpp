@@ -286,37 +286,68 @@ void write_directory_atomically(const std::string& dir, const std::function<void
   fs::rename(complete, final_path);
 }
 
-void verify_directory(const std::string& dir) {
-  const fs::path root(dir);
-  const fs::path manifest_path = root / kManifestName;
-  std::error_code ec;
-  if (!fs::exists(fs::symlink_status(manifest_path, ec))) return;  // written before manifests existed
+namespace {
+
+nlohmann::json read_manifest_files(const fs::path& manifest_path) {
   const auto manifest = read_json(manifest_path);
   const std::string where = "checkpoint " + manifest_path.string() + ": ";
   if (!manifest.is_object() || manifest.value("format", std::string()) != kManifestFormat)
     throw Error(where + "format must be \"" + std::string(kManifestFormat) + "\"");
   if (!manifest.contains("files") || !manifest["files"].is_object()) throw Error(where + "\"files\" must be an object");
-  const auto& files = manifest["files"];
-  for (const auto& [name, entry] : files.items()) {
+  for (const auto& [name, entry] : manifest["files"].items()) {
     if (!entry.is_object() || !entry.contains("bytes") || !entry["bytes"].is_number_unsigned() ||
         !entry.contains("fnv1a64") || !entry["fnv1a64"].is_string())
       throw Error(where + "entry '" + name + "' must be {\"bytes\": N, \"fnv1a64\": HEX}");
     if (name.find("..") != std::string::npos || (!name.empty() && name[0] == '/'))
       throw Error(where + "entry '" + name + "' points outside the checkpoint");
-    const fs::path path = root / name;
-    if (!fs::exists(fs::symlink_status(path, ec))) throw Error("checkpoint " + dir + ": " + name + " is missing");
-    std::uint64_t bytes = 0;
-    const auto checksum = file_checksum(path, &bytes);
-    if (bytes != entry["bytes"].get<std::uint64_t>())
-      throw Error("checkpoint " + dir + ": " + name + " has " + std::to_string(bytes) + " bytes, the manifest says " +
-                  std::to_string(entry["bytes"].get<std::uint64_t>()));
-    if (checksum != entry["fnv1a64"].get<std::string>())
-      throw Error("checkpoint " + dir + ": " + name + " does not match its checksum (file " + checksum + ", manifest " +
-                  entry["fnv1a64"].get<std::string>() + "): corrupted");
   }
+  return manifest["files"];
+}
+
+bool has_manifest(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(dir / kManifestName, ec));
+}
+
+// Checks one manifest entry against the file; throws naming the file.
+void check_manifest_entry(const fs::path& root, const std::string& name, const nlohmann::json& entry) {
+  const std::string where = "checkpoint " + root.string() + ": ";
+  std::error_code ec;
+  const fs::path path = root / name;
+  if (!fs::exists(fs::symlink_status(path, ec))) throw Error(where + name + " is missing");
+  std::uint64_t bytes = 0;
+  const auto checksum = file_checksum(path, &bytes);
+  if (bytes != entry["bytes"].get<std::uint64_t>())
+    throw Error(where + name + " has " + std::to_string(bytes) + " bytes, the manifest says " +
+                std::to_string(entry["bytes"].get<std::uint64_t>()));
+  if (checksum != entry["fnv1a64"].get<std::string>())
+    throw Error(where + name + " does not match its checksum (file " + checksum + ", manifest " +
+                entry["fnv1a64"].get<std::string>() + "): corrupted");
+}
+
+}  // namespace
+
+void verify_directory(const std::string& dir) {
+  const fs::path root(dir);
+  if (!has_manifest(root)) return;  // written before manifests existed
+  const auto files = read_manifest_files(root / kManifestName);
+  for (const auto& [name, entry] : files.items()) check_manifest_entry(root, name, entry);
   for (const auto& name : files_under(root)) {
     if (!files.contains(name)) throw Error("checkpoint " + dir + ": " + name + " is not in the manifest");
   }
+}
+
+std::size_t verify_checkpoint_files(const std::string& dir, const std::string& only) {
+  const fs::path root(dir);
+  if (!has_manifest(root)) return 0;
+  const auto files = read_manifest_files(root / kManifestName);
+  std::size_t checked = 0;
+  for (const auto& [name, entry] : files.items()) {
+    if (!only.empty() && name != only) continue;
+    check_manifest_entry(root, name, entry);
+    ++checked;
+  }
+  return checked;
 }
 
 std::string resolve_checkpoint(const std::string& dir, std::string* notice) {
@@ -355,7 +386,8 @@ void save_policy_checkpoint(const std::string& dir, const CausalLM& policy, cons
   });
 }
 
-ModelConfig load_checkpoint_config(const std::string& dir) {
+namespace {
+ModelConfig read_checkpoint_config(const std::string& dir) {
   const fs::path path = fs::path(dir) / "config.json";
   const auto json = read_json(path);
   // Real HF configs carry keys this runtime does not use; they are ignored,
@@ -369,10 +401,19 @@ ModelConfig load_checkpoint_config(const std::string& dir) {
   }
   return model_config_from_json(json, "checkpoint " + path.string(), ConfigKind::kHuggingFace);
 }
+}  // namespace
+
+ModelConfig load_checkpoint_config(const std::string& dir) {
+  verify_checkpoint_files(dir, "config.json");
+  return read_checkpoint_config(dir);
+}
 
 CausalLM load_policy_checkpoint(const std::string& dir, nlohmann::json* info) {
   if (!fs::is_directory(dir)) throw Error("checkpoint " + dir + ": no such directory");
-  const auto config = load_checkpoint_config(dir);
+  // Every file the manifest lists, before anything is read for use: a
+  // flipped bit stops the load here, naming the file.
+  verify_checkpoint_files(dir);
+  const auto config = read_checkpoint_config(dir);
   const auto weights = read_weight_files(dir);
   check_weights_match_config(dir, config, weights.header);
   nlohmann::json stored_info = nlohmann::json::object();

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <functional>
 #include <string>
 
@@ -34,6 +35,16 @@ std::string recover_directory_swap(const std::string& dir);
 // manifest (written by an older sao) passes.
 void verify_directory(const std::string& dir);
 
+// The check every reader of a checkpoint makes before using a byte of it:
+// each file that `dir`'s MANIFEST.json lists must be there with its size
+// and checksum ("checkpoint DIR: NAME does not match its checksum (file X,
+// manifest Y): corrupted"). (An RL checkpoint's policy/ folder has a
+// manifest of its own.) Files the manifest does not list (a README added
+// to an export) are not covered, and a directory without a manifest (a
+// Hub download, or sao before manifests) passes. `only` "" checks every
+// listed file, else just that one. Returns how many files were checked.
+std::size_t verify_checkpoint_files(const std::string& dir, const std::string& only = "");
+
 // The checkpoint to resume from: `dir` after recover_directory_swap(), if it
 // verifies; otherwise `dir.previous` if that verifies. `notice` receives
 // what was repaired or why the previous copy is used ("" if neither).
@@ -41,6 +52,9 @@ void verify_directory(const std::string& dir);
 std::string resolve_checkpoint(const std::string& dir, std::string* notice = nullptr);
 
 void save_policy_checkpoint(const std::string& dir, const CausalLM& policy, const nlohmann::json& info);
+// The one loader of a policy: `sao eval`, `sao export`, `--resume`,
+// `train.init_checkpoint`, the SFT warm start, `--model DIR` and the benches
+// all load through it. It first runs verify_checkpoint_files(dir).
 // Throws sao::Error naming the file and tensor for any missing or bad content.
 // Nothing is allocated for the model until config.json (size-bounded, see
 // ModelConfig::validate) and the header of model.safetensors agree on every
@@ -49,7 +63,8 @@ void save_policy_checkpoint(const std::string& dir, const CausalLM& policy, cons
 // `info` receives sao.json (an object; empty when the file is absent). Loading
 // never runs anything a checkpoint names: sao.json is data for the caller.
 CausalLM load_policy_checkpoint(const std::string& dir, nlohmann::json* info = nullptr);
-// config.json, parsed and bounds-checked; nothing else is read.
+// config.json, checked against the manifest, parsed and bounds-checked;
+// nothing else is read.
 ModelConfig load_checkpoint_config(const std::string& dir);
 
 // Where a run keeps its checkpoints. The learner writes them and the warm

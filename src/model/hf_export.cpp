@@ -4,11 +4,14 @@
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
 #include "model/checkpoint.hpp"
+#include "model/regular_file.hpp"
 #include "model/safetensors.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 namespace sao::model {
 
@@ -25,6 +28,21 @@ void write_json_file(const fs::path& path, const nlohmann::json& json) {
   std::ofstream out(path);
   out << base::dump_json(json, 2) << "\n";
   if (!out) throw Error("export: cannot write " + path.string());
+}
+
+// Copies through RegularFile, so a tokenizer file that is a link out of its
+// model directory (or a FIFO) is refused here as it is when loaded.
+void copy_model_file(const std::string& from, const fs::path& to) {
+  const RegularFile source(from);
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  std::vector<char> chunk(1 << 20);
+  for (std::uint64_t offset = 0; offset < source.size();) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), source.size() - offset));
+    source.read_at(offset, chunk.data(), n);
+    out.write(chunk.data(), static_cast<std::streamsize>(n));
+    offset += n;
+  }
+  if (!out.flush()) throw Error("export: cannot write " + to.string());
 }
 
 std::string shard_name(size_t index, size_t count) {
@@ -80,8 +98,8 @@ HfExportReport export_hf_directory(const CausalLM& policy, const std::string& ou
       write_json_file(dir / "model.safetensors.index.json",
                       {{"metadata", {{"total_size", report.weight_bytes}}}, {"weight_map", weight_map}});
     }
-    for (const auto& file : options.copy_files)
-      fs::copy_file(file, dir / fs::path(file).filename(), fs::copy_options::overwrite_existing);
+    for (const auto& file : options.copy_files) copy_model_file(file, dir / fs::path(file).filename());
+    for (const auto& [name, json] : options.generated_files) write_json_file(dir / name, json);
     if (!options.generation_config.is_null())
       write_json_file(dir / "generation_config.json", options.generation_config);
   });

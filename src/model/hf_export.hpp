@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,9 @@ struct HfExportOptions {
   // Above this many bytes of weights the files are sharded, as
   // save_pretrained does ("5GB" is its default).
   std::uint64_t max_shard_bytes = 5'000'000'000ull;
-  std::vector<std::string> copy_files;  // copied verbatim into the directory (tokenizer files)
-  nlohmann::json generation_config;     // written as generation_config.json unless null
+  std::vector<std::string> copy_files;                    // copied verbatim into the directory (tokenizer files)
+  std::map<std::string, nlohmann::json> generated_files;  // name -> JSON written into the directory
+  nlohmann::json generation_config;                       // written as generation_config.json unless null
 };
 
 struct HfExportReport {

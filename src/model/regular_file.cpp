@@ -1,6 +1,7 @@
 // Non-blocking, type-checked opening of checkpoint files; see regular_file.hpp.
 #include "model/regular_file.hpp"
 
+#include "base/directory_boundary.hpp"
 #include "base/error.hpp"
 
 #include <fcntl.h>
@@ -43,6 +44,7 @@ RegularFile::RegularFile(const std::string& path) : path_(path) {
     throw Error(file_where(path) + "cannot access: " + std::strerror(errno));
   }
   if (!S_ISREG(before.st_mode)) fail_not_regular(path, before.st_mode);
+  base::require_path_inside_directory(path, "checkpoint ");
   fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd_ < 0) throw Error(file_where(path) + "cannot open for reading: " + std::strerror(errno));
   struct stat opened {};
@@ -54,6 +56,12 @@ RegularFile::RegularFile(const std::string& path) : path_(path) {
   if (!S_ISREG(opened.st_mode)) {
     ::close(fd_);
     fail_not_regular(path, opened.st_mode);
+  }
+  try {
+    base::require_descriptor_inside_directory(fd_, path, "checkpoint ");
+  } catch (...) {
+    ::close(fd_);
+    throw;
   }
   size_ = static_cast<std::uint64_t>(opened.st_size);
 }

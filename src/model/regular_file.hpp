@@ -4,7 +4,9 @@
 // (FIFO, device, socket, directory) is refused by name before a byte is read.
 // The open is non-blocking and the type is checked on the descriptor itself,
 // so swapping a FIFO in after the check cannot hang the load either, and the
-// size every bounds check uses is that of the file actually opened.
+// size every bounds check uses is that of the file actually opened. A link
+// that leads out of the file's directory is refused, also checked on the
+// descriptor (base/directory_boundary.hpp).
 #pragma once
 
 #include <cstddef>

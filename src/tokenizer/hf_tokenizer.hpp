@@ -82,4 +82,8 @@ class HfTokenizer final : public Tokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
+// GPT-2's printable stand-in for `byte` (the ByteLevel pre-tokenizer's
+// alphabet), as UTF-8: "A" for 0x41, U+0120 for a space.
+const std::string& byte_level_char(std::uint8_t byte);
+
 }  // namespace sao::tokenizer

@@ -3,6 +3,7 @@
 
 #include "base/error.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
+#include "tokenizer/byte_tokenizer_files.hpp"
 #include "tokenizer/chat_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 
@@ -11,7 +12,9 @@ namespace sao::tokenizer {
 std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& model_directory, const std::string& prompt_format) {
   if (prompt_format != "auto" && prompt_format != "chat" && prompt_format != "plain")
     throw Error("prompt format \"" + prompt_format + "\" is not one of auto, chat, plain");
-  if (model_directory.empty()) {
+  // An export of a byte-level run is read back as the byte tokenizer itself
+  // (byte_tokenizer_files.hpp): the same ids for every byte string.
+  if (model_directory.empty() || is_byte_tokenizer_directory(model_directory)) {
     if (prompt_format == "chat") throw Error("prompt format \"chat\" needs a model directory with a chat template");
     return std::make_shared<ByteTokenizer>();
   }

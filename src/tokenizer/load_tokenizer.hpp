@@ -11,7 +11,9 @@
 
 namespace sao::tokenizer {
 
-// `model_directory` "" gives the ByteTokenizer; otherwise HfTokenizer::load,
+// `model_directory` "" gives the ByteTokenizer, and so does a directory
+// holding the byte tokenizer's own files (an export of a byte-level run,
+// byte_tokenizer_files.hpp); otherwise HfTokenizer::load,
 // wrapped in a ChatTokenizer when `prompt_format` is "chat", or "auto" and
 // the directory has a chat template; "plain" keeps sao's plain turns.
 // Throws sao::Error for another format, or "chat" without a template.
