@@ -91,8 +91,9 @@ GatekeeperActor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig con
 // Publishes the gatekeeper with CAF's TLS on a loopback port of its own and
 // opens the gate for it on host:port (the relay's port() is the cluster
 // port). Throws sao::Error when `tls` is not enabled or it cannot listen.
-// Stop the relay before the actor system ends: that closes every cluster
-// connection, authenticated or not.
+// Keep the relay until the actor system has ended (CAF's shutdown closes the
+// relayed connections from its side); its stop_accepting() closes the port
+// and every connection that has not authenticated.
 std::unique_ptr<net::TlsRelay> publish_gatekeeper(caf::actor_system& system, const GatekeeperActor& gatekeeper,
                                                   const std::string& host, uint16_t port, const ClusterTls& tls,
                                                   const net::GateLimits& limits = {});
