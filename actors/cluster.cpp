@@ -229,17 +229,12 @@ void check_cluster_tls(const ClusterTls& tls, const std::string& flag) {
   }
 }
 
-bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
-void require_encryption(const std::string& what, const std::string& host, const ClusterTls& tls,
-                        bool insecure_plaintext) {
-  if (tls.enabled() || insecure_plaintext || is_loopback_host(host)) return;
-  throw Error(what + " " + host +
-              " is not a loopback address, and cluster traffic leaves this machine only encrypted: make "
-              "certificates with deploy/cluster-certs and pass --certs DIR on every node (or --insecure-plaintext "
-              "on a network you trust)");
+void require_cluster_tls(const std::string& what, const ClusterTls& tls) {
+  if (tls.enabled()) return;
+  throw Error(what +
+              ": --certs DIR is required: every cluster port speaks TLS with the cluster's CA, on loopback too "
+              "(no CAF byte is read before a peer proves it belongs). Make the directories with "
+              "`deploy/cluster-certs DIR learner node-1 ...` (deploy/local-cluster does it itself)");
 }
 
 void enable_cluster_networking(caf::actor_system_config& config, const ClusterTls& tls) {
@@ -255,15 +250,14 @@ void enable_cluster_networking(caf::actor_system_config& config, const ClusterTl
   }
 }
 
-uint16_t publish_gatekeeper(caf::actor_system& system, const GatekeeperActor& gatekeeper, const std::string& host,
-                            uint16_t port, const ClusterTls& tls) {
-  auto bound = tls.enabled() ? caf::openssl::publish(gatekeeper, port, host.c_str(), /*reuse=*/true)
-                             : system.middleman().publish(gatekeeper, port, host.c_str(), /*reuse=*/true);
-  if (!bound) {
-    throw Error("learner node: cannot listen on " + host + ":" + std::to_string(port) + ": " +
-                system.render(bound.error()));
-  }
-  return *bound;
+std::unique_ptr<net::TlsRelay> publish_gatekeeper(caf::actor_system& system, const GatekeeperActor& gatekeeper,
+                                                  const std::string& host, uint16_t port, const ClusterTls& tls,
+                                                  const net::GateLimits& limits) {
+  require_cluster_tls("learner node", tls);
+  // CAF listens where only this machine reaches it, and with TLS there too.
+  auto bound = caf::openssl::publish(gatekeeper, 0, "127.0.0.1", /*reuse=*/true);
+  if (!bound) throw Error("learner node: cannot listen on 127.0.0.1 for CAF: " + system.render(bound.error()));
+  return std::make_unique<net::TlsRelay>(host, port, "learner node", tls.files(), *bound, limits);
 }
 
 std::string tls_handshake_problem(const std::string& host, uint16_t port, const ClusterTls& tls) {
@@ -315,12 +309,12 @@ GatekeeperActor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig con
 JoinResult join_learner(caf::actor_system& system, const std::string& host, uint16_t port, const JoinRequest& request,
                         const ClusterTls& tls) {
   JoinResult result;
-  auto gatekeeper = tls.enabled() ? caf::openssl::remote_actor<GatekeeperActor>(system, host, port)
-                                  : system.middleman().remote_actor<GatekeeperActor>(host, port);
+  require_cluster_tls("node", tls);
+  auto gatekeeper = caf::openssl::remote_actor<GatekeeperActor>(system, host, port);
   if (!gatekeeper) {
     result.error = "cannot reach the learner at " + host + ":" + std::to_string(port) + ": " +
                    describe_error(system, gatekeeper.error());
-    if (tls.enabled() && gatekeeper.error() == caf::sec::disconnect_during_handshake) {
+    if (gatekeeper.error() == caf::sec::disconnect_during_handshake) {
       // CAF says no more than that; ask OpenSSL why, so a wrong CA reads as one.
       const auto problem = tls_handshake_problem(host, port, tls);
       if (!problem.empty()) {

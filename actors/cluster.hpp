@@ -12,20 +12,25 @@
 //   (join_atom, rollout_atom, name, actor) / (join_atom, env_atom, name, actor).
 // From then on every message is an ordinary sao message between actors.
 //
-// Encryption: with a certificate directory (deploy/cluster-certs) every
-// connection is TLS through CAF's OpenSSL module, and both sides must show a
-// certificate signed by the cluster's CA before a single BASP byte is read;
-// so a stranger cannot reach CAF's frame parser at all (a crafted header
-// crashed the learner before the handshake, and one claiming 1 GiB made it
-// allocate that). Plaintext is allowed only between loopback addresses, or
-// with an explicit --insecure-plaintext. The shared secret stays a second
-// factor on top of the certificates.
+// Encryption: every node has a certificate directory (deploy/cluster-certs)
+// and every cluster connection is TLS, both sides showing a certificate
+// signed by the cluster's CA. No CAF byte is parsed before that: the
+// learner's public port belongs to sao's gate (net/tls_relay.hpp), which
+// bounds connections that have not authenticated (count, per address, a
+// handshake deadline, a descriptor reserve) and carries authenticated ones
+// to CAF's own TLS listener on a loopback port. A crafted BASP header crashed
+// CAF 0.17.6 with SIGSEGV before its handshake, one claiming 1 GiB made it
+// allocate that, and 1,200 idle connections exhausted the learner's
+// descriptors (issue 47). There is no plaintext mode, on loopback neither.
+// The shared secret stays a second factor on top of the certificates.
 #pragma once
 
 #include "actors/cluster_tls.hpp"
 #include "actors/protocol.hpp"
+#include "net/tls_relay.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace sao::actors {
@@ -83,10 +88,15 @@ using GatekeeperActor =
 //   (start_atom, coordinator, replay, weight_sync)
 GatekeeperActor spawn_gatekeeper(caf::actor_system& system, GatekeeperConfig config);
 
-// Publishes the gatekeeper on host:port, over TLS when `tls` is enabled.
-// Returns the bound port; throws sao::Error when it cannot listen.
-uint16_t publish_gatekeeper(caf::actor_system& system, const GatekeeperActor& gatekeeper, const std::string& host,
-                            uint16_t port, const ClusterTls& tls);
+// Publishes the gatekeeper with CAF's TLS on a loopback port of its own and
+// opens the gate for it on host:port (the relay's port() is the cluster
+// port). Throws sao::Error when `tls` is not enabled or it cannot listen.
+// Keep the relay until the actor system has ended (CAF's shutdown closes the
+// relayed connections from its side); its stop_accepting() closes the port
+// and every connection that has not authenticated.
+std::unique_ptr<net::TlsRelay> publish_gatekeeper(caf::actor_system& system, const GatekeeperActor& gatekeeper,
+                                                  const std::string& host, uint16_t port, const ClusterTls& tls,
+                                                  const net::GateLimits& limits = {});
 
 // What a node gets back from a successful join.
 struct JoinGrant {

@@ -11,13 +11,13 @@ namespace sao::actors {
 // A directory made by deploy/cluster-certs for one node: ca.crt (the
 // cluster's CA), node.crt (this node's certificate, signed by it), node.key.
 struct ClusterTls {
-  std::string dir;  // "" = plaintext
+  std::string dir;  // "" = none (a cluster node refuses to start)
   bool enabled() const { return !dir.empty(); }
   std::string ca_file() const { return dir + "/ca.crt"; }
   std::string certificate_file() const { return dir + "/node.crt"; }
   std::string key_file() const { return dir + "/node.key"; }
-  // The same files for sockets sao opens itself (the bulk weight channel);
-  // empty (plaintext) when TLS is off.
+  // The same files for sockets sao opens itself (the gate, the bulk weight
+  // channel); empty when no directory is set.
   net::TlsFiles files() const {
     if (!enabled()) return {};
     return {ca_file(), certificate_file(), key_file()};
@@ -28,12 +28,8 @@ struct ClusterTls {
 // missing or unreadable.
 void check_cluster_tls(const ClusterTls& tls, const std::string& flag);
 
-// True for 127.0.0.0/8, ::1 and "localhost".
-bool is_loopback_host(const std::string& host);
-
-// Throws sao::Error unless `tls` is enabled, `host` is loopback, or
-// `insecure_plaintext` was asked for; `what` says whose address it is.
-void require_encryption(const std::string& what, const std::string& host, const ClusterTls& tls,
-                        bool insecure_plaintext);
+// Throws sao::Error naming `what` unless `tls` is enabled: every cluster
+// port speaks TLS with the cluster's CA, on loopback too (issue 47).
+void require_cluster_tls(const std::string& what, const ClusterTls& tls);
 
 }  // namespace sao::actors

@@ -13,6 +13,8 @@
 #include "base/json_parse.hpp"
 #include "model/device.hpp"
 #include "net/bulk_transfer.hpp"
+#include "net/tls_gate.hpp"
+#include "net/tls_relay.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 
 #include <caf/io/all.hpp>
@@ -46,11 +48,18 @@ void configure_system(caf::actor_system_config& config, int64_t scheduler_thread
 TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM policy, const std::string& resume_from,
                               const LearnerNodeOptions& options, const std::atomic<bool>* stop_requested) {
   if (options.secret.empty()) throw Error("learner node: a shared secret is required");
-  require_encryption("learner node: --listen", options.listen_host, options.tls, options.insecure_plaintext);
-  if (options.tls.enabled()) check_cluster_tls(options.tls, "--certs");
+  require_cluster_tls("learner node", options.tls);
+  check_cluster_tls(options.tls, "--certs");
+  // Descriptors: the gate bounds what strangers hold, and the rest of the
+  // (raised) limit stays for nodes, checkpoints and metrics.
+  const uint64_t descriptors = net::raise_descriptor_limit();
+  std::fprintf(stderr, "learner node: %llu descriptors available\n", static_cast<unsigned long long>(descriptors));
   caf::actor_system_config system_config;
   configure_system(system_config, config.train.scheduler_threads, config.train.scheduler_policy, options.tls);
   TrainOutcome outcome;
+  // Outlives the actor system: CAF's shutdown closes the relayed connections
+  // from its side, and their threads end then.
+  std::unique_ptr<net::TlsRelay> cluster_port;
   {
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
@@ -61,9 +70,8 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
     gatekeeper_config.status_path = (std::filesystem::path(config.run.dir) / "cluster_status.json").string();
     auto gatekeeper = spawn_gatekeeper(system, gatekeeper_config);
     // Listen before the run starts: a port in use must not cost a run directory.
-    uint16_t bound_port = 0;
     try {
-      bound_port = publish_gatekeeper(system, gatekeeper, options.listen_host, options.listen_port, options.tls);
+      cluster_port = publish_gatekeeper(system, gatekeeper, options.listen_host, options.listen_port, options.tls);
     } catch (const Error&) {
       self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
       throw;
@@ -73,6 +81,8 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
       try {
         bulk_server = std::make_shared<net::BulkServer>(options.listen_host, static_cast<uint16_t>(options.bulk_port),
                                                         options.secret, 2, options.tls.files());
+        std::fprintf(stderr, "learner node: weights for other processes on bulk port %u (TLS)\n",
+                     static_cast<unsigned>(bulk_server->port()));
       } catch (const Error&) {
         self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
         throw;
@@ -88,19 +98,26 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
                          caf::actor_cast<caf::actor>(replay), caf::actor_cast<caf::actor>(weight_sync));
             },
             [&](caf::error&) {});  // a coordinator that failed to start reports RunFinished below
-    std::fprintf(stderr, "learner node: listening on %s:%u (build fingerprint %s)\n", options.listen_host.c_str(),
+    const uint16_t bound_port = cluster_port->port();
+    std::fprintf(stderr, "learner node: listening on %s:%u (TLS, build fingerprint %s)\n", options.listen_host.c_str(),
                  static_cast<unsigned>(bound_port), gatekeeper_config.fingerprint.c_str());
-    if (bulk_server) {
-      std::fprintf(stderr, "learner node: weights for other processes on bulk port %u (%s)\n",
-                   static_cast<unsigned>(bulk_server->port()), bulk_server->encrypted() ? "TLS" : "plaintext");
-    } else {
-      std::fprintf(stderr, "learner node: weights travel in CAF messages (--bulk-port -1)\n");
-    }
+    if (!bulk_server) std::fprintf(stderr, "learner node: weights travel in CAF messages (--bulk-port -1)\n");
     if (!options.port_file.empty()) write_status_file(options.port_file, std::to_string(bound_port));
     auto console = start_console(system, coordinator, config);
     outcome = await_run_finished(self, coordinator, stop_requested);
     outcome.summary_json = read_summary(config.run.dir);
     console.reset();  // no requests into a system that is shutting down
+    // No new connection from here on, and the ones that never authenticated
+    // are closed: nothing held by a stranger outlives the run.
+    cluster_port->stop_accepting();
+    if (const auto gate = cluster_port->stats(); gate.accepted > gate.admitted) {
+      std::fprintf(stderr,
+                   "learner node: cluster port: %lld connection(s), %lld authenticated; %lld closed for room, %lld "
+                   "past the handshake deadline, %lld failed the handshake, %lld refused for the descriptor reserve\n",
+                   static_cast<long long>(gate.accepted), static_cast<long long>(gate.admitted),
+                   static_cast<long long>(gate.evicted), static_cast<long long>(gate.timed_out),
+                   static_cast<long long>(gate.failed_handshake), static_cast<long long>(gate.refused_reserve));
+    }
     self->send_exit(gatekeeper, caf::exit_reason::user_shutdown);
     outcome.actors_left_running = actors_left_running(system);
   }
@@ -275,8 +292,8 @@ int run_worker_node(const WorkerNodeOptions& options, const std::atomic<bool>* s
     throw Error("rollout node: --rollouts must be >= 1 and --envs >= 0");
   }
   if (options.role == "env" && options.envs < 1) throw Error("env node: --envs must be >= 1");
-  require_encryption("node: --join", options.learner_host, options.tls, options.insecure_plaintext);
-  if (options.tls.enabled()) check_cluster_tls(options.tls, "--certs");
+  require_cluster_tls(what, options.tls);
+  check_cluster_tls(options.tls, "--certs");
   caf::actor_system_config system_config;
   configure_system(system_config, options.scheduler_threads, options.scheduler_policy, options.tls);
   caf::actor_system system{system_config};

@@ -25,15 +25,14 @@ struct LearnerNodeOptions {
   std::string listen_host = "127.0.0.1";
   // 0: the OS picks one (written to port_file).
   uint16_t listen_port = kDefaultClusterPort;
-  std::string port_file;            // receives the bound port once the learner listens ("" = none)
-  std::string secret;               // nodes must present it to join
-  int64_t local_rollouts = 0;       // rollout actors in the learner's own process
-  ClusterTls tls;                   // certificates (deploy/cluster-certs); "" = plaintext, loopback only
-  bool insecure_plaintext = false;  // allow plaintext on a non-loopback address
+  std::string port_file;       // receives the bound port once the learner listens ("" = none)
+  std::string secret;          // nodes must present it to join
+  int64_t local_rollouts = 0;  // rollout actors in the learner's own process
+  ClusterTls tls;              // certificates (deploy/cluster-certs); required
   // Weights for other processes travel beside CAF, from a bulk server on
   // listen_host at this port (net/bulk_transfer.hpp): 0 = any free port,
-  // -1 = off (weights in CAF messages). TLS with the node's certificates
-  // when `tls` is enabled, as every other cluster connection.
+  // -1 = off (weights in CAF messages). TLS with the node's certificates,
+  // behind the same gate as the cluster port (net/tls_gate.hpp).
   int32_t bulk_port = 0;
 };
 
@@ -49,8 +48,7 @@ struct WorkerNodeOptions {
   std::string learner_host;
   uint16_t learner_port = kDefaultClusterPort;
   std::string secret;
-  ClusterTls tls;
-  bool insecure_plaintext = false;
+  ClusterTls tls;        // required
   int64_t rollouts = 1;  // rollout actors on this node (role rollout)
   // Env actors on this node. Rollout node: rollout i uses env i % envs; 0 =
   // use env nodes' envs (the coordinator assigns one). Env node: >= 1.

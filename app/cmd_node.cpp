@@ -64,10 +64,9 @@ int run_learner(const ParsedArgs& parsed) {
     throw Error("--local-rollouts must be in [0, 1024], got " + std::to_string(options.local_rollouts));
   options.secret = cluster_secret(parsed);
   options.tls.dir = parsed.get("--certs");
-  options.insecure_plaintext = parsed.has("--insecure-plaintext");
-  // Before the warm start: a refused address must not cost an SFT run.
-  actors::require_encryption("learner node: --listen", options.listen_host, options.tls, options.insecure_plaintext);
-  if (options.tls.enabled()) actors::check_cluster_tls(options.tls, "--certs");
+  // Before the warm start: missing certificates must not cost an SFT run.
+  actors::require_cluster_tls("learner node", options.tls);
+  actors::check_cluster_tls(options.tls, "--certs");
   const auto started = std::chrono::steady_clock::now();
   auto start = prepare_training(parsed, "node");
   const auto& config = start.config;
@@ -107,7 +106,6 @@ int run_worker(const ParsedArgs& parsed, const std::string& role) {
   options.status_file = parsed.get("--status-file");
   options.secret = cluster_secret(parsed);
   options.tls.dir = parsed.get("--certs");
-  options.insecure_plaintext = parsed.has("--insecure-plaintext");
   // Only this node's own settings come from its config: threads and the scheduler.
   const auto config = load_config_from_args(parsed);
   report::configure_threads(config.threads.train_intra_op);
@@ -139,13 +137,18 @@ int run_node(const Args& args) {
   specs.push_back({"--status-file", true, false, "rollout/env: rewrite this node's status JSON here every 2 s"});
   specs.push_back({"--secret-file", true, false, "shared cluster secret (first line); else $SAO_CLUSTER_SECRET"});
   specs.push_back({"--certs", true, false,
-                   "TLS: this node's directory from deploy/cluster-certs (ca.crt, node.crt, node.key); needed "
-                   "for any non-loopback address"});
-  specs.push_back({"--insecure-plaintext", false, false, "allow unencrypted cluster traffic off loopback"});
+                   "TLS: this node's directory from deploy/cluster-certs (ca.crt, node.crt, node.key); required "
+                   "(every cluster port speaks TLS, on loopback too)"});
+  specs.push_back({"--insecure-plaintext", false, false, "removed: a cluster never speaks plaintext (see --certs)"});
   const auto parsed = parse_args("node", specs, args);
   if (parsed.has("--help")) {
     std::printf("usage: sao node --role learner|rollout|env [options]\n%s", flags_help(specs).c_str());
     return 0;
+  }
+  if (parsed.has("--insecure-plaintext")) {
+    throw Error(
+        "--insecure-plaintext was removed: plaintext let one crafted frame crash the learner before any check; "
+        "pass --certs DIR (deploy/cluster-certs makes them)");
   }
   const auto role = parsed.get("--role");
   if (role == "learner") return run_learner(parsed);

@@ -5,13 +5,15 @@
 // SIGKILL of a rollout process is survived with its in-flight episodes
 // counted lost, that the restarted process rejoins, that a learner killed and
 // restarted with --resume gets both nodes back without touching them, and
-// that stopping the cluster leaves no process behind.
+// that stopping the cluster leaves no process behind; and that the header
+// which once crashed the learner before any handshake reaches nothing.
 #include "test_process_helpers.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -151,9 +153,12 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
     const auto wrong_secret = cluster.dir / "wrong_secret";
     std::ofstream(wrong_secret) << "not the secret\n";
     const auto intruder_log = cluster.dir / "intruder.log";
-    const int exit_code = run(std::string(SAO_BINARY) + " node --role rollout --name intruder --join 127.0.0.1:" +
-                              std::to_string(std::stoi(read_file(cluster.state / "port"))) + " --secret-file " +
-                              wrong_secret.string() + " >" + intruder_log.string() + " 2>&1");
+    REQUIRE(run(std::string(SAO_SOURCE_DIR) + "/deploy/cluster-certs " + (cluster.state / "certs").string() +
+                " intruder > /dev/null") == 0);
+    const int exit_code =
+        run(std::string(SAO_BINARY) + " node --role rollout --name intruder --join 127.0.0.1:" +
+            std::to_string(std::stoi(read_file(cluster.state / "port"))) + " --secret-file " + wrong_secret.string() +
+            " --certs " + (cluster.state / "certs" / "intruder").string() + " >" + intruder_log.string() + " 2>&1");
     CHECK(exit_code == 2);
     CHECK(read_file(intruder_log).find("learner refused the join: wrong cluster secret") != std::string::npos);
     CHECK(cluster.log("learner").find("refused node 'intruder': wrong cluster secret") != std::string::npos);
@@ -162,7 +167,8 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
     const auto twin_log = cluster.dir / "twin.log";
     CHECK(run(std::string(SAO_BINARY) + " node --role rollout --name node-1 --join 127.0.0.1:" +
               std::to_string(std::stoi(read_file(cluster.state / "port"))) + " --secret-file " +
-              (cluster.state / "secret").string() + " >" + twin_log.string() + " 2>&1") == 2);
+              (cluster.state / "secret").string() + " --certs " + (cluster.state / "certs" / "node-1").string() + " >" +
+              twin_log.string() + " 2>&1") == 2);
     CHECK(read_file(twin_log).find("the name 'node-1' is in use by a connected node") != std::string::npos);
 
     // A second learner for the same run and port fails to listen before it
@@ -171,8 +177,9 @@ TEST_CASE("local cluster: two rollout processes feed one learner, survive SIGKIL
     const auto second_log = cluster.dir / "second_learner.log";
     CHECK(run(std::string(SAO_BINARY) + " node --role learner --run-dir " + cluster.dir.string() +
               " --listen 127.0.0.1:" + std::to_string(std::stoi(read_file(cluster.state / "port"))) +
-              " --secret-file " + (cluster.state / "secret").string() + kLearnerArgs + " >" + second_log.string() +
-              " 2>&1") == 1);
+              " --secret-file " + (cluster.state / "secret").string() + " --certs " +
+              (cluster.state / "certs" / "learner").string() + kLearnerArgs + " >" + second_log.string() + " 2>&1") ==
+          1);
     CHECK(read_file(second_log).find("learner node: cannot listen on 127.0.0.1:") != std::string::npos);
     CHECK(fs::file_size(cluster.dir / "metrics.jsonl") >= metrics_before);
   }
@@ -268,4 +275,40 @@ TEST_CASE("local cluster: an env process serves a rollout process that has no en
   CHECK_FALSE(cluster.alive("learner"));
   CHECK_FALSE(cluster.alive("node-1"));
   CHECK_FALSE(cluster.alive("env-1"));
+}
+
+TEST_CASE("local cluster: a BASP header sent before any handshake reaches nothing; the learner serves on") {
+  LocalCluster cluster("basp");
+  REQUIRE(cluster.start(1) == 0);
+  INFO("learner log:\n" << cluster.log("learner"));
+  REQUIRE(wait_for(cluster, kCatchUpCap, [](const nlohmann::json& s) {
+    return number(s, "coordinator", "steps") >= 3 && number(s, "replay", kNode1) > 0;
+  }));
+  // The header that crashed the plaintext learner with SIGSEGV inside
+  // libcaf_io 0.17.6 (operation 0 = server handshake, payload length 0,
+  // operation data 1), then one claiming a 1 GiB payload. The learner's
+  // port closes each connection once it is not a TLS handshake.
+  const int port = std::stoi(read_file(cluster.state / "port"));
+  for (const uint32_t payload : {0u, 1u << 30}) {
+    std::string header(32, '\0');
+    for (int i = 0; i < 4; ++i) header[4 + i] = static_cast<char>((payload >> (24 - 8 * i)) & 0xff);
+    header[15] = 1;
+    const int fd = sao_test::connect_loopback(port);
+    REQUIRE(::send(fd, header.data(), header.size(), MSG_NOSIGNAL) == 32);
+    char reply[512];
+    while (::recv(fd, reply, sizeof(reply), 0) > 0) {
+    }
+    ::close(fd);
+  }
+  CHECK(cluster.alive("learner"));
+  // Still serving its node: more steps on more of its trajectories.
+  const auto before = cluster.status();
+  CHECK(wait_for(cluster, kCatchUpCap, [&](const nlohmann::json& s) {
+    return number(s, "coordinator", "steps") >= number(before, "coordinator", "steps") + 3 &&
+           number(s, "replay", kNode1) > number(before, "replay", kNode1) &&
+           number(s, "coordinator", "remote_rollouts") == 1;
+  }));
+  CHECK(cluster.stop() == 0);
+  CHECK(cluster.log("learner").find("node: finished (stopped on request)") != std::string::npos);
+  CHECK(cluster.log("learner").find("learner node: listening on 127.0.0.1:") != std::string::npos);
 }

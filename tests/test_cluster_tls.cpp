@@ -5,15 +5,19 @@
 // whose certificate comes from another CA is refused with a message that
 // says so and does not retry; a node with the right certificate joins,
 // takes its weights through the TLS bulk channel, and the run finishes its
-// budget; and plaintext off loopback is refused at
-// start on both sides.
+// budget; a flood of idle connections at both ports holds no more than the
+// gate allows, so a node still joins and a stop still ends the run with its
+// final checkpoint; and a node without certificates is refused at start,
+// on loopback too.
 #include "test_process_helpers.hpp"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +30,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -46,12 +51,13 @@ std::string read_file(const fs::path& path) {
   return sao_test::read_text(path);
 }
 
-// Starts `command` with its output in `log`; returns the pid.
-pid_t start(const std::string& command, const fs::path& log) {
+// Starts `command` with its output in `log` (after `shell_setup`, e.g. a
+// ulimit); returns the pid.
+pid_t start(const std::string& command, const fs::path& log, const std::string& shell_setup = "") {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    const std::string line = "exec " + command + " > '" + log.string() + "' 2>&1";
+    const std::string line = shell_setup + "exec " + command + " > '" + log.string() + "' 2>&1";
     ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -156,15 +162,115 @@ TEST_CASE("TLS cluster: raw frames reach nothing, another CA is refused, the rig
   CHECK(learner_log.find("could not read from the bulk channel") == std::string::npos);
 }
 
-TEST_CASE("plaintext off loopback and a bad bulk port are refused at start, naming the fix") {
+// Waits until `text` is in the learner's log; fails if the learner exits first.
+void await_log(pid_t learner, const fs::path& log, const std::string& text) {
+  while (read_file(log).find(text) == std::string::npos) {
+    int status = 0;
+    REQUIRE_MESSAGE(::waitpid(learner, &status, WNOHANG) == 0, read_file(log));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// Idle TCP connections to 127.0.0.1:port, as a stranger holds them.
+std::vector<int> hold_connections(int port, int count) {
+  std::vector<int> held;
+  for (int i = 0; i < count; ++i) held.push_back(sao_test::connect_loopback(port));
+  return held;
+}
+
+TEST_CASE("a flood of idle connections at both ports: a node still joins, stop still checkpoints and exits") {
+  TlsCluster cluster;
+  // This process holds 2,400 connections; the learner gets a limit of 1,024
+  // descriptors (soft and hard), which 1,200 idle plaintext connections once
+  // exhausted, so that its checkpoint failed with "Too many open files".
+  rlimit limit{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &limit) == 0);
+  limit.rlim_cur = limit.rlim_max;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &limit) == 0);
+  REQUIRE(limit.rlim_cur > 2600);
+  const auto port_file = cluster.dir / "port";
+  const auto log = cluster.dir / "learner.log";
+  const auto run_dir = cluster.dir / "run";
+  const pid_t learner = start(cluster.node("learner", (cluster.dir / "certs" / "learner").string()) +
+                                  " --listen 127.0.0.1:0 --port-file '" + port_file.string() + "' --run-dir '" +
+                                  run_dir.string() + "' --steps 1000000" + kTinyRun,
+                              log, "ulimit -n 1024 && ");
+  await_log(learner, log, "learner node: weights for other processes on bulk port ");
+  while (read_file(port_file).empty()) await_log(learner, log, "learner node: listening on");
+  const int port = std::stoi(read_file(port_file));
+  const auto bulk_at = read_file(log).find("bulk port ") + std::string("bulk port ").size();
+  const int bulk_port = std::stoi(read_file(log).substr(bulk_at));
+
+  // More idle connections than the learner has descriptors, at each port,
+  // some with the first bytes of a ClientHello that never finishes.
+  auto held = hold_connections(port, 1200);
+  auto held_bulk = hold_connections(bulk_port, 1200);
+  const std::string partial_hello("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", 11);
+  for (size_t i = 0; i < held.size(); i += 10) {
+    [[maybe_unused]] auto sent = ::send(held[i], partial_hello.data(), partial_hello.size(), MSG_NOSIGNAL);
+  }
+
+  // A node with the cluster's certificate joins and its rollouts feed the
+  // learner, weights through the bulk port included.
+  const pid_t node = start(cluster.node("rollout", (cluster.dir / "certs" / "node-1").string()) +
+                               " --join 127.0.0.1:" + std::to_string(port) + " --name node-1",
+                           cluster.dir / "node.log");
+  await_log(learner, log, "gatekeeper: node 'node-1' joined as rollout node #1");
+  await_log(learner, log, "node-1/rollout-0 (cpu) receives weights by bulk_channel");
+  while (true) {
+    const auto status = nlohmann::json::parse(read_file(run_dir / "cluster_status.json"), nullptr, false);
+    if (status.is_object() && status.contains("coordinator") && status["coordinator"].value("steps", 0.0) >= 3) break;
+    await_log(learner, log, "learner node: listening on");  // fails the test if the learner has exited
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+
+  // The node connected after the whole flood, so by its join every flood
+  // connection had been accepted, and all but the newest 16 pending from
+  // this address (the per-address bound) were closed to make room.
+  const auto closed_by_learner = [](const std::vector<int>& fds) {
+    int closed = 0;
+    for (int fd : fds) {
+      char byte = 0;
+      if (::recv(fd, &byte, 1, MSG_DONTWAIT) == 0) ++closed;
+    }
+    return closed;
+  };
+  CHECK(closed_by_learner(held) >= 1200 - 16);
+  CHECK(closed_by_learner(held_bulk) >= 1200 - 16);
+
+  // Stop while the flood is still held: the final checkpoint and the summary
+  // are written and the learner exits.
+  REQUIRE(::kill(learner, SIGTERM) == 0);
+  const int learner_exit = wait_exit(learner);
+  const auto learner_log = read_file(log);
+  INFO(learner_log);
+  INFO(read_file(cluster.dir / "node.log"));
+  CHECK(learner_exit == 0);
+  CHECK(learner_log.find("node: finished (stopped on request)") != std::string::npos);
+  CHECK(learner_log.find("Too many open files") == std::string::npos);
+  CHECK(fs::exists(run_dir / "checkpoint" / "policy"));
+  CHECK(fs::exists(run_dir / "summary.json"));
+  CHECK(learner_log.find("learner node: cluster port: ") != std::string::npos);
+  for (int fd : held) ::close(fd);
+  for (int fd : held_bulk) ::close(fd);
+  ::kill(node, SIGTERM);
+  wait_exit(node);
+}
+
+TEST_CASE("a node without certificates is refused at start, on loopback too, naming the fix") {
   TlsCluster cluster;
   const auto log = cluster.dir / "plain.log";
-  CHECK(shell(cluster.node("learner", "") + " --listen 0.0.0.0:0 --run-dir '" + (cluster.dir / "run").string() + "'" +
+  CHECK(shell(cluster.node("learner", "") + " --listen 127.0.0.1:0 --run-dir '" + (cluster.dir / "run").string() + "'" +
               kTinyRun + " > '" + log.string() + "' 2>&1") != 0);
-  CHECK(read_file(log).find("0.0.0.0 is not a loopback address") != std::string::npos);
+  CHECK(read_file(log).find("learner node: --certs DIR is required: every cluster port speaks TLS with the "
+                            "cluster's CA, on loopback too") != std::string::npos);
   CHECK(read_file(log).find("deploy/cluster-certs") != std::string::npos);
-  CHECK(shell(cluster.node("rollout", "") + " --join 10.1.2.3:7000 > '" + log.string() + "' 2>&1") != 0);
-  CHECK(read_file(log).find("10.1.2.3 is not a loopback address") != std::string::npos);
+  CHECK_FALSE(fs::exists(cluster.dir / "run"));  // refused before the warm start
+  CHECK(shell(cluster.node("rollout", "") + " --join 127.0.0.1:7000 > '" + log.string() + "' 2>&1") != 0);
+  CHECK(read_file(log).find("rollout node: --certs DIR is required") != std::string::npos);
+  CHECK(shell(cluster.node("rollout", "") + " --insecure-plaintext --join 10.1.2.3:7000 > '" + log.string() +
+              "' 2>&1") != 0);
+  CHECK(read_file(log).find("--insecure-plaintext was removed") != std::string::npos);
   CHECK(shell(cluster.node("rollout", (cluster.dir / "missing").string()) + " --join 127.0.0.1:7000 > '" +
               log.string() + "' 2>&1") != 0);
   CHECK(read_file(log).find("cannot read") != std::string::npos);

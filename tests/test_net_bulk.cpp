@@ -250,7 +250,9 @@ TEST_CASE("bulk over TLS: the cluster's certificates carry the bytes; another CA
   const auto plain_error = error_of(plain, 1, bytes->size());
   CHECK_MESSAGE(plain_error.rfind(address + "reply: ", 0) == 0, plain_error);
   CHECK_MESSAGE(plain_error.find(" of 32 bytes") != std::string::npos, plain_error);
-  CHECK(server.stats().refused == 2);
+  // Both were stopped at the gate (net/tls_gate.hpp): no request was read.
+  CHECK(server.gate_stats().failed_handshake == 2);
+  CHECK(server.stats().refused == 0);
   CHECK(server.stats().served == 2);
 
   // A TLS client to a plaintext server fails its handshake, and says so.
@@ -263,6 +265,37 @@ TEST_CASE("bulk over TLS: the cluster's certificates carry the bytes; another CA
   // Certificate files that are not there are named.
   CHECK_THROWS_WITH(BulkServer("127.0.0.1", 0, "s3cret", 2, files("missing")),
                     doctest::Contains(("bulk server: cannot load " + (dir / "missing" / "node.crt").string()).c_str()));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("bulk over TLS: 600 idle connections held open do not lock a node out") {
+  const auto dir = std::filesystem::temp_directory_path() / ("sao_bulk_flood_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string certs_script = std::string(SAO_SOURCE_DIR) + "/deploy/cluster-certs";
+  REQUIRE(std::system((certs_script + " '" + dir.string() + "' learner node-1 > /dev/null").c_str()) == 0);
+  const auto files = [&](const std::string& node) {
+    return sao::net::TlsFiles{(dir / node / "ca.crt").string(), (dir / node / "node.crt").string(),
+                              (dir / node / "node.key").string()};
+  };
+  BulkServer server("127.0.0.1", 0, "s3cret", 2, files("learner"));
+  publish(server, 1, pattern(4096, 1));
+  // More than the server once had connection threads (256), each of which
+  // an idle stranger held for its 10-minute idle timeout.
+  std::vector<int> idle;
+  for (int i = 0; i < 600; ++i) {
+    std::string problem;
+    idle.push_back(sao::base::connect_tcp("127.0.0.1", server.port(), kTimeoutMs, &problem));
+    REQUIRE_MESSAGE(idle.back() >= 0, problem);
+  }
+  BulkClient node("127.0.0.1", server.port(), "s3cret", kTimeoutMs, files("node-1"));
+  std::vector<char> into;
+  CHECK(node.fetch(1, 4096, into) == BulkStatus::kOk);
+  CHECK(into == *pattern(4096, 1));
+  const auto gate = server.gate_stats();
+  CHECK(gate.accepted == 601);
+  CHECK(gate.admitted == 1);
+  CHECK(gate.evicted == 601 - sao::net::GateLimits{}.max_pending_per_address);
+  for (int fd : idle) ::close(fd);
   std::filesystem::remove_all(dir);
 }
 

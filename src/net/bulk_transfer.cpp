@@ -83,37 +83,18 @@ const char* status_name(uint32_t status) {
 }  // namespace
 
 BulkServer::BulkServer(const std::string& host, uint16_t port, std::string secret, size_t versions_kept,
-                       const TlsFiles& tls)
+                       const TlsFiles& tls, const GateLimits& limits)
     : secret_(std::move(secret)), versions_kept_(versions_kept < 1 ? 1 : versions_kept) {
   if (secret_.empty()) throw Error("bulk server: a secret is required");
-  if (tls.enabled()) tls_ = std::make_unique<TlsContext>(tls, /*server=*/true, "bulk server");
-  listen_fd_ = base::listen_tcp(host, port, "bulk server", &port_);
-  if (::pipe2(wake_pipe_, O_CLOEXEC) != 0) {
-    ::close(listen_fd_);
-    throw Error(std::string("bulk server: cannot create a pipe: ") + std::strerror(errno));
-  }
-  acceptor_ = std::thread([this] { accept_loop(); });
+  gate_ = std::make_unique<TlsGate>(
+      host, port, "bulk server", tls, limits, [this](std::unique_ptr<AdmittedConnection> connection) {
+        threads_.spawn(std::move(connection), [this](AdmittedConnection& admitted) { serve(admitted); });
+      });
 }
 
 BulkServer::~BulkServer() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    for (int fd : connections_) ::shutdown(fd, SHUT_RDWR);
-  }
-  const char byte = 0;
-  [[maybe_unused]] auto wrote = ::write(wake_pipe_[1], &byte, 1);
-  acceptor_.join();
-  // No new connection threads now; wait for the open ones to see the shutdown.
-  std::map<uint64_t, std::thread> threads;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    threads.swap(threads_);
-  }
-  for (auto& item : threads) item.second.join();
-  ::close(listen_fd_);
-  ::close(wake_pipe_[0]);
-  ::close(wake_pipe_[1]);
+  gate_->stop();  // first: no new connection reaches the threads
+  threads_.stop();
 }
 
 void BulkServer::publish(int64_t version, const char* data, uint64_t size, std::shared_ptr<const void> owner) {
@@ -144,51 +125,11 @@ void BulkServer::count(BulkStatus status, uint64_t bytes) {
   }
 }
 
-void BulkServer::accept_loop() {
-  for (;;) {
-    pollfd items[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
-    if (::poll(items, 2, -1) < 0 && errno != EINTR) return;
-    std::vector<std::thread> done;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stopping_) return;
-      for (uint64_t id : finished_) {
-        done.push_back(std::move(threads_[id]));
-        threads_.erase(id);
-      }
-      finished_.clear();
-    }
-    for (auto& thread : done) thread.join();
-    if ((items[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_ || connections_.size() >= kBulkMaxConnections) {
-      ++stats_.refused;
-      ::close(fd);
-      continue;
-    }
-    connections_.insert(fd);
-    const uint64_t id = next_connection_++;
-    threads_[id] = std::thread([this, fd, id] {
-      serve(fd);
-      std::lock_guard<std::mutex> guard(mutex_);
-      connections_.erase(fd);
-      ::close(fd);
-      finished_.push_back(id);
-    });
-  }
-}
-
-void BulkServer::serve(int fd) {
-  base::set_blocking_with_timeouts(fd, kServerIdleMs);
-  enlarge_buffers(fd);
+void BulkServer::serve(AdmittedConnection& connection) {
+  base::set_blocking_with_timeouts(connection.fd(), kServerIdleMs);
+  enlarge_buffers(connection.fd());
   std::string problem;
-  Link link(fd);
-  if (tls_ && !link.start_tls(*tls_, &problem)) {
-    count(BulkStatus::kRefused, 0);  // no certificate of this cluster: nothing is read
-    return;
-  }
+  Link& link = connection.link();
   for (;;) {
     char header[kRequestHeader];
     if (!link.receive_all(header, sizeof(header), &problem)) return;  // the client is done (or gone)

@@ -21,6 +21,7 @@
 // without a certificate signed by the cluster's CA gets nothing.
 #pragma once
 
+#include "net/tls_gate.hpp"
 #include "net/tls_link.hpp"
 
 #include <cstdint>
@@ -36,7 +37,6 @@ namespace sao::net {
 
 inline constexpr char kBulkMagic[8] = {'S', 'A', 'O', 'B', 'U', 'L', 'K', '1'};
 inline constexpr uint32_t kBulkMaxSecret = 4096;
-inline constexpr size_t kBulkMaxConnections = 256;
 
 enum class BulkStatus : uint32_t {
   kOk = 0,
@@ -49,12 +49,13 @@ enum class BulkStatus : uint32_t {
 struct BulkServerStats {
   int64_t served = 0;  // versions whose bytes the server started to send
   int64_t not_held = 0;
-  int64_t refused = 0;      // wrong secret, bad request, size mismatch, too many connections
+  int64_t refused = 0;      // wrong secret, bad request, size mismatch (the gate counts what it refuses)
   uint64_t bytes_sent = 0;  // of those versions
 };
 
 // Serves published byte buffers by version to clients that present the
-// secret. Threads: one accepts, one per open connection.
+// secret. Threads: the gate's (accepts, bounds and authenticates
+// connections; net/tls_gate.hpp), one per admitted connection.
 class BulkServer {
  public:
   // Listens on host:port (0: any free port). Throws sao::Error naming the
@@ -65,13 +66,14 @@ class BulkServer {
   // authenticated TLS handshake first (a certificate file that cannot be
   // loaded is an error here, naming it).
   BulkServer(const std::string& host, uint16_t port, std::string secret, size_t versions_kept = 2,
-             const TlsFiles& tls = {});
+             const TlsFiles& tls = {}, const GateLimits& limits = {});
   ~BulkServer();  // closes every connection and joins every thread
   BulkServer(const BulkServer&) = delete;
   BulkServer& operator=(const BulkServer&) = delete;
 
-  uint16_t port() const { return port_; }
-  bool encrypted() const { return tls_ != nullptr; }
+  uint16_t port() const { return gate_->port(); }
+  bool encrypted() const { return gate_->encrypted(); }
+  GateStats gate_stats() const { return gate_->stats(); }
   // Serves `size` bytes at `data` as `version` until `versions_kept` newer
   // versions are published. `owner` keeps the bytes alive; it is released
   // when the version is dropped and no connection is still sending it.
@@ -85,25 +87,16 @@ class BulkServer {
     uint64_t size = 0;
     std::shared_ptr<const void> owner;
   };
-  void accept_loop();
-  void serve(int fd);
+  void serve(AdmittedConnection& connection);
   void count(BulkStatus status, uint64_t bytes);
 
   std::string secret_;
   size_t versions_kept_;
-  std::unique_ptr<TlsContext> tls_;
-  int listen_fd_ = -1;
-  int wake_pipe_[2] = {-1, -1};
-  uint16_t port_ = 0;
   mutable std::mutex mutex_;
-  bool stopping_ = false;
   std::map<int64_t, Published> published_;
-  std::set<int> connections_;                // open connection sockets (stop shuts them down)
-  std::map<uint64_t, std::thread> threads_;  // connection threads by id
-  std::vector<uint64_t> finished_;           // threads that have returned, joined by the acceptor
-  uint64_t next_connection_ = 0;
   BulkServerStats stats_;
-  std::thread acceptor_;
+  ConnectionThreads threads_;
+  std::unique_ptr<TlsGate> gate_;  // last: it hands connections to the members above
 };
 
 // What a fetch gave: kOk (the bytes are in the buffer) or kNotHeld (the

@@ -46,6 +46,8 @@ class TlsContext {
 class Link {
  public:
   explicit Link(int fd) : fd_(fd) {}
+  // Takes over a session whose handshake is done (net/tls_gate.hpp).
+  Link(int fd, ssl_st* session) : fd_(fd), ssl_(session) {}
   ~Link();
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
@@ -59,6 +61,7 @@ class Link {
   bool send_all(const void* data, uint64_t size, std::string* problem);
   bool receive_all(void* data, uint64_t size, std::string* problem);
   bool encrypted() const { return ssl_ != nullptr; }
+  ssl_st* session() const { return ssl_; }
 
  private:
   int fd_;

@@ -34,6 +34,7 @@
 #include "actors/protocol.hpp"
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
+#include "base/tcp_socket.hpp"
 #include "config/run_config.hpp"
 #include "env/calculator_env.hpp"
 #include "env/countdown_env.hpp"
@@ -71,6 +72,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -1102,6 +1104,15 @@ Counts fuzz_join(int64_t cases, uint64_t seed, const fs::path& out) {
   return counts;
 }
 
+// A cluster CA under `dir` with a learner's and a node's certificate directory.
+std::pair<sao::actors::ClusterTls, sao::actors::ClusterTls> make_fuzz_cluster_certs(const fs::path& dir,
+                                                                                    const std::string& surface) {
+  const std::string command =
+      std::string(SAO_SOURCE_DIR) + "/deploy/cluster-certs '" + dir.string() + "' learner node > /dev/null";
+  if (std::system(command.c_str()) != 0) throw sao::Error(surface + ": deploy/cluster-certs failed");
+  return {sao::actors::ClusterTls{(dir / "learner").string()}, sao::actors::ClusterTls{(dir / "node").string()}};
+}
+
 // Raw bytes to a learner's TLS port, as a stranger without a certificate
 // would send them: BASP headers (the one that crashed CAF 0.17.6's parser,
 // one claiming a 1 GiB payload), the start of a TLS ClientHello, garbage. The
@@ -1109,12 +1120,9 @@ Counts fuzz_join(int64_t cases, uint64_t seed, const fs::path& out) {
 // complete a mutually authenticated handshake.
 Counts fuzz_tls_frames(int64_t cases, uint64_t seed, const fs::path& scratch, const fs::path& out) {
   Counts counts;
-  const auto certs = scratch / "certs";
-  const std::string make_certs =
-      std::string(SAO_SOURCE_DIR) + "/deploy/cluster-certs '" + certs.string() + "' learner node > /dev/null";
-  if (std::system(make_certs.c_str()) != 0) throw sao::Error("tls_frames: deploy/cluster-certs failed");
-  sao::actors::ClusterTls server_tls{(certs / "learner").string()};
-  sao::actors::ClusterTls client_tls{(certs / "node").string()};
+  const auto certs = make_fuzz_cluster_certs(scratch / "certs", "tls_frames");
+  const auto& server_tls = certs.first;
+  const auto& client_tls = certs.second;
   const auto port_file = scratch / "tls_port";
   auto start_server = [&]() -> pid_t {
     fs::remove(port_file);
@@ -1130,8 +1138,8 @@ Counts fuzz_tls_frames(int64_t cases, uint64_t seed, const fs::path& scratch, co
       gatekeeper_config.secret = "fuzz-secret";
       gatekeeper_config.fingerprint = sao::actors::message_set_fingerprint();
       auto gatekeeper = sao::actors::spawn_gatekeeper(system, gatekeeper_config);
-      const auto port = sao::actors::publish_gatekeeper(system, gatekeeper, "127.0.0.1", 0, server_tls);
-      std::ofstream(port_file.string() + ".tmp") << port;
+      const auto cluster_port = sao::actors::publish_gatekeeper(system, gatekeeper, "127.0.0.1", 0, server_tls);
+      std::ofstream(port_file.string() + ".tmp") << cluster_port->port();
       fs::rename(port_file.string() + ".tmp", port_file);
       for (;;) ::pause();
     }
@@ -1191,6 +1199,121 @@ Counts fuzz_tls_frames(int64_t cases, uint64_t seed, const fs::path& scratch, co
   return counts;
 }
 
+// Floods of idle, half-open, slow and garbage connections at a learner's
+// cluster (CAF, behind the gate) and bulk ports, held open while a node with
+// the cluster's certificate joins and fetches a weight version: both must
+// succeed whatever the flood (issue 47: 1,200 idle connections once took the
+// learner to its descriptor limit). The server runs in a child with a limit
+// of 1,024 descriptors; a case whose flood cannot be answered is a hang, a
+// dead child a crash.
+Counts fuzz_descriptor_flood(int64_t cases, uint64_t seed, const fs::path& scratch, const fs::path& out) {
+  Counts counts;
+  const auto certs = make_fuzz_cluster_certs(scratch / "flood_certs", "descriptor_flood");
+  const auto& server_tls = certs.first;
+  const auto& client_tls = certs.second;
+  const auto ports_file = scratch / "flood_ports";
+  constexpr uint64_t kWeightBytes = 4096;
+  auto start_server = [&](int* cluster_port, int* bulk_port) -> pid_t {
+    fs::remove(ports_file);
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      quiet();
+      rlimit limit{1024, 1024};
+      ::setrlimit(RLIMIT_NOFILE, &limit);
+      caf::actor_system_config config;
+      sao::actors::register_protocol(config);
+      sao::actors::enable_cluster_networking(config, server_tls);
+      caf::actor_system system{config};
+      auto gatekeeper = sao::actors::spawn_gatekeeper(
+          system, sao::actors::GatekeeperConfig{"fuzz-secret", sao::actors::message_set_fingerprint(), "{}", ""});
+      // Stands in for the coordinator: no node holds any name.
+      auto stand_in = system.spawn(
+          []() -> caf::behavior { return {[](sao::atoms::join_atom, const std::string&) { return caf::node_id{}; }}; });
+      caf::anon_send(gatekeeper, sao::atoms::start_atom_v, stand_in, stand_in, stand_in);
+      const auto gate = sao::actors::publish_gatekeeper(system, gatekeeper, "127.0.0.1", 0, server_tls);
+      sao::net::BulkServer bulk("127.0.0.1", 0, "fuzz-secret", 2, server_tls.files());
+      auto weights = std::make_shared<std::vector<char>>(kWeightBytes, 'w');
+      bulk.publish(1, weights->data(), weights->size(), weights);
+      std::ofstream(ports_file.string() + ".tmp") << gate->port() << " " << bulk.port();
+      fs::rename(ports_file.string() + ".tmp", ports_file);
+      for (;;) ::pause();
+    }
+    for (int i = 0; i < 6000 && !fs::exists(ports_file); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::ifstream in(ports_file);
+    in >> *cluster_port >> *bulk_port;
+    return pid;
+  };
+  int cluster_port = 0;
+  int bulk_port = 0;
+  pid_t server = start_server(&cluster_port, &bulk_port);
+  const std::string hello_start("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", 11);
+  std::string basp_header(32, '\0');
+  basp_header[15] = 1;
+  for (int64_t i = 0; i < cases; ++i) {
+    std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(i));
+    const int connections = 1 + static_cast<int>(rng() % 400);
+    std::string description = "case " + std::to_string(i) + " of seed " + std::to_string(seed) + ":";
+    std::vector<int> flood;
+    for (int c = 0; c < connections; ++c) {
+      const bool at_bulk = rng() % 2 == 0;
+      const int kind = static_cast<int>(rng() % 4);  // idle, half-open, slow (part of a ClientHello), garbage
+      std::string problem;
+      const int fd = sao::base::connect_tcp("127.0.0.1", static_cast<uint16_t>(at_bulk ? bulk_port : cluster_port),
+                                            5000, &problem);
+      if (fd < 0) continue;  // the backlog was full: the flood is as big as the kernel lets it be
+      if (kind == 1) ::shutdown(fd, SHUT_WR);
+      if (kind == 2) {
+        [[maybe_unused]] auto sent = ::send(fd, hello_start.data(), 1 + rng() % hello_start.size(), MSG_NOSIGNAL);
+      }
+      if (kind == 3) {
+        const auto bytes = mutate(basp_header, rng);
+        [[maybe_unused]] auto sent = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      }
+      description += std::string(" ") + (at_bulk ? "bulk:" : "caf:") + std::to_string(kind);
+      flood.push_back(fd);
+    }
+    // The authorised requests, with the flood still held.
+    bool joined = false;
+    bool fetched = false;
+    {
+      caf::actor_system_config config;
+      sao::actors::register_protocol(config);
+      sao::actors::enable_cluster_networking(config, client_tls);
+      caf::actor_system system{config};  // fresh per case: CAF would reuse a cached connection
+      const sao::actors::JoinRequest request{"node-" + std::to_string(i), "rollout",
+                                             sao::actors::message_set_fingerprint(), "fuzz-secret"};
+      joined =
+          sao::actors::join_learner(system, "127.0.0.1", static_cast<uint16_t>(cluster_port), request, client_tls).ok;
+    }
+    try {
+      sao::net::BulkClient client("127.0.0.1", static_cast<uint16_t>(bulk_port), "fuzz-secret", 10000,
+                                  client_tls.files());
+      std::vector<char> into;
+      fetched = client.fetch(1, kWeightBytes, into) == sao::net::BulkStatus::kOk &&
+                into == std::vector<char>(kWeightBytes, 'w');
+    } catch (const sao::Error&) {
+      fetched = false;
+    }
+    for (int fd : flood) ::close(fd);
+    if (joined && fetched) {
+      ++counts.by_outcome[Outcome::kAccepted];
+      continue;
+    }
+    const bool died = ::waitpid(server, nullptr, WNOHANG) == server;
+    ++counts.by_outcome[died ? Outcome::kCrash : Outcome::kHang];
+    keep(out, "descriptor_flood", i,
+         description + (joined ? "" : " (join failed)") + (fetched ? "" : " (fetch failed)"));
+    ::kill(server, SIGKILL);
+    ::waitpid(server, nullptr, 0);
+    server = start_server(&cluster_port, &bulk_port);
+  }
+  ::kill(server, SIGKILL);
+  ::waitpid(server, nullptr, 0);
+  return counts;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1221,7 +1344,7 @@ int main(int argc, char** argv) {
                    "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|template_limits|normalizer_"
                    "growth|tool_call|"
                    "countdown|data_file|"
-                   "http|join|bulk|tls_frames|all] "
+                   "http|join|bulk|tls_frames|descriptor_flood|all] "
                    "[--cases N] "
                    "[--seed S] [--out DIR]\n");
       return 2;
@@ -1230,9 +1353,10 @@ int main(int argc, char** argv) {
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
   const std::vector<std::string> all = {
-      "config",        "safetensors", "env_reply",  "openenv_reply",   "tokenizer",
-      "chat_template", "tool_call",   "countdown",  "data_file",       "http",
-      "join",          "bulk",        "tls_frames", "template_limits", "normalizer_growth"};
+      "config",     "safetensors",     "env_reply",         "openenv_reply",   "tokenizer",
+      "chat_template", "tool_call",    "countdown",         "data_file",       "http",
+      "join",       "bulk",            "tls_frames",        "template_limits", "normalizer_growth",
+      "descriptor_flood"};
   int64_t failures = 0;
   bool known = false;
   for (const auto& name : all) {
@@ -1255,6 +1379,7 @@ int main(int argc, char** argv) {
     if (name == "join") counts = fuzz_join(cases, seed, out);
     if (name == "bulk") counts = fuzz_bulk(cases, seed, out);
     if (name == "tls_frames") counts = fuzz_tls_frames(cases, seed, scratch, out);
+    if (name == "descriptor_flood") counts = fuzz_descriptor_flood(cases, seed, scratch, out);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("%-12s %6lld cases:", name.c_str(), static_cast<long long>(cases));
     for (int o = 0; o < 5; ++o) {
