@@ -174,8 +174,12 @@ int report_training_outcome(const actors::TrainOutcome& outcome, const config::R
   if (!outcome.summary_json.empty()) {
     const auto summary = nlohmann::json::parse(outcome.summary_json, nullptr, /*allow_exceptions=*/false);
     if (summary.is_object() && summary.contains("accuracy_last") && summary["accuracy_last"].is_number()) {
-      std::printf("held-out accuracy: %.4f (before RL: %.4f), run dir %s\n", summary["accuracy_last"].get<double>(),
-                  summary.value("accuracy_first", 0.0), config.run.dir.c_str());
+      const auto& evals = summary.value("evals", nlohmann::json::array());
+      const int64_t errors = summary.value("heldout_errors_last", int64_t{0});
+      const int64_t total = evals.is_array() && !evals.empty() ? evals.back().value("total", int64_t{0}) : 0;
+      std::printf("held-out accuracy: %.4f (before RL: %.4f), run dir %s%s\n", summary["accuracy_last"].get<double>(),
+                  summary.value("accuracy_first", 0.0), config.run.dir.c_str(),
+                  train::heldout_errors_note(errors, total).c_str());
       if (summary.value("worked_last", nlohmann::json()).is_number_integer() &&
           summary.value("worked_first", nlohmann::json()).is_number_integer()) {
         std::printf("worked answers: %lld of %lld (before RL: %lld)\n", summary["worked_last"].get<long long>(),
@@ -202,14 +206,16 @@ int report_training_outcome(const actors::TrainOutcome& outcome, const config::R
 
 void print_eval_result(const train::HeldoutResult& result, const std::string& checkpoint) {
   for (const auto& line : result.samples) std::printf("  %s\n", line.c_str());
-  std::printf("held-out accuracy: %.4f (%lld/%lld correct, %.1f s)\n", result.accuracy,
-              static_cast<long long>(result.correct), static_cast<long long>(result.total), result.seconds);
+  std::printf("held-out accuracy: %.4f (%lld/%lld correct, %.1f s)%s\n", result.accuracy,
+              static_cast<long long>(result.correct), static_cast<long long>(result.total - result.errors),
+              result.seconds, train::heldout_errors_note(result.errors, result.total).c_str());
   nlohmann::json line = {{"eval", true},
                          {"split", "test"},
                          {"checkpoint", checkpoint},
                          {"accuracy", result.accuracy},
                          {"correct", result.correct},
                          {"total", result.total},
+                         {"errors", result.errors},
                          {"seconds", result.seconds}};
   if (result.worked >= 0) {
     std::printf("worked answers: %lld/%lld (%lld of them correct)\n", static_cast<long long>(result.worked),
