@@ -31,7 +31,6 @@ with open(sys.argv[1], "a") as log:
         log.flush()
 )PY";
 
-
 int64_t count_lines(const fs::path& path) {
   std::ifstream in(path);
   int64_t count = 0;
@@ -51,13 +50,13 @@ nlohmann::json summary_of(const fs::path& run_dir) {
 TEST_CASE("held-out episodes the environment refuses are counted on every evaluation line, the summary and the end") {
   sao_test::RunFixture fixture("refusing_env");
   // Held-out episodes 1 and 4 are refused with an error reply.
-  const nlohmann::json task = {{"name", "external"},
-                               {"command", {"python3", std::string(SAO_SOURCE_DIR) + "/tests/envs/plus_one.py",
-                                            "--refuse", "1,4"}},
-                               {"heldout_size", 6},
-                               {"max_turns", 1}};
-  const auto result = fixture.train("--steps 2 --set env.name=\\\"external\\\" --set " +
-                                    sao_test::quoted("task=" + task.dump()));
+  const nlohmann::json task = {
+      {"name", "external"},
+      {"command", {"python3", std::string(SAO_SOURCE_DIR) + "/tests/envs/plus_one.py", "--refuse", "1,4"}},
+      {"heldout_size", 6},
+      {"max_turns", 1}};
+  const auto result =
+      fixture.train("--steps 2 --set env.name=\\\"external\\\" --set " + sao_test::quoted("task=" + task.dump()));
   INFO(result.output);
   CHECK(result.exit_code == 0);
   const std::string warning =
@@ -84,9 +83,13 @@ TEST_CASE("a silent external environment stops the run after 3 failed requests, 
   const auto script = fixture.base / "silent.py";
   const auto requests = fixture.base / "requests.jsonl";
   std::ofstream(script) << kSilentEnv;
-  const nlohmann::json task = {{"name", "external"}, {"command", {"python3", script.string(), requests.string()}},
-                               {"timeout_ms", 2000}, {"startup_timeout_ms", 2000},
-                               {"heldout_size", 40}, {"max_turns", 1}};
+  const nlohmann::json task = {{"name", "external"},
+                               {"command", {"python3", script.string(), requests.string()}},
+                               {"label", "silent.py"},
+                               {"timeout_ms", 2000},
+                               {"startup_timeout_ms", 2000},
+                               {"heldout_size", 40},
+                               {"max_turns", 1}};
   const auto result = fixture.train(
       "--steps 5 --set train.max_env_failures_in_a_row=3 --set env.name=\\\"external\\\" "
       "--set " +
