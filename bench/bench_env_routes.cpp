@@ -20,6 +20,8 @@
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/episode_eval.hpp"
 
+#include "../tests/test_tiny_model.hpp"  // the tests' smallest model
+
 #include <unistd.h>
 
 #include <chrono>
@@ -117,14 +119,7 @@ int main(int argc, char** argv) {
     std::ofstream(dir / "file_env.py") << kFileEnv;
 
     torch::manual_seed(1);
-    sao::model::ModelConfig model;
-    model.hidden_size = 32;
-    model.intermediate_size = 48;
-    model.num_hidden_layers = 1;
-    model.num_attention_heads = 2;
-    model.num_key_value_heads = 1;
-    model.max_position_embeddings = 64;
-    sao::model::CausalLM policy(model);
+    sao::model::CausalLM policy(sao_test::tiny_byte_model());
 
     auto external = [&](bool per_episode) {
       sao::env::ExternalConfig config;
