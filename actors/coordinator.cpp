@@ -31,8 +31,10 @@ std::vector<RolloutActor> all_rollouts(const CoordinatorState& state) {
 namespace {
 
 EnvActorConfig env_config(const config::RunConfig& run, size_t index) {
-  return {"env-" + std::to_string(index), run.env.name, run.task_document, run.env.latency,
-          base::splitmix64(static_cast<uint64_t>(run.run.seed) ^ (0x1A7E0000ULL + index))};
+  EnvActorConfig config{"env-" + std::to_string(index), run.env.name, run.task_document, run.env.latency,
+                        base::splitmix64(static_cast<uint64_t>(run.run.seed) ^ (0x1A7E0000ULL + index))};
+  config.max_failures_in_a_row = run.train.max_env_failures_in_a_row;
+  return config;
 }
 
 EnvActor spawn_env(CoordinatorSelf self, size_t index) {
@@ -58,6 +60,18 @@ void give_up(CoordinatorSelf self, const std::string& actor, const std::string& 
   finish(self, msg::RunEnd::kGaveUp);
 }
 
+// The environment is dead (an evaluation or an env actor found
+// train.max_env_failures_in_a_row failures in a row): the run ends through
+// its normal finish with that message.
+void give_up_on_env(CoordinatorSelf self, const std::string& who, const std::string& detail) {
+  auto& state = self->state;
+  if (state.stopping) return;
+  state.end_detail = who + ": " + detail;
+  state.counters.last_error = state.end_detail;
+  std::fprintf(stderr, "coordinator: giving up: %s\n", state.end_detail.c_str());
+  finish(self, msg::RunEnd::kGaveUp);
+}
+
 RolloutActor spawn_rollout(CoordinatorSelf self, size_t index) {
   auto& config = self->state.rollout_configs[index];
   config.env = self->state.envs[index % self->state.envs.size()];
@@ -78,7 +92,7 @@ void restart_env(CoordinatorSelf self, size_t index, const std::string& why) {
   }
   std::fprintf(stderr, "coordinator: restarting env-%zu (%s)\n", index, why.c_str());
   state.counters.last_error = "env-" + std::to_string(index) + ": " + why;
-  self->demonitor(state.envs[index].address());
+  state.envs_exiting.insert(state.envs[index].address());  // still monitored: its exit is awaited
   self->send_exit(state.envs[index], caf::exit_reason::kill);
   state.envs[index] = spawn_env(self, index);
   state.env_started[index] = std::chrono::steady_clock::now();
@@ -133,7 +147,11 @@ void shutdown_children(CoordinatorSelf self) {
   std::vector<caf::actor_addr> children = {state.metrics.address(), state.weight_sync.address(),
                                            state.learner.address(), state.replay.address(),
                                            state.introspection.address()};
-  for (const auto& env : state.envs) children.push_back(env.address());
+  for (const auto& env : state.envs) {
+    // Still monitored: end_run waits for each to exit.
+    state.envs_exiting.insert(env.address());
+    self->send_exit(env, caf::exit_reason::user_shutdown);
+  }
   for (const auto& rollout : all_rollouts(state)) children.push_back(rollout.address());
   for (const auto& item : state.remote_envs) children.push_back(item.second.address());
   for (auto& child : children) {
@@ -143,14 +161,37 @@ void shutdown_children(CoordinatorSelf self) {
   }
 }
 
-// Ends the run: every child is told to exit, then whoever started it hears how it ended.
-void end_run(CoordinatorSelf self, msg::RunEnd end, std::string detail = "") {
-  if (detail.empty()) detail = self->state.end_detail;
-  shutdown_children(self);
-  // The caller waits in a blocking (untyped) actor, hence anon_send.
-  caf::anon_send(self->state.config.reply_to,
-                 msg::RunFinished{self->state.steps, self->state.policy_version, end, std::move(detail)});
+// Whoever started the run hears how it ended. The caller waits in a
+// blocking (untyped) actor, hence anon_send.
+void report_finished(CoordinatorSelf self) {
+  auto& state = self->state;
+  caf::anon_send(state.config.reply_to, std::move(*state.finished_pending));
+  state.finished_pending.reset();
   self->quit();
+}
+
+// Ends the run: every child is told to exit, then (once every local env
+// actor has exited) whoever started it hears how it ended.
+void end_run(CoordinatorSelf self, msg::RunEnd end, std::string detail = "") {
+  auto& state = self->state;
+  if (detail.empty()) detail = state.end_detail;
+  shutdown_children(self);
+  state.finished_pending =
+      std::make_unique<msg::RunFinished>(msg::RunFinished{state.steps, state.policy_version, end, std::move(detail)});
+  if (state.envs_exiting.empty()) {
+    report_finished(self);
+    return;
+  }
+  std::fprintf(stderr, "coordinator: waiting for %zu env actor(s) to return from their environment call\n",
+               state.envs_exiting.size());
+}
+
+// An env actor told to exit has exited: true if it was one (then handled).
+bool env_exited(CoordinatorSelf self, const caf::actor_addr& source) {
+  auto& state = self->state;
+  if (state.envs_exiting.erase(source) == 0) return false;
+  if (state.envs_exiting.empty() && state.finished_pending) report_finished(self);
+  return true;
 }
 
 void stop_metrics(CoordinatorSelf self, msg::RunEnd end, const std::vector<msg::ActorStatus>& statuses) {
@@ -182,6 +223,7 @@ void finish(CoordinatorSelf self, msg::RunEnd reason) {
 
 void on_down(CoordinatorSelf self, const caf::down_msg& down) {
   auto& state = self->state;
+  if (env_exited(self, down.source)) return;
   if (state.stopping) return;
   const std::string why = self->system().render(down.reason);
   for (size_t i = 0; i < state.envs.size(); ++i) {
@@ -323,11 +365,19 @@ CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, Coord
           }
         }
       },
+      [self](const msg::EvalReport& report) {
+        ++self->state.counters.handled;
+        if (!report.env_dead.empty()) give_up_on_env(self, "held-out evaluation", report.env_dead);
+      },
       [self](const msg::EpisodeLost& lost) {
         auto& state = self->state;
         ++state.counters.handled;
         ++state.episodes_lost;
         self->send(state.metrics, lost);
+        if (lost.cause == msg::LossCause::kEnvDead) {
+          give_up_on_env(self, lost.rollout, lost.detail);
+          return;
+        }
         if (state.lost_in_a_row++ == 0) {
           state.first_lost = lost.rollout + " (" + msg::to_string(lost.cause) + "): " + lost.detail;
         }

@@ -48,6 +48,13 @@ struct CoordinatorState {
   std::map<std::string, std::string> env_of_rollout;
   int64_t remote_rollouts_lost = 0;
   bool stopping = false;
+  // Local env actors told to exit (replaced after a failure, or at the end)
+  // that have not yet: an env actor blocked in a call to its environment
+  // exits when that call returns (within the environment's own deadlines).
+  // The run is reported finished only when none is left, so no actor of it
+  // is still running at exit.
+  std::set<caf::actor_addr> envs_exiting;
+  std::unique_ptr<msg::RunFinished> finished_pending;  // sent when envs_exiting empties
   std::string end_detail;  // why the run ended when the reason alone does not say (supervision)
   // Supervision (train.max_actor_failures in train.failure_window_s).
   std::unique_ptr<RestartBudget> restart_budget;

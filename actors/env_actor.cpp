@@ -3,6 +3,7 @@
 
 #include "actors/introspection.hpp"
 #include "env/environment.hpp"
+#include "env/failure_streak.hpp"
 
 #include <chrono>
 #include <map>
@@ -20,6 +21,7 @@ struct EnvActorState {
   std::vector<std::unique_ptr<env::Environment>> idle;
   int64_t learner_step = -1;
   int64_t errors = 0;
+  env::FailureStreak streak{0, ""};
   // Replies held for their simulated latency, by a key the due message carries.
   std::mt19937_64 latency_rng;
   int64_t next_held = 0;
@@ -76,26 +78,41 @@ caf::error env_error(EnvActorState& state, msg::Errc code, const std::string& wh
   state.counters.last_error = what;
   return msg::make_error(code, state.config.name + ": " + what);
 }
+
+// An environment call threw: one more failure in a row, which may make the
+// environment dead (then the answer says so, with the streak's message).
+caf::error env_failed(EnvActorState& state, const std::string& what) {
+  if (state.streak.failure(what)) return env_error(state, msg::Errc::kEnvDead, state.streak.describe());
+  return env_error(state, msg::Errc::kEnvFailed, what);
+}
+
+// The answer to every request once the environment is dead: no more calls.
+caf::error env_dead(EnvActorState& state) {
+  return env_error(state, msg::Errc::kEnvDead, state.streak.describe());
+}
 }  // namespace
 
 EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorState> self, EnvActorConfig config) {
   self->state.config = std::move(config);
   self->state.latency_rng.seed(self->state.config.latency_seed);
+  self->state.streak = env::FailureStreak(self->state.config.max_failures_in_a_row, self->state.config.environment);
   return {
       [self](const msg::EnvReset& request) -> caf::result<msg::EnvReply> {
         auto& state = self->state;
         ++state.counters.handled;
         if (expired(request.deadline_unix_ms))
           return env_error(state, msg::Errc::kRequestExpired, "reset request expired before it was served");
+        if (state.streak.dead()) return env_dead(state);
         try {
           auto environment = acquire(state);
           report::WorkTimer timer(state.counters.work[report::kWorkEnv]);
           auto step = environment->reset(request.seed);
           state.episodes[request.episode_id] = std::move(environment);
+          state.streak.success();
           return answer(self, to_reply(request.episode_id, step));
         } catch (const std::exception& error) {
           state.episodes.erase(request.episode_id);
-          return env_error(state, msg::Errc::kEnvFailed, std::string("reset failed: ") + error.what());
+          return env_failed(state, std::string("reset failed: ") + error.what());
         }
       },
       [self](const msg::EnvAction& request) -> caf::result<msg::EnvReply> {
@@ -109,14 +126,19 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
           state.episodes.erase(it);
           return env_error(state, msg::Errc::kRequestExpired, "step request expired before it was served");
         }
+        if (state.streak.dead()) {
+          state.episodes.erase(it);
+          return env_dead(state);
+        }
         try {
           report::WorkTimer timer(state.counters.work[report::kWorkEnv]);
           auto step = it->second->step(request.action);
           if (step.terminated || step.truncated) release(state, request.episode_id);
+          state.streak.success();
           return answer(self, to_reply(request.episode_id, step));
         } catch (const std::exception& error) {
           state.episodes.erase(request.episode_id);
-          return env_error(state, msg::Errc::kEnvFailed, std::string("step failed: ") + error.what());
+          return env_failed(state, std::string("step failed: ") + error.what());
         }
       },
       [self](atoms::train_step_atom, int64_t learner_step) {
@@ -141,7 +163,8 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
                               {{"open_episodes", static_cast<double>(state.episodes.size())},
                                {"idle_environments", static_cast<double>(state.idle.size())},
                                {"replies_held", static_cast<double>(state.held.size())},
-                               {"errors", static_cast<double>(state.errors)}});
+                               {"errors", static_cast<double>(state.errors)},
+                               {"failures_in_a_row", static_cast<double>(state.streak.length())}});
       },
   };
 }

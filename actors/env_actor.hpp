@@ -2,7 +2,9 @@
 // the registry from the config) and answers reset/step requests. Errors
 // thrown by an environment become error responses for that episode; the
 // actor itself stays up. A hung environment is detected by the caller's
-// request timeout, and the coordinator restarts the actor.
+// request timeout, and the coordinator restarts the actor. An environment
+// whose calls fail max_failures_in_a_row times in a row is dead: the actor
+// answers kEnvDead from then on and the coordinator ends the run.
 #pragma once
 
 #include "actors/protocol.hpp"
@@ -34,6 +36,10 @@ struct EnvActorConfig {
   // held that long without holding the actor's thread.
   env::LatencyModel latency;
   uint64_t latency_seed = 0;
+  // train.max_env_failures_in_a_row: after this many failed resets/steps in
+  // a row the environment is dead and every later request is answered
+  // Errc::kEnvDead without calling it (env/failure_streak.hpp). 0: never.
+  int64_t max_failures_in_a_row = 0;
 };
 
 // Spawns the actor (state and behaviour are private to the .cpp).

@@ -34,6 +34,10 @@ struct LearnerActorState {
   std::string state = "starting";
   double last_step_seconds = 0.0;
   std::map<std::string, double> last_metrics;
+  // Held-out evaluation's environments, kept for the run: an external
+  // environment's processes start once, not at every evaluation.
+  train::EnvironmentPool eval_environments;
+  std::string env_dead;  // set once an evaluation found the environment dead
   ActorCounters counters;
   static inline const char* name = "learner";
 };
@@ -67,15 +71,33 @@ msg::PolicyWeights current_weights(LearnerActorState& state) {
 msg::EvalReport evaluate(LearnerSelf self) {
   auto& state = self->state;
   state.state = "evaluating";
-  msg::EvalReport report{state.learner->steps(), state.learner->policy_version(),
-                         std::numeric_limits<double>::quiet_NaN(), 0, "test"};
+  msg::EvalReport report;
+  report.step = state.learner->steps();
+  report.policy_version = state.learner->policy_version();
+  report.accuracy = std::numeric_limits<double>::quiet_NaN();
+  if (!state.env_dead.empty()) {
+    // A dead environment would only fail again: the final evaluation is
+    // skipped (accuracy null) and the report says why.
+    report.env_dead = state.env_dead;
+    self->send(state.metrics, report);
+    return report;
+  }
   try {
     report::WorkTimer timer(state.counters.work[report::kWorkModel]);
-    const auto result = train::evaluate_heldout(state.learner->policy(), state.config.run, state.learner->steps());
+    const auto result = train::evaluate_heldout(state.learner->policy(), state.config.run, state.learner->steps(),
+                                                &state.eval_environments);
     report.accuracy = result.accuracy;
     report.total = result.total;
     report.worked = result.worked;
     report.seconds = result.seconds;
+    report.errors = result.errors;
+  } catch (const env::EnvironmentDead& error) {
+    state.env_dead = error.what();
+    state.counters.last_error = std::string("evaluation stopped: ") + error.what();
+    std::fprintf(stderr, "learner: %s\n", state.counters.last_error.c_str());
+    state.eval_environments.environments.clear();
+    report.env_dead = state.env_dead;
+    self->send(state.coordinator, report);
   } catch (const std::exception& error) {
     // An evaluation that fails (e.g. an external env is down) must not end training.
     state.counters.last_error = std::string("evaluation failed: ") + error.what();

@@ -121,6 +121,7 @@ enum class Errc : uint8_t {
   kRefused = 4,         // a command or knob value the actor refused (the text says why)
   kCheckpointFailed = 5,
   kJoinRefused = 6,  // the cluster gatekeeper refused a node (final: retrying will not help)
+  kEnvDead = 7,      // the environment failed train.max_env_failures_in_a_row calls in a row; no more are made
 };
 inline const char* errc_name(uint8_t code) {
   switch (static_cast<Errc>(code)) {
@@ -136,6 +137,8 @@ inline const char* errc_name(uint8_t code) {
       return "checkpoint_failed";
     case Errc::kJoinRefused:
       return "join_refused";
+    case Errc::kEnvDead:
+      return "env_dead";
   }
   return "unknown";
 }
@@ -237,6 +240,10 @@ struct EvalReport {
   std::string split = "test";
   int64_t worked = -1;  // arithmetic: answers that showed their work; -1 elsewhere
   double seconds = 0.0;  // how long the evaluation took (the progress line's ETA counts evaluations)
+  int64_t errors = 0;   // episodes lost to environment errors: not in `accuracy`
+  // Set when the evaluation found the environment dead
+  // (train.max_env_failures_in_a_row): the coordinator ends the run with it.
+  std::string env_dead;
 };
 
 // Where a rollout actor runs, sent when it registers with weight-sync:
@@ -259,7 +266,8 @@ struct VersionAck {
 
 // Why an episode was lost. The coordinator acts on the cause (an env that
 // timed out is restarted), never on the words of the detail text.
-enum class LossCause : uint8_t { kEnvError, kEnvTimeout, kBadEpisode, kNodeLost };
+// kEnvDead: the env actor declared its environment dead; the run ends.
+enum class LossCause : uint8_t { kEnvError, kEnvTimeout, kBadEpisode, kNodeLost, kEnvDead };
 inline std::string to_string(LossCause cause) {
   switch (cause) {
     case LossCause::kEnvError:
@@ -270,6 +278,8 @@ inline std::string to_string(LossCause cause) {
       return "bad episode";
     case LossCause::kNodeLost:
       return "node lost";
+    case LossCause::kEnvDead:
+      return "env dead";
   }
   return "unknown";
 }
@@ -369,7 +379,7 @@ typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalReport& x) {
   return f(caf::meta::type_name("EvalReport"), x.step, x.policy_version, x.accuracy, x.total, x.split, x.worked,
-                           x.seconds);
+                           x.seconds, x.errors, x.env_dead);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RolloutPlacement& x) {

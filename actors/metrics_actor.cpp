@@ -6,6 +6,7 @@
 #include "base/stats.hpp"
 #include "report/metrics_rewind.hpp"
 #include "report/progress.hpp"
+#include "report/run_summary.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -80,6 +81,9 @@ nlohmann::json summary_of(const MetricsActorState& state) {
   if (!state.evals.empty()) {
     summary["heldout_accuracy_first"] = state.evals.front()["heldout_accuracy"];
     summary["heldout_accuracy_last"] = state.evals.back()["heldout_accuracy"];
+    // The heldout_accuracy_last of an evaluation that lost episodes covers
+    // only the answered ones: this count goes with it (and the final line says so).
+    summary["heldout_errors_last"] = state.evals.back().value("errors", 0);
     if (state.evals.front().contains("worked") && state.evals.back().contains("worked")) {
       summary["worked_first"] = state.evals.front()["worked"];
       summary["worked_last"] = state.evals.back()["worked"];
@@ -275,13 +279,20 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
                                {"wall_time_s", st.progress->elapsed_seconds()}};
         if (!std::isfinite(report.accuracy)) line["heldout_accuracy"] = nullptr;
         if (report.worked >= 0) line["worked"] = report.worked;
+        line["errors"] = report.errors;
+        if (!report.env_dead.empty()) line["env_dead"] = report.env_dead;
         st.writer->write(line);
         st.evals.push_back(line);
+        if (!report.env_dead.empty()) {
+          std::fprintf(stderr, "eval step %lld: no held-out accuracy: %s\n", static_cast<long long>(report.step),
+                       report.env_dead.c_str());
+          return;
+        }
         const std::string worked =
             report.worked >= 0 ? ", " + std::to_string(report.worked) + " answers worked" : std::string();
-        std::fprintf(stderr, "eval step %lld: held-out accuracy %.4f (%lld problems%s)\n",
+        std::fprintf(stderr, "eval step %lld: held-out accuracy %.4f (%lld problems%s)%s\n",
                      static_cast<long long>(report.step), report.accuracy, static_cast<long long>(report.total),
-                     worked.c_str());
+                     worked.c_str(), report::heldout_errors_note(report.errors, report.total).c_str());
       },
       [self](const msg::EpisodeLost& lost) {
         ++self->state.counters.handled;

@@ -154,10 +154,10 @@ NodeSession start_node_session(caf::actor_system& system, caf::scoped_actor& sel
   auto& coordinator = session.grant.coordinator;
   for (int64_t e = 0; e < options.envs; ++e) {
     const std::string name = options.name + "/env-" + std::to_string(e);
-    session.envs.push_back(spawn_env_actor(
-        system,
-        EnvActorConfig{name, run.env.name, run.task_document, run.env.latency,
-                       base::splitmix64(static_cast<uint64_t>(run.run.seed) ^ std::hash<std::string>{}(name))}));
+    EnvActorConfig env_config{name, run.env.name, run.task_document, run.env.latency,
+                              base::splitmix64(static_cast<uint64_t>(run.run.seed) ^ std::hash<std::string>{}(name))};
+    env_config.max_failures_in_a_row = run.train.max_env_failures_in_a_row;
+    session.envs.push_back(spawn_env_actor(system, env_config));
     // Registered so that drifting environments hear the learner's step; an
     // env node's envs also serve rollouts that have none.
     const bool from_env_node = options.role == "env";

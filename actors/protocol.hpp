@@ -67,8 +67,8 @@ using IntrospectionActor =
                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using CoordinatorActor = caf::typed_actor<
-    // From the learner and the rollouts.
-    caf::reacts_to<msg::StepReport>, caf::reacts_to<msg::EpisodeLost>,
+    // From the learner and the rollouts (an EvalReport only when it found the environment dead).
+    caf::reacts_to<msg::StepReport>, caf::reacts_to<msg::EpisodeLost>, caf::reacts_to<msg::EvalReport>,
     // From the process that started the run (signals).
     caf::reacts_to<atoms::stop_atom>, caf::reacts_to<atoms::pause_atom>, caf::reacts_to<atoms::resume_atom>,
     // Operator commands (console, HTTP), with their origin for control.log.

@@ -238,6 +238,7 @@ void report_rows(RolloutSelf self) {
 
 // An env request failed: a timeout of ours, or an error the env actor sent.
 msg::LossCause cause_of(const caf::error& error) {
+  if (msg::has_code(error, msg::Errc::kEnvDead)) return msg::LossCause::kEnvDead;
   return error == caf::sec::request_timeout ? msg::LossCause::kEnvTimeout : msg::LossCause::kEnvError;
 }
 

@@ -190,14 +190,16 @@ int report_training_outcome(const actors::TrainOutcome& outcome, const config::R
 
 void print_eval_result(const train::HeldoutResult& result, const std::string& checkpoint) {
   for (const auto& line : result.samples) std::printf("  %s\n", line.c_str());
-  std::printf("held-out accuracy: %.4f (%lld/%lld correct, %.1f s)\n", result.accuracy,
-              static_cast<long long>(result.correct), static_cast<long long>(result.total), result.seconds);
+  std::printf("held-out accuracy: %.4f (%lld/%lld correct, %.1f s)%s\n", result.accuracy,
+              static_cast<long long>(result.correct), static_cast<long long>(result.total - result.errors),
+              result.seconds, report::heldout_errors_note(result.errors, result.total).c_str());
   nlohmann::json line = {{"eval", true},
                          {"split", "test"},
                          {"checkpoint", checkpoint},
                          {"heldout_accuracy", result.accuracy},
                          {"correct", result.correct},
                          {"total", result.total},
+                         {"errors", result.errors},
                          {"seconds", result.seconds}};
   if (result.worked >= 0) {
     std::printf("worked answers: %lld/%lld (%lld of them correct)\n", static_cast<long long>(result.worked),

@@ -15,8 +15,11 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 using namespace std::chrono_literals;
 
@@ -272,6 +275,53 @@ TEST_CASE("an env actor turns environment errors into error replies and stays up
       .receive([](const sao::msg::EnvReply&) {}, [&](const caf::error& error) { failure = error; });
   CHECK(sao::msg::has_code(failure, sao::msg::Errc::kRequestExpired));
   CHECK(sao::msg::error_text(*s.system, failure) == "env-0: reset request expired before it was served");
+  caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+// Every reset fails; the number of resets tried is counted (an event count).
+std::atomic<int64_t> g_failing_resets{0};
+class AlwaysFailingEnv : public sao::env::Environment {
+ public:
+  sao::env::EnvStep reset(uint64_t) override {
+    ++g_failing_resets;
+    throw sao::Error("always_failing: the server is down");
+  }
+  sao::env::EnvStep step(const std::string&) override { throw sao::Error("always_failing: no episode"); }
+  std::string name() const override { return "always_failing"; }
+};
+}  // namespace
+
+TEST_CASE(
+    "an env actor whose environment fails max_failures_in_a_row times in a row answers env_dead, calling it no more") {
+  sao::env::register_environment(
+      "always_failing", [](const nlohmann::json&, const std::string&) { return std::make_unique<AlwaysFailingEnv>(); });
+  System s;
+  caf::scoped_actor self{*s.system};
+  sao::actors::EnvActorConfig config{"env-0", "always_failing", nlohmann::json::object()};
+  config.max_failures_in_a_row = 3;
+  auto env = sao::actors::spawn_env_actor(*s.system, config);
+  std::vector<std::string> codes;
+  std::vector<std::string> texts;
+  for (int64_t id = 1; id <= 5; ++id) {
+    self->request(env, kHangGuard, sao::msg::EnvReset{id, 7})
+        .receive([&](const sao::msg::EnvReply&) { codes.push_back("reply"); },
+                 [&](const caf::error& error) {
+                   codes.push_back(sao::msg::has_code(error, sao::msg::Errc::kEnvDead)     ? "env_dead"
+                                   : sao::msg::has_code(error, sao::msg::Errc::kEnvFailed) ? "env_failed"
+                                                                                           : "other");
+                   texts.push_back(sao::msg::error_text(*s.system, error));
+                 });
+  }
+  CHECK(codes == std::vector<std::string>{"env_failed", "env_failed", "env_dead", "env_dead", "env_dead"});
+  CHECK(g_failing_resets.load() == 3);  // not 5: a dead environment is not called again
+  const std::string dead =
+      "env-0: environment 'always_failing' is dead: 3 consecutive failures (train.max_env_failures_in_a_row 3); the "
+      "last: reset failed: always_failing: the server is down";
+  REQUIRE(texts.size() == 5);
+  CHECK(texts[0] == "env-0: reset failed: always_failing: the server is down");
+  CHECK(texts[2] == dead);
+  CHECK(texts[4] == dead);
   caf::anon_send_exit(env, caf::exit_reason::user_shutdown);
 }
 

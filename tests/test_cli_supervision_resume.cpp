@@ -59,7 +59,8 @@ TEST_CASE("an environment program that does not exist is an error at start") {
 TEST_CASE("an environment that loses every episode ends the run with the first loss, not a loop") {
   RunFixture fixture("losing_env");
   const auto result = fixture.train(
-      "--steps 5 --set train.max_lost_in_a_row=6 --set env.name=\\\"external\\\" "
+      "--steps 5 --set train.max_lost_in_a_row=6 --set train.max_env_failures_in_a_row=0 "
+      "--set env.name=\\\"external\\\" "
       "--set 'task={\"command\": [\"python3\", \"-c\", \"import sys; sys.exit(3)\"]}'");
   INFO(result.output);
   CHECK(result.exit_code == 1);

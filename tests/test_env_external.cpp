@@ -5,6 +5,10 @@
 // The bad environments are tiny Python scripts written into a temp dir.
 #include "base/error.hpp"
 #include "env/external_env.hpp"
+#include "model/transformer.hpp"
+#include "test_tiny_model.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
+#include "train/episode_eval.hpp"
 
 #include <doctest/doctest.h>
 
@@ -54,6 +58,10 @@ for line in sys.stdin:
         ok["reward"] = 1.0
     print(json.dumps(ok), flush=True)
 )PY";
+
+// tests/envs/plus_one.py: deterministic; --pids FILE appends its pid when it
+// starts, so the test counts process starts as lines, not by timing.
+const std::string kPlusOne = std::string(SAO_SOURCE_DIR) + "/tests/envs/plus_one.py";
 
 fs::path temp_dir() {
   static const fs::path dir = [] {
@@ -211,4 +219,57 @@ TEST_CASE("external: a call timeout is reported, counted, and the process restar
   CHECK_FALSE(env.connected());
   CHECK(env.reset(2).observation == "o");
   CHECK(env.restarts() == 1);
+}
+
+namespace {
+int64_t lines_in(const fs::path& path) {
+  std::ifstream in(path);
+  int64_t count = 0;
+  std::string line;
+  while (std::getline(in, line)) ++count;
+  return count;
+}
+
+// Two held-out evaluations of 10 episodes, 3 at a time, of plus_one.py; the
+// environments of the second are the first's when `pool` is given.
+std::pair<sao::train::EpisodeEvalResult, int64_t> evaluate_twice(bool process_per_episode, bool pooled,
+                                                                 const std::string& name) {
+  const auto log = temp_dir() / (name + ".pids");
+  fs::remove(log);
+  ExternalConfig config;
+  config.channel.command = {"python3", kPlusOne, "--pids", log.string()};
+  config.label = "plus_one.py";
+  config.heldout_size = 10;
+  config.max_turns = 1;
+  config.process_per_episode = process_per_episode;
+  torch::manual_seed(5);
+  sao::model::CausalLM policy(sao_test::tiny_byte_model());
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  sao::train::EpisodeEvalOptions options;
+  options.max_new_tokens = 3;
+  options.batch_size = 3;
+  options.sample_transcripts = 10;
+  sao::train::EnvironmentPool pool;
+  const auto maker = [&] { return std::make_unique<ExternalEnvironment>(config); };
+  sao::train::evaluate_episodes(policy, tokenizer, maker, options, 1, pooled ? &pool : nullptr);
+  auto second = sao::train::evaluate_episodes(policy, tokenizer, maker, options, 1, pooled ? &pool : nullptr);
+  pool.environments.clear();  // every process has written its pid before this
+  return {second, lines_in(log)};
+}
+}  // namespace
+
+TEST_CASE("external: evaluations through a pool of P processes start P, with the per-episode route's results") {
+  const auto [pooled, pooled_starts] = evaluate_twice(false, true, "pooled");
+  const auto [per_episode, per_episode_starts] = evaluate_twice(true, true, "per_episode");
+  CHECK(pooled_starts == 3);        // 20 episodes, 3 at a time, through the same 3 processes
+  CHECK(per_episode_starts == 20);  // process_per_episode: one process for every episode
+  CHECK(pooled.errors == 0);
+  CHECK(per_episode.errors == 0);
+  CHECK(pooled.solved == per_episode.solved);
+  CHECK(pooled.samples == per_episode.samples);
+  CHECK(pooled.mean_reward == per_episode.mean_reward);
+  REQUIRE(pooled.samples.size() == 10);
+  CHECK(pooled.samples[9].rfind("9+1=", 0) == 0);
+  // Without a pool each evaluation starts its own.
+  CHECK(evaluate_twice(false, false, "unpooled").second == 6);
 }

@@ -11,12 +11,15 @@
 #include "model/transformer.hpp"
 #include "test_tiny_model.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
+#include "report/run_summary.hpp"
 #include "train/episode_eval.hpp"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <vector>
 
 using sao::rollout::EnvOutcome;
 using sao::rollout::EpisodeBatch;
@@ -229,4 +232,96 @@ TEST_CASE("an observation that would overflow the context ends the episode as a 
     CHECK(trajectory.action_mask.back() == 1);
     CHECK(batch.row(row).turns.size() >= 2);  // the context held two turns before it was full
   }
+}
+
+namespace {
+// Held-out episodes: `size`; reset_heldout(i) throws for every i in
+// `failing` (every i when `failing` is empty and always_fail), and counts
+// every call in *resets, so a test counts environment requests, not time.
+class FailingResetEnv : public SuccessOnlyEnv {
+ public:
+  FailingResetEnv(int64_t size, std::vector<int64_t> failing, bool always_fail, int64_t* resets)
+      : size_(size), failing_(std::move(failing)), always_fail_(always_fail), resets_(resets) {}
+  int64_t heldout_size() const override { return size_; }
+  sao::env::EnvStep reset_heldout(int64_t index) override {
+    ++*resets_;
+    if (always_fail_ || std::find(failing_.begin(), failing_.end(), index) != failing_.end()) {
+      throw sao::Error("env 'failing': reset_heldout(" + std::to_string(index) + "): no reply within 1000 ms");
+    }
+    return reset(0);
+  }
+
+ private:
+  int64_t size_;
+  std::vector<int64_t> failing_;
+  bool always_fail_;
+  int64_t* resets_;
+};
+}  // namespace
+
+TEST_CASE("evaluation: errored episodes are counted, not scored: accuracy is over the answered ones") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  auto policy = tiny_policy();
+  sao::train::EpisodeEvalOptions options;
+  options.max_new_tokens = 3;
+  options.batch_size = 2;
+  options.max_failures_in_a_row = 5;  // two failures, never two in a row: not dead
+  int64_t resets = 0;
+  const auto result = sao::train::evaluate_episodes(
+      policy, tokenizer,
+      [&] {
+        return std::make_unique<FailingResetEnv>(5, std::vector<int64_t>{1, 3}, false, &resets);
+      },
+      options, 3);
+  CHECK(resets == 5);
+  CHECK(result.episodes == 5);
+  CHECK(result.errors == 2);
+  CHECK(result.successes == 3);
+  CHECK(result.success_rate == 1.0);  // 3 of the 3 answered; the old rule said 3 of 5
+  CHECK(result.solved == std::vector<uint8_t>{1, 0, 1, 0, 1});
+  CHECK(sao::report::heldout_errors_note(2, 5) ==
+        " -- WARNING: 2 of 5 held-out episodes lost to environment errors (not scored; the accuracy is over the 3 "
+        "answered)");
+  CHECK(sao::report::heldout_errors_note(0, 5).empty());
+}
+
+TEST_CASE("evaluation: an environment failing max_failures_in_a_row calls in a row is dead after that many") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  auto policy = tiny_policy();
+  sao::train::EpisodeEvalOptions options;
+  options.max_new_tokens = 3;
+  options.batch_size = 4;
+  options.max_failures_in_a_row = 3;
+  int64_t resets = 0;
+  std::string message;
+  try {
+    sao::train::evaluate_episodes(
+        policy, tokenizer,
+        [&] { return std::make_unique<FailingResetEnv>(100, std::vector<int64_t>{}, true, &resets); }, options, 3);
+  } catch (const sao::env::EnvironmentDead& error) {
+    message = error.what();
+  }
+  // 3 requests, not one per held-out problem (100).
+  CHECK(resets == 3);
+  CHECK(message ==
+        "environment 'success_only' is dead: 3 consecutive failures (train.max_env_failures_in_a_row 3); the last: "
+        "env 'failing': reset_heldout(2): no reply within 1000 ms");
+  CHECK_FALSE(policy->is_training());  // left in the mode it was found in
+}
+
+TEST_CASE("a failure streak: a success between failures resets it; once dead it stays dead") {
+  sao::env::FailureStreak streak(2, "e");
+  CHECK_FALSE(streak.failure("a"));
+  streak.success();
+  CHECK_FALSE(streak.failure("b"));
+  CHECK(streak.length() == 1);
+  CHECK(streak.failure("c"));
+  CHECK(streak.dead());
+  streak.success();
+  CHECK(streak.dead());
+  CHECK(streak.describe() ==
+        "environment 'e' is dead: 2 consecutive failures (train.max_env_failures_in_a_row 2); the last: c");
+  sao::env::FailureStreak never(0, "e");
+  for (int i = 0; i < 10; ++i) CHECK_FALSE(never.failure("x"));
+  CHECK_FALSE(never.dead());
 }

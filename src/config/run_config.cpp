@@ -174,6 +174,7 @@ void train_keys(Train& train, Visit visit) {
   visit("max_actor_failures", train.max_actor_failures);
   visit("failure_window_s", train.failure_window_s);
   visit("max_lost_in_a_row", train.max_lost_in_a_row);
+  visit("max_env_failures_in_a_row", train.max_env_failures_in_a_row);
 }
 
 template <typename Console, typename Visit>
@@ -343,6 +344,7 @@ void read_train(JsonReader reader, TrainSection& train) {
   require_range(where, "max_actor_failures", train.max_actor_failures, 1, 1000000);
   require_range(where, "failure_window_s", train.failure_window_s, 1, 86400);
   require_range(where, "max_lost_in_a_row", train.max_lost_in_a_row, 0, kMaxSteps);  // 0: no limit
+  require_range(where, "max_env_failures_in_a_row", train.max_env_failures_in_a_row, 0, 1000000);  // 0: never
   if (train.scheduler_policy != "stealing" && train.scheduler_policy != "sharing") {
     throw Error(where + ".scheduler_policy: expected \"stealing\" or \"sharing\", got \"" + train.scheduler_policy +
                 "\"");

@@ -126,6 +126,10 @@ struct TrainSection {
   int64_t max_actor_failures = 3;
   int64_t failure_window_s = 60;
   int64_t max_lost_in_a_row = 200;
+  // This many environment calls failing in a row (no success between them)
+  // declare the environment dead (env/failure_streak.hpp): a held-out
+  // evaluation or an env actor stops calling it and the run ends. 0: never.
+  int64_t max_env_failures_in_a_row = 5;
 };
 
 // The introspection console's HTTP endpoint (dashboard, JSON API,

@@ -65,6 +65,7 @@ EnvStep ExternalEnvironment::open_or_close_episode(const nlohmann::json& reply) 
 
 EnvStep ExternalEnvironment::begin_episode(nlohmann::json request) {
   episode_open_ = false;
+  if (config_.process_per_episode) channel_.close();  // a fresh process for every episode
   channel_.ensure_connected();
   return open_or_close_episode(call(std::move(request)));
 }
@@ -111,6 +112,7 @@ ExternalConfig external_config_from_json(const nlohmann::json& config, const std
   reader.read("label", result.label);
   reader.read("heldout_size", result.heldout_size);
   reader.read("max_turns", result.max_turns);
+  reader.read("process_per_episode", result.process_per_episode);
   reader.reject_unknown_keys();
   validate_channel_config(result.channel, where);
   if (result.heldout_size < 0) throw Error(where + ".heldout_size: must be >= 0");

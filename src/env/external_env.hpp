@@ -24,7 +24,9 @@
 // ("host:port"), cwd (""), label (for messages; default: the script or the
 // address), timeout_ms (2000), startup_timeout_ms (30000), max_restarts (100), heldout_size (0: the env
 // has no held-out split; N: reset_heldout(i) sends "heldout": i), max_turns
-// (0: not stated; reported in limits()).
+// (0: not stated; reported in limits()), process_per_episode (false: one
+// process plays episode after episode, each begun with a reset; true: a fresh
+// process for every episode, for an environment that cannot be reset).
 #pragma once
 
 #include "env/environment.hpp"
@@ -42,6 +44,7 @@ struct ExternalConfig {
   std::string label;
   int64_t heldout_size = 0;
   int64_t max_turns = 0;
+  bool process_per_episode = false;
 };
 
 class ExternalEnvironment final : public Environment {

@@ -45,12 +45,17 @@ JsonLineChannel::JsonLineChannel(JsonLineChannelConfig config, std::string peer,
     : config_(std::move(config)), peer_(std::move(peer)), role_(std::move(role)) {}
 
 JsonLineChannel::~JsonLineChannel() {
+  close();
+}
+
+void JsonLineChannel::close() {
   if (fd_ >= 0) {
     // Best effort, never blocking: a polite close, then EOF.
     const std::string line = base::dump_json(nlohmann::json{{"id", next_id_++}, {"method", "close"}}) + "\n";
     [[maybe_unused]] auto sent = ::send(fd_, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
   disconnect();
+  ever_connected_ = false;
 }
 
 void JsonLineChannel::fail(const std::string& what, const std::string& problem, bool restart) {

@@ -58,6 +58,10 @@ class JsonLineChannel {
   // or a malformed reply also disconnects (restart at the next
   // ensure_connected()). Call ensure_connected() first.
   nlohmann::json call(nlohmann::json request);
+  // Ends the session politely ({"method":"close"}, then EOF; the process is
+  // stopped): the next ensure_connected() starts a fresh one, not counted as
+  // a restart.
+  void close();
   // Throws the same kind of error for a problem the caller found in a reply
   // (counted as an error); restart = true disconnects as well.
   [[noreturn]] void fail(const std::string& what, const std::string& problem, bool restart);

@@ -22,6 +22,13 @@ bool has_number(const nlohmann::json& object, const char* key) {
 
 }  // namespace
 
+std::string heldout_errors_note(int64_t errors, int64_t total) {
+  if (errors <= 0) return "";
+  return " -- WARNING: " + std::to_string(errors) + " of " + std::to_string(total) +
+         " held-out episodes lost to environment errors (not scored; the accuracy is over the " +
+         std::to_string(total - errors) + " answered)";
+}
+
 std::string describe_run_summary(const nlohmann::json& summary, const std::string& run_dir, double wall_s) {
   std::string text;
   if (has_number(summary, "heldout_accuracy_last")) {
@@ -29,9 +36,9 @@ std::string describe_run_summary(const nlohmann::json& summary, const std::strin
     if (has_number(summary, "heldout_accuracy_first"))
       text += " (before RL: " + fixed4(summary["heldout_accuracy_first"].get<double>()) + ")";
     const auto evals = summary.value("evals", nlohmann::json::array());
-    if (!evals.empty() && has_number(evals.back(), "total"))
-      text += ", " + std::to_string(evals.back()["total"].get<long long>()) + " problems";
-    text += "\n";
+    const int64_t total = !evals.empty() && has_number(evals.back(), "total") ? evals.back()["total"].get<int64_t>() : 0;
+    if (total > 0) text += ", " + std::to_string(total) + " problems";
+    text += heldout_errors_note(summary.value("heldout_errors_last", int64_t{0}), total) + "\n";
   }
   if (summary.value("worked_last", nlohmann::json()).is_number_integer() &&
       summary.value("worked_first", nlohmann::json()).is_number_integer()) {

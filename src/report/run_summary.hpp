@@ -10,6 +10,11 @@
 
 namespace sao::report {
 
+// " -- WARNING: E of T held-out episodes lost to environment errors ..."
+// for an evaluation that lost episodes (its accuracy covers only the
+// answered ones), "" when none was lost.
+std::string heldout_errors_note(int64_t errors, int64_t total);
+
 // `summary` is summary.json's object (the metrics actor's); `wall_s` the
 // command's own wall time. Lines end with '\n'. Keys the summary lacks
 // are left out rather than printed as placeholders.

@@ -2,12 +2,17 @@
 // held-out split (reset_heldout(0..n)) with the policy, greedy by default,
 // through the same episode state machine the rollout actor uses
 // (rollout/episode_batch.hpp: prompt, turns, end and success are defined
-// there). An episode cut by max_turns or the model's context is a failure;
-// one whose environment throws is counted in `errors` (and as a failure),
-// never aborting the evaluation.
+// there). An episode cut by max_turns or the model's context is a failure.
+// One whose environment throws is counted in `errors` and left out of
+// success_rate (the policy was not scored on it; docs/decisions.md), and
+// does not abort the evaluation, unless max_failures_in_a_row environment
+// calls fail in a row: then the environment is dead (env/failure_streak.hpp)
+// and evaluate_episodes throws env::EnvironmentDead after that many failures
+// instead of one failure per held-out problem.
 #pragma once
 
 #include "env/environment.hpp"
+#include "env/failure_streak.hpp"
 #include "model/transformer.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -27,12 +32,15 @@ struct EpisodeEvalOptions {
   int64_t episodes = 0;        // 0: the whole held-out split; else the first N of it
   int64_t learner_step = -1;   // >= 0: passed to on_training_step before the episodes (drifting envs)
   int64_t sample_transcripts = 3;
+  int64_t max_failures_in_a_row = 0;  // train.max_env_failures_in_a_row; 0: never give up
 };
 
 struct EpisodeEvalResult {
   int64_t episodes = 0;
   int64_t successes = 0;
-  int64_t errors = 0;  // episodes whose environment threw
+  int64_t errors = 0;  // episodes whose environment threw: not scored
+  // successes / (episodes - errors): the policy's score on the episodes the
+  // environment answered; NaN when it answered none.
   double success_rate = 0.0;
   double mean_reward = 0.0;  // mean over episodes of the summed per-turn rewards
   double mean_turns = 0.0;
@@ -44,9 +52,24 @@ struct EpisodeEvalResult {
 // Makes one fresh environment; called once per concurrent episode.
 using EnvironmentMaker = std::function<std::unique_ptr<env::Environment>()>;
 
-// Throws sao::Error if the environment has no held-out split.
+// Environments kept from one evaluation to the next, so that an environment
+// that is a process (external) or a server session (openenv) starts once per
+// run, not once per held-out episode: an evaluation plays its episodes
+// batch_size at a time on at most batch_size environments, each reset again
+// for its next episode. One whose episode failed is dropped (an external
+// process is stopped) and a fresh one made when next needed. The caller owns
+// it (the learner keeps one for the run).
+struct EnvironmentPool {
+  std::vector<std::unique_ptr<env::Environment>> environments;
+};
+
+// Throws sao::Error if the environment has no held-out split, and
+// env::EnvironmentDead (a sao::Error) when max_failures_in_a_row calls fail
+// in a row. `pool`: environments to reuse and keep (nullptr: made for this
+// call only).
 EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
                                     const EnvironmentMaker& make_environment, const EpisodeEvalOptions& options,
-                                    uint64_t seed);
+                                    uint64_t seed, EnvironmentPool* pool = nullptr);
+
 
 }  // namespace sao::train

@@ -36,7 +36,8 @@ PassAtKResult evaluate_pass_at_k(model::CausalLM& policy, const config::RunConfi
   PassAtKResult result;
   result.samples_per_problem = samples;
   result.temperature = temperature;
-  const auto greedy = evaluate_heldout(policy, config, learner_step);
+  EnvironmentPool pool;  // one set of environment processes for every round
+  const auto greedy = evaluate_heldout(policy, config, learner_step, &pool);
   if (greedy.total == 0) throw Error("pass@k: task '" + config.env.name + "' has no held-out split");
   result.problems = greedy.total;
   result.greedy_accuracy = greedy.accuracy;
@@ -50,7 +51,7 @@ PassAtKResult evaluate_pass_at_k(model::CausalLM& policy, const config::RunConfi
     // the config's signed seed.
     sampled.run.seed = static_cast<int64_t>(
         base::splitmix64(static_cast<uint64_t>(config.run.seed) * 1000003ULL + static_cast<uint64_t>(round)) >> 1);
-    const auto attempt = evaluate_heldout(policy, sampled, learner_step);
+    const auto attempt = evaluate_heldout(policy, sampled, learner_step, &pool);
     if (attempt.solved.size() != result.correct_per_problem.size()) {
       throw Error("pass@k: round " + std::to_string(round) + " scored " + std::to_string(attempt.solved.size()) +
                   " held-out problems, the greedy pass " + std::to_string(result.correct_per_problem.size()));

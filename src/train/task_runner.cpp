@@ -22,7 +22,8 @@ namespace {
 constexpr int64_t kMaxHeldoutPromptsChecked = 100000;
 }  // namespace
 
-HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig& config, int64_t learner_step) {
+HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig& config, int64_t learner_step,
+                               EnvironmentPool* pool) {
   const auto loaded_tokenizer = tokenizer::load_tokenizer(config.model_path, config.prompt_format);
   const auto& tokenizer = *loaded_tokenizer;
   const auto seed = static_cast<uint64_t>(config.run.seed);
@@ -46,17 +47,30 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
   options.max_turns = config.rollout.max_turns;
   options.batch_size = config.eval.batch_size;
   options.learner_step = learner_step;
+  options.max_failures_in_a_row = config.train.max_env_failures_in_a_row;
   const auto maker = [&config] {
     return env::make_environment(config.env.name, config.task_document, config.source + ".task");
   };
-  if (maker()->heldout_size() == 0) {
+  const bool pooled = pool != nullptr && !pool->environments.empty() && pool->environments.front();
+  if ((pooled ? pool->environments.front()->heldout_size() : maker()->heldout_size()) == 0) {
     result.accuracy = std::numeric_limits<double>::quiet_NaN();  // nothing to evaluate on; reported as null
     return result;
   }
-  const auto eval = evaluate_episodes(policy, tokenizer, maker, options, seed);
+  // Processes (the external task) are kept for the next evaluation; other
+  // environments are given back now: an OpenEnv server session or claimed
+  // server held between evaluations would be missing to training.
+  struct GiveBack {
+    EnvironmentPool* pool;
+    bool keep;
+    ~GiveBack() {
+      if (pool != nullptr && !keep) pool->environments.clear();
+    }
+  } give_back{pool, config.env.name == "external"};
+  const auto eval = evaluate_episodes(policy, tokenizer, maker, options, seed, pool);
   result.accuracy = eval.success_rate;
   result.total = eval.episodes;
   result.correct = eval.successes;
+  result.errors = eval.errors;
   result.seconds = eval.seconds;
   result.samples = eval.samples;
   result.solved = eval.solved;

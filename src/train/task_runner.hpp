@@ -8,6 +8,7 @@
 #include "env/environment.hpp"
 #include "model/transformer.hpp"
 #include "report/progress.hpp"
+#include "train/episode_eval.hpp"
 #include "train/sft.hpp"
 
 #include <string>
@@ -16,9 +17,12 @@
 namespace sao::train {
 
 struct HeldoutResult {
-  double accuracy = 0.0;  // arithmetic: exact match; environments: success rate
+  // Arithmetic: exact match; environments: the success rate over the
+  // episodes the environment answered (total - errors).
+  double accuracy = 0.0;
   int64_t total = 0;
   int64_t correct = 0;
+  int64_t errors = 0;  // episodes lost to an environment error: not scored, reported with the accuracy
   double seconds = 0.0;
   // Arithmetic: how many answers showed their work ("w..>"); -1 elsewhere.
   int64_t worked = -1;
@@ -29,7 +33,13 @@ struct HeldoutResult {
 
 // `learner_step` >= 0 tells a drifting environment where training is. An
 // environment without a held-out split gives accuracy NaN and total 0.
-HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig& config, int64_t learner_step);
+// `pool` keeps the environments for the next call (episode_eval.hpp) when
+// they are processes (the external task); others (OpenEnv sessions and
+// servers, which training needs) are given back at the end of each call. Throws
+// env::EnvironmentDead after train.max_env_failures_in_a_row environment
+// failures in a row.
+HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig& config, int64_t learner_step,
+                               EnvironmentPool* pool = nullptr);
 // The demonstrations of sft.data without those whose prompt is one of the
 // task's held-out problems (their count in `dropped`). Throws sao::Error
 // naming file:line for a bad line, or when nothing is left.
