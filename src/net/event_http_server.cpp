@@ -239,7 +239,8 @@ struct EventHttpServer::Impl {
     connection.fd = fd;
     connection.address = peer_text(peer, &connection.port);
     count(&EventHttpStats::accepted);
-    const bool address_full = per_address[connection.address] >= limits.max_connections_per_address;
+    const auto held = per_address.find(connection.address);
+    const bool address_full = held != per_address.end() && held->second >= limits.max_connections_per_address;
     if (address_full &&
         !displace_oldest([&](const HttpConnection& other) { return other.address == connection.address; })) {
       count(&EventHttpStats::refused);

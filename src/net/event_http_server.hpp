@@ -26,7 +26,7 @@ struct EventHttpLimits {
   size_t max_body_bytes = 1 << 20;        // Content-Length over this gets 413 without reading the body
   int max_connections = 1024;             // open at once
   int max_connections_per_address = 256;  // open at once from one client address
-  int worker_threads = 4;                 // run the handler, only ever on complete requests
+  int worker_threads = 8;                 // run the handler, only ever on complete requests
 };
 
 // One complete request as it arrived: request line, headers, body.

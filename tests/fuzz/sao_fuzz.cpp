@@ -567,11 +567,10 @@ HttpServer start_console(const fs::path& scratch) {
     caf::actor_system system{config};
     sao::config::ConsoleSection section;
     section.port = 0;
-    // A short read timeout: a truncated request then costs a second, not five.
+    // A short request deadline: a truncated request then costs a second, not ten.
     sao::actors::ConsoleLimits limits;
-    limits.read_timeout_s = 1;
+    limits.request_timeout_s = 1;
     limits.write_timeout_s = 1;
-    limits.keep_alive_timeout_s = 1;
     sao::actors::ConsoleServer console(system, sao::actors::CoordinatorActor{}, section, (scratch / "run").string(),
                                        limits);
     for (;;) ::pause();
