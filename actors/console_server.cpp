@@ -51,6 +51,7 @@ nlohmann::json status_to_json(const msg::ActorStatus& status) {
           {"mailbox_depth", status.mailbox_depth},
           {"messages_handled", status.messages_handled},
           {"last_error", status.last_error},
+          {"activity", status.activity},
           {"numbers", numbers}};
 }
 

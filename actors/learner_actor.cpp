@@ -1,6 +1,7 @@
 // Learner actor behaviour; see learner_actor.hpp.
 #include "actors/learner_actor.hpp"
 
+#include "actors/activity_board.hpp"
 #include "actors/introspection.hpp"
 
 #include "algo/learner.hpp"
@@ -64,9 +65,16 @@ msg::PolicyWeights current_weights(LearnerActorState& state) {
   return weights;
 }
 
+// Posts a long job on the activity board, so the console shows it while the
+// learner's thread (detached) is in it and its mailbox waits.
+ActivityScope post_activity(LearnerSelf self, const char* what) {
+  return ActivityScope(self->address(), {"learner", "learner", what, self->state.learner->steps()});
+}
+
 msg::EvalReport evaluate(LearnerSelf self) {
   auto& state = self->state;
   state.state = "evaluating";
+  const auto posted = post_activity(self, "evaluating");
   msg::EvalReport report{state.learner->steps(), state.learner->policy_version(),
                          std::numeric_limits<double>::quiet_NaN(), 0, "test"};
   try {
@@ -87,6 +95,7 @@ msg::EvalReport evaluate(LearnerSelf self) {
 std::string save_checkpoint(LearnerSelf self) {
   auto& state = self->state;
   state.state = "checkpointing";
+  const auto posted = post_activity(self, "checkpointing");
   const auto dir = model::rl_checkpoint_dir(state.config.run.run.dir);
   report::WorkTimer timer(state.counters.work[report::kWorkCheckpoint]);
   model::write_directory_atomically(dir, [&](const std::string& staging) {
@@ -139,6 +148,7 @@ void run_step(LearnerSelf self, msg::TrainBatch& batch) {
   const double regime = latest_regime(batch);
   algo::StepResult result;
   try {
+    const auto posted = post_activity(self, "training");
     report::WorkTimer timer(state.counters.work[report::kWorkModel]);
     result = state.learner->step(trajectories);
   } catch (const std::exception& error) {
