@@ -30,12 +30,9 @@ std::optional<Activity> current_activity(const caf::actor_addr& actor) {
 }
 
 msg::ActorStatus busy_status(const Activity& activity) {
-  msg::ActorStatus status;
-  status.name = activity.name;
-  status.kind = activity.kind;
+  msg::ActorStatus status = activity.status;
   status.state = "busy";
   status.activity = activity.what + ", step " + std::to_string(activity.step);
-  status.numbers["step"] = static_cast<double>(activity.step);
   status.numbers["busy_for_s"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - activity.since).count();
   return status;

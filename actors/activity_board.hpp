@@ -15,17 +15,17 @@
 namespace sao::actors {
 
 struct Activity {
-  std::string name;  // the actor's console name ("learner")
-  std::string kind;  // its kind ("learner")
   std::string what;  // "evaluating", "training", "checkpointing"
   int64_t step = 0;  // the learner step it works at
   std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+  msg::ActorStatus status;  // the actor's own status as the job began: its numbers and counters
 };
 
 // The newest activity `actor` posted and has not finished, if any.
 std::optional<Activity> current_activity(const caf::actor_addr& actor);
 
-// The status the console shows for an actor that is busy with `activity`.
+// The status the console shows for an actor busy with `activity`: its status
+// from the job's start, in state "busy", with the activity and busy_for_s.
 msg::ActorStatus busy_status(const Activity& activity);
 
 // Posts `activity` for `actor` for the scope's lifetime; nested scopes

@@ -65,10 +65,28 @@ msg::PolicyWeights current_weights(LearnerActorState& state) {
   return weights;
 }
 
-// Posts a long job on the activity board, so the console shows it while the
-// learner's thread (detached) is in it and its mailbox waits.
+msg::ActorStatus learner_status(LearnerSelf self) {
+  auto& st = self->state;
+  auto status = describe_actor(self, "learner", "learner", st.state, st.counters, {});
+  status.numbers["actor_lr"] = st.learner->config().actor_lr;
+  status.numbers["critic_lr"] = st.learner->config().critic_lr;
+  status.numbers["step"] = static_cast<double>(st.learner->steps());
+  status.numbers["policy_version"] = static_cast<double>(st.learner->policy_version());
+  status.numbers["last_step_ms"] = st.last_step_seconds * 1e3;
+  for (const char* key : {"policy_loss", "value_loss", "reward_mean", "entropy", "grad_norm", "explained_variance",
+                          "dis_reject_low_frac", "dis_reject_high_frac", "staleness_mean", "tokens_per_s"}) {
+    auto it = st.last_metrics.find(key);
+    if (it != st.last_metrics.end()) status.numbers[key] = it->second;
+  }
+  return status;
+}
+
+// Posts a long job on the activity board with the learner's status as it
+// begins, so the console shows it while the learner's thread (detached) is
+// in it and its mailbox waits.
 ActivityScope post_activity(LearnerSelf self, const char* what) {
-  return ActivityScope(self->address(), {"learner", "learner", what, self->state.learner->steps()});
+  return ActivityScope(self->address(), {what, self->state.learner->steps(), std::chrono::steady_clock::now(),
+                                         learner_status(self)});
 }
 
 msg::EvalReport evaluate(LearnerSelf self) {
@@ -281,21 +299,8 @@ LearnerActor::behavior_type learner_behavior(LearnerSelf self, LearnerActorConfi
         return report;
       },
       [self](atoms::status_atom) {
-        auto& st = self->state;
-        ++st.counters.handled;
-        auto status = describe_actor(self, "learner", "learner", st.state, st.counters, {});
-        status.numbers["actor_lr"] = st.learner->config().actor_lr;
-        status.numbers["critic_lr"] = st.learner->config().critic_lr;
-        status.numbers["step"] = static_cast<double>(st.learner->steps());
-        status.numbers["policy_version"] = static_cast<double>(st.learner->policy_version());
-        status.numbers["last_step_ms"] = st.last_step_seconds * 1e3;
-        for (const char* key :
-             {"policy_loss", "value_loss", "reward_mean", "entropy", "grad_norm", "explained_variance",
-              "dis_reject_low_frac", "dis_reject_high_frac", "staleness_mean", "tokens_per_s"}) {
-          auto it = st.last_metrics.find(key);
-          if (it != st.last_metrics.end()) status.numbers[key] = it->second;
-        }
-        return status;
+        ++self->state.counters.handled;
+        return learner_status(self);
       },
   };
 }

@@ -95,7 +95,11 @@ TEST_CASE("a learner held in its evaluation shows as busy, evaluating at step 0,
   CHECK(busy.kind == "learner");
   CHECK(busy.state == "busy");
   CHECK(busy.activity == "evaluating, step 0");
+  // What the learner last said of itself, from the job's start: its counters
+  // and numbers stay visible while it is busy.
   CHECK(busy.numbers.at("step") == 0.0);
+  CHECK(busy.numbers.count("actor_lr") == 1);
+  CHECK(busy.messages_handled == 1);  // the start message
   CHECK(busy.last_error.empty());
 
   held.open.set_value();
