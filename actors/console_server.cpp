@@ -15,12 +15,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <thread>
 
 namespace sao::actors {
 
@@ -51,6 +51,7 @@ nlohmann::json status_to_json(const msg::ActorStatus& status) {
           {"mailbox_depth", status.mailbox_depth},
           {"messages_handled", status.messages_handled},
           {"last_error", status.last_error},
+          {"activity", status.activity},
           {"numbers", numbers}};
 }
 
@@ -71,6 +72,55 @@ void reply_error(httplib::Response& response, int status, const std::string& mes
   reply_json(response, status, {{"error", message}});
 }
 
+// One request the event front has read whole, as httplib's parser reads a
+// socket; the reply httplib writes is collected for the front to send.
+class CompleteRequestStream : public httplib::Stream {
+ public:
+  explicit CompleteRequestStream(const net::RawHttpRequest& request) : request_(request) {}
+  bool is_readable() const override { return position_ < request_.bytes.size(); }
+  bool is_writable() const override { return true; }
+  ssize_t read(char* ptr, size_t size) override {
+    const size_t count = std::min(size, request_.bytes.size() - position_);
+    std::copy_n(request_.bytes.data() + position_, count, ptr);
+    position_ += count;
+    return static_cast<ssize_t>(count);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    reply_.append(ptr, size);
+    return static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = request_.remote_address;
+    port = request_.remote_port;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip.clear();
+    port = 0;
+  }
+  // No socket: httplib must not select() on one (it answers 500 to
+  // descriptors past FD_SETSIZE, which hundreds of clients reach).
+  socket_t socket() const override { return INVALID_SOCKET; }
+  std::string take_reply() { return std::move(reply_); }
+
+ private:
+  const net::RawHttpRequest& request_;
+  size_t position_ = 0;
+  std::string reply_;
+};
+
+// httplib's request parsing and routing, fed complete requests instead of
+// sockets: its own accept loop gives each connection a worker for as long as
+// the client takes to send, which trickling clients used to starve it.
+class ConsoleRouter : public httplib::Server {
+ public:
+  std::string answer(const net::RawHttpRequest& request) {
+    CompleteRequestStream stream(request);
+    bool connection_closed = true;
+    process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+    return stream.take_reply();
+  }
+};
+
 }  // namespace
 
 struct ConsoleServer::Impl {
@@ -79,8 +129,8 @@ struct ConsoleServer::Impl {
   std::string token = random_token();
   std::string host;
   int port = 0;
-  httplib::Server server;
-  std::thread thread;
+  ConsoleRouter server;
+  std::unique_ptr<net::EventHttpServer> front;
   std::filesystem::path endpoint_file;
 
   Impl(caf::actor_system& actor_system, CoordinatorActor coordinator_actor)
@@ -275,37 +325,30 @@ ConsoleServer::ConsoleServer(caf::actor_system& system, const CoordinatorActor& 
                              const config::ConsoleSection& config, const std::string& run_dir,
                              const ConsoleLimits& limits)
     : impl_(std::make_unique<Impl>(system, coordinator)) {
-  if (limits.read_timeout_s <= 0 || limits.write_timeout_s <= 0 || limits.keep_alive_timeout_s <= 0 ||
-      limits.keep_alive_max_requests <= 0 || limits.max_body_bytes == 0 || limits.worker_threads <= 0) {
-    throw Error("console: every limit must be positive (timeouts, keep-alive, body size, workers)");
-  }
   auto& impl = *impl_;
   impl.host = config.listen;
-  impl.server.set_read_timeout(limits.read_timeout_s, 0);
-  impl.server.set_write_timeout(limits.write_timeout_s, 0);
-  impl.server.set_keep_alive_timeout(limits.keep_alive_timeout_s);
-  impl.server.set_keep_alive_max_count(static_cast<size_t>(limits.keep_alive_max_requests));
   impl.server.set_payload_max_length(limits.max_body_bytes);
-  const auto workers = static_cast<size_t>(limits.worker_threads);
-  impl.server.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   impl.routes();
-  bool bound = config.port > 0 && impl.server.bind_to_port(config.listen.c_str(), static_cast<int>(config.port));
-  if (bound) {
-    impl.port = static_cast<int>(config.port);
-  } else {
-    impl.port = impl.server.bind_to_any_port(config.listen.c_str());
-    if (impl.port <= 0) throw Error("console: cannot listen on " + config.listen + " (console.listen)");
-    if (config.port > 0) {
-      std::fprintf(stderr, "console: port %lld on %s is taken; using %d instead\n", static_cast<long long>(config.port),
-                   config.listen.c_str(), impl.port);
+  auto answer = [&impl](const net::RawHttpRequest& request) { return impl.server.answer(request); };
+  net::check_event_http_limits(limits, "console");
+  std::string why_not_configured_port;
+  if (config.port > 0) {
+    try {
+      impl.front = std::make_unique<net::EventHttpServer>(config.listen, static_cast<uint16_t>(config.port), "console",
+                                                          limits, answer);
+    } catch (const Error& error) {
+      why_not_configured_port = error.what();  // the fallback below says it, or fails naming the address
     }
   }
-  impl.thread = std::thread([&impl] { impl.server.listen_after_bind(); });
-  // stop() only reaches a server that is already listening: wait for it, so
-  // a run that ends at once cannot leave the thread listening forever.
-  for (int waited_ms = 0; !impl.server.is_running() && waited_ms < 5000; ++waited_ms) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!impl.front) {
+    impl.front = std::make_unique<net::EventHttpServer>(config.listen, 0, "console (console.listen)", limits, answer);
+    if (config.port > 0) {
+      std::fprintf(stderr, "console: port %lld on %s is taken (%s); using %d instead\n",
+                   static_cast<long long>(config.port), config.listen.c_str(), why_not_configured_port.c_str(),
+                   impl.front->port());
+    }
   }
+  impl.port = impl.front->port();
   std::filesystem::create_directories(run_dir);
   const nlohmann::json endpoint = {{"url", url()}, {"host", impl.host}, {"port", impl.port}, {"token", impl.token}};
   write_owner_only(std::filesystem::path(run_dir) / "console.json", base::dump_json(endpoint, 2) + "\n");
@@ -315,8 +358,7 @@ ConsoleServer::ConsoleServer(caf::actor_system& system, const CoordinatorActor& 
 }
 
 ConsoleServer::~ConsoleServer() {
-  impl_->server.stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->front.reset();
   // The file only ever names a live endpoint.
   std::error_code ignored;
   std::filesystem::remove(impl_->endpoint_file, ignored);
@@ -332,6 +374,10 @@ std::string ConsoleServer::url() const {
 
 const std::string& ConsoleServer::token() const {
   return impl_->token;
+}
+
+net::EventHttpStats ConsoleServer::connection_stats() const {
+  return impl_->front->stats();
 }
 
 ConsoleEndpoint read_console_endpoint(const std::string& run_dir) {

@@ -8,6 +8,7 @@
 
 #include "actors/protocol.hpp"
 #include "config/run_config.hpp"
+#include "net/event_http_server.hpp"
 
 #include <memory>
 #include <string>
@@ -19,38 +20,30 @@ class actor_system;
 
 namespace sao::actors {
 
-// What one HTTP client may hold of the console. A client that opens a
-// connection and sends nothing (or trickles a request) holds one worker
-// until the read timeout; with fewer workers than such clients the console
-// stops answering (with httplib's defaults, 8 workers, 40 idle sockets made
-// it unanswerable for 30 s). httplib's read timeout counts per read, so a
-// client that sends one byte every few seconds keeps its worker; more such
-// clients than `worker_threads` can still delay other requests, which is
-// why the workers are many and the console listens on loopback by default.
-struct ConsoleLimits {
-  int read_timeout_s = 5;        // per read of a request (headers and body)
-  int write_timeout_s = 5;       // per write of a reply
-  int keep_alive_timeout_s = 5;  // an idle kept-alive connection is closed after this
-  int keep_alive_max_requests = 100;
-  size_t max_body_bytes = 1 << 20;  // larger request bodies get 413
-  int worker_threads = 64;          // concurrent connections served
-};
+// What HTTP clients may hold of the console (net/event_http_server.hpp):
+// requests are read whole by one poll thread before a handler worker sees
+// them, so a client that trickles its request holds a socket until the
+// whole-request deadline, never a worker; per-address and total connection
+// caps displace the oldest unfinished request instead of refusing a newcomer.
+using ConsoleLimits = net::EventHttpLimits;
 
 class ConsoleServer {
  public:
-  // Binds config.listen:config.port (when the port is taken, any free port,
-  // with a warning); writes RUN_DIR/console.json {url, token} readable by
-  // the owner only, and prints the URL. Throws sao::Error when it cannot
+  // Binds config.listen:config.port without SO_REUSEPORT (when another
+  // process listens there, any free port, with a warning); writes
+  // RUN_DIR/console.json {url, token} readable by the owner only, and
+  // prints the URL. Throws sao::Error when it cannot
   // bind at all, or when a limit is not positive.
   ConsoleServer(caf::actor_system& system, const CoordinatorActor& coordinator, const config::ConsoleSection& config,
                 const std::string& run_dir, const ConsoleLimits& limits = {});
-  ~ConsoleServer();  // stops serving and joins the server thread
+  ~ConsoleServer();  // stops serving and joins its threads
   ConsoleServer(const ConsoleServer&) = delete;
   ConsoleServer& operator=(const ConsoleServer&) = delete;
 
   int port() const;
   std::string url() const;
   const std::string& token() const;
+  net::EventHttpStats connection_stats() const;
 
  private:
   struct Impl;

@@ -1,6 +1,7 @@
 // Introspection actor behaviour; see introspection_actor.hpp.
 #include "actors/introspection_actor.hpp"
 
+#include "actors/activity_board.hpp"
 #include "actors/introspection.hpp"
 
 #include <unistd.h>
@@ -55,9 +56,21 @@ void gather(IntrospectionSelf self, const std::vector<StatusActor>& actors, cons
       if (--gathering->pending == 0) gathering->promise.deliver(gathering->statuses);
     };
     const std::string name = i < names.size() ? names[i] : "actor-" + std::to_string(actors[i].id());
+    // A busy actor reads its mailbox only after its job: answer from the
+    // board at once instead of waiting out the timeout.
+    const auto address = caf::actor_cast<caf::actor_addr>(actors[i]);
+    if (auto activity = current_activity(address)) {
+      finish_one(busy_status(*activity));
+      continue;
+    }
     self->request(actors[i], kStatusTimeout, atoms::status_atom_v)
         .then([finish_one](msg::ActorStatus& status) { finish_one(std::move(status)); },
-              [self, finish_one, name](const caf::error& error) {
+              [self, finish_one, name, address](const caf::error& error) {
+                // The job may have begun after the request was sent.
+                if (auto activity = current_activity(address)) {
+                  finish_one(busy_status(*activity));
+                  return;
+                }
                 msg::ActorStatus status;
                 status.name = name;
                 status.kind = "unknown";

@@ -1,8 +1,9 @@
 // Introspection actor: answers (snapshot_atom) with the status of every
 // actor of the run (std::vector<msg::ActorStatus>), asking each one in
-// parallel with a timeout, so a busy or stuck actor shows up as
-// "unresponsive" instead of holding the console up, and nothing is paused
-// to take the picture. It learns the actors from the coordinator
+// parallel with a timeout, so a stuck actor shows up as "unresponsive"
+// instead of holding the console up, and nothing is paused to take the
+// picture. An actor busy in a long job it posted on the activity board
+// (activity_board.hpp) shows as "busy" with that activity, at once. It learns the actors from the coordinator
 // (actors_atom), so restarted and newly joined actors are always included.
 #pragma once
 

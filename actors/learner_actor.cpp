@@ -1,6 +1,7 @@
 // Learner actor behaviour; see learner_actor.hpp.
 #include "actors/learner_actor.hpp"
 
+#include "actors/activity_board.hpp"
 #include "actors/introspection.hpp"
 
 #include "algo/learner.hpp"
@@ -68,9 +69,34 @@ msg::PolicyWeights current_weights(LearnerActorState& state) {
   return weights;
 }
 
+msg::ActorStatus learner_status(LearnerSelf self) {
+  auto& st = self->state;
+  auto status = describe_actor(self, "learner", "learner", st.state, st.counters, {});
+  status.numbers["actor_lr"] = st.learner->config().actor_lr;
+  status.numbers["critic_lr"] = st.learner->config().critic_lr;
+  status.numbers["step"] = static_cast<double>(st.learner->steps());
+  status.numbers["policy_version"] = static_cast<double>(st.learner->policy_version());
+  status.numbers["last_step_ms"] = st.last_step_seconds * 1e3;
+  for (const char* key : {"policy_loss", "value_loss", "reward_mean", "entropy", "grad_norm", "explained_variance",
+                          "dis_reject_low_frac", "dis_reject_high_frac", "staleness_mean", "tokens_per_s"}) {
+    auto it = st.last_metrics.find(key);
+    if (it != st.last_metrics.end()) status.numbers[key] = it->second;
+  }
+  return status;
+}
+
+// Posts a long job on the activity board with the learner's status as it
+// begins, so the console shows it while the learner's thread (detached) is
+// in it and its mailbox waits.
+ActivityScope post_activity(LearnerSelf self, const char* what) {
+  return ActivityScope(self->address(), {what, self->state.learner->steps(), std::chrono::steady_clock::now(),
+                                         learner_status(self)});
+}
+
 msg::EvalReport evaluate(LearnerSelf self) {
   auto& state = self->state;
   state.state = "evaluating";
+  const auto posted = post_activity(self, "evaluating");
   msg::EvalReport report;
   report.step = state.learner->steps();
   report.policy_version = state.learner->policy_version();
@@ -110,6 +136,7 @@ msg::EvalReport evaluate(LearnerSelf self) {
 std::string save_checkpoint(LearnerSelf self) {
   auto& state = self->state;
   state.state = "checkpointing";
+  const auto posted = post_activity(self, "checkpointing");
   const auto dir = model::rl_checkpoint_dir(state.config.run.run.dir);
   report::WorkTimer timer(state.counters.work[report::kWorkCheckpoint]);
   model::write_directory_atomically(dir, [&](const std::string& staging) {
@@ -162,6 +189,7 @@ void run_step(LearnerSelf self, msg::TrainBatch& batch) {
   const double regime = latest_regime(batch);
   algo::StepResult result;
   try {
+    const auto posted = post_activity(self, "training");
     report::WorkTimer timer(state.counters.work[report::kWorkModel]);
     result = state.learner->step(trajectories);
   } catch (const std::exception& error) {
@@ -294,21 +322,8 @@ LearnerActor::behavior_type learner_behavior(LearnerSelf self, LearnerActorConfi
         return report;
       },
       [self](atoms::status_atom) {
-        auto& st = self->state;
-        ++st.counters.handled;
-        auto status = describe_actor(self, "learner", "learner", st.state, st.counters, {});
-        status.numbers["actor_lr"] = st.learner->config().actor_lr;
-        status.numbers["critic_lr"] = st.learner->config().critic_lr;
-        status.numbers["step"] = static_cast<double>(st.learner->steps());
-        status.numbers["policy_version"] = static_cast<double>(st.learner->policy_version());
-        status.numbers["last_step_ms"] = st.last_step_seconds * 1e3;
-        for (const char* key :
-             {"policy_loss", "value_loss", "reward_mean", "entropy", "grad_norm", "explained_variance",
-              "dis_reject_low_frac", "dis_reject_high_frac", "staleness_mean", "tokens_per_s"}) {
-          auto it = st.last_metrics.find(key);
-          if (it != st.last_metrics.end()) status.numbers[key] = it->second;
-        }
-        return status;
+        ++self->state.counters.handled;
+        return learner_status(self);
       },
   };
 }

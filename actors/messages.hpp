@@ -310,6 +310,7 @@ struct ActorStatus {
   std::string last_error;
   std::string node;
   uint64_t actor_id = 0;
+  std::string activity;  // for state "busy": what the actor is doing ("evaluating, step 12")
 };
 
 // An operator's command that changed the run (console or HTTP): logged in
@@ -400,7 +401,7 @@ typename Inspector::result_type inspect(Inspector& f, ActorRestarted& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorStatus& x) {
   return f(caf::meta::type_name("ActorStatus"), x.name, x.kind, x.state, x.numbers, x.mailbox_depth, x.messages_handled,
-           x.last_error, x.node, x.actor_id);
+           x.last_error, x.node, x.actor_id, x.activity);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ControlEvent& x) {

@@ -134,6 +134,8 @@ void print_actor_table(const nlohmann::json& actors) {
                 actor["kind"].get<std::string>().c_str(), actor["state"].get<std::string>().c_str(),
                 actor["mailbox_depth"].get<long long>(), actor["messages_handled"].get<long long>(),
                 headline(actor).c_str());
+    const auto activity = actor.value("activity", std::string());
+    if (!activity.empty()) std::printf("%-14s   busy: %s\n", "", activity.c_str());
     const auto error = actor["last_error"].get<std::string>();
     if (!error.empty()) std::printf("%-14s   last error: %s\n", "", error.c_str());
   }
@@ -145,6 +147,8 @@ void print_inspect(const nlohmann::json& actors, const std::string& name) {
     std::printf("%s (%s) on node %s, actor id %llu\n", name.c_str(), actor["kind"].get<std::string>().c_str(),
                 actor["node"].get<std::string>().c_str(), actor["actor_id"].get<unsigned long long>());
     std::printf("  state            %s\n", actor["state"].get<std::string>().c_str());
+    if (!actor.value("activity", std::string()).empty())
+      std::printf("  activity         %s\n", actor["activity"].get<std::string>().c_str());
     std::printf("  mailbox depth    %lld\n", actor["mailbox_depth"].get<long long>());
     std::printf("  messages handled %lld\n", actor["messages_handled"].get<long long>());
     std::printf("  last error       %s\n", actor["last_error"].get<std::string>().c_str());

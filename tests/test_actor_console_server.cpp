@@ -1,8 +1,10 @@
 // The console's HTTP server under hostile clients: connections that send
 // an incomplete request and keep trickling bytes must not make the console
-// unanswerable; a body over the limit gets 413 and a body nested too deep
+// unanswerable; a second console asked for a taken port falls back instead
+// of sharing it; a body over the limit gets 413 and a body nested too deep
 // gets 400; limits that are not positive are refused. The dashboard page
 // ("/") needs no coordinator, so the server runs here without a run.
+#include "actors/cluster.hpp"
 #include "actors/console_server.hpp"
 #include "actors/protocol.hpp"
 #include "base/error.hpp"
@@ -14,12 +16,15 @@
 #include <caf/actor_system_config.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -73,6 +78,14 @@ class TricklingClients {
       }
     });
   }
+  // True while the server has closed none of them.
+  bool all_open() const {
+    for (int fd : sockets_) {
+      char byte = 0;
+      if (::recv(fd, &byte, 1, MSG_DONTWAIT) >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+    }
+    return true;
+  }
   ~TricklingClients() {
     stop_ = true;
     thread_.join();
@@ -87,18 +100,101 @@ class TricklingClients {
 
 }  // namespace
 
-TEST_CASE("40 clients trickling incomplete requests leave the console answering") {
-  ConsoleFixture fixture;
-  TricklingClients hostile(fixture.server->port(), 40);
+// Held by events: every trickling connection is accepted and read before
+// the normal request is sent, and is still open after it is answered. With
+// httplib's accept loop (64 workers) the request waited for as long as the
+// trickling lasted: a worker per trickling connection.
+TEST_CASE("a request is answered while 200 clients trickle requests, all accepted and still open after it") {
+  constexpr int kTrickling = 200;
+  sao::actors::ConsoleLimits limits;
+  limits.request_timeout_s = 3600;  // the deadline must not end a trickling client during the test
+  ConsoleFixture fixture(limits);
+  TricklingClients hostile(fixture.server->port(), kTrickling);
+  while (fixture.server->connection_stats().reading < kTrickling) std::this_thread::sleep_for(1ms);
   httplib::Client client("127.0.0.1", fixture.server->port());
-  // A hang guard, not a speed requirement: with httplib's default of 8
-  // workers this request waited as long as the trickling lasted.
-  client.set_read_timeout(120, 0);
-  client.set_connection_timeout(120, 0);
+  client.set_read_timeout(120, 0);  // a hang guard, not a speed requirement
   auto reply = client.Get("/");
   REQUIRE(reply);
   CHECK(reply->status == 200);
   CHECK(reply->body.find("<html") != std::string::npos);
+  const auto stats = fixture.server->connection_stats();
+  CHECK(stats.reading == kTrickling);
+  CHECK(stats.displaced == 0);
+  CHECK(stats.timed_out == 0);
+  CHECK(hostile.all_open());
+}
+
+// Two runs started together, both asking for the default port: the second
+// must not share the first one's port (httplib's listener set SO_REUSEPORT,
+// so both listened on 8470 and requests went to either run at random).
+TEST_CASE("a second console asked for a taken port falls back, says so, and each answers for its own run") {
+  ConsoleFixture first;
+  caf::actor_system_config second_config;
+  sao::actors::register_protocol(second_config);
+  caf::actor_system second_system{second_config};
+  const fs::path second_dir = first.run_dir.string() + "_second";
+  sao::config::ConsoleSection wants_taken_port;
+  wants_taken_port.port = first.server->port();
+  const fs::path log = first.run_dir.string() + "_stderr.txt";
+  std::unique_ptr<sao::actors::ConsoleServer> second;
+  {
+    std::fflush(stderr);
+    const int saved = ::dup(2);
+    const int file = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(file, 2);
+    second = std::make_unique<sao::actors::ConsoleServer>(second_system, sao::actors::CoordinatorActor{},
+                                                          wants_taken_port, second_dir.string());
+    std::fflush(stderr);
+    ::dup2(saved, 2);
+    ::close(saved);
+    ::close(file);
+  }
+  const auto port = std::to_string(first.server->port());
+  CHECK(second->port() != first.server->port());
+  CHECK(sao_test::read_text(log).find("console: port " + port +
+                                      " on 127.0.0.1 is taken (console: cannot "
+                                      "listen on 127.0.0.1:" +
+                                      port + ": Address already in use); using " + std::to_string(second->port()) +
+                                      " instead\n") != std::string::npos);
+  CHECK(sao::actors::read_console_endpoint(second_dir.string()).port == second->port());
+  CHECK(sao::actors::read_console_endpoint(first.run_dir.string()).port == first.server->port());
+  // Each port answers with its own run's token and refuses the other's,
+  // every time (a shared port answered 403 to the right token at random).
+  for (const auto* server : {first.server.get(), second.get()}) {
+    const auto* other = server == first.server.get() ? second.get() : first.server.get();
+    httplib::Client client("127.0.0.1", server->port());
+    for (int i = 0; i < 8; ++i) {
+      auto own =
+          client.Post("/api/control", {{"Authorization", "Bearer " + server->token()}}, "{}", "application/json");
+      REQUIRE(own);
+      CHECK(own->status == 400);  // past the token: the body names no command
+      auto wrong =
+          client.Post("/api/control", {{"Authorization", "Bearer " + other->token()}}, "{}", "application/json");
+      REQUIRE(wrong);
+      CHECK(wrong->status == 403);
+    }
+  }
+  second.reset();
+  fs::remove_all(second_dir);
+  fs::remove(log);
+}
+
+// The other port sao listens on through CAF: the cluster's gatekeeper.
+// CAF's publish(reuse=true) sets SO_REUSEADDR only, so a port held by
+// another listener (even one that allows SO_REUSEPORT) is refused.
+TEST_CASE("the cluster gatekeeper's port is refused, not shared, when another socket listens there") {
+  uint16_t port = 0;
+  const int other = sao_test::listen_loopback_sharing_port(&port);
+  caf::actor_system_config config;
+  sao::actors::register_protocol(config);
+  sao::actors::enable_cluster_networking(config);
+  caf::actor_system system{config};
+  auto gatekeeper = sao::actors::spawn_gatekeeper(system, {});
+  const auto error =
+      sao_test::error_of([&] { sao::actors::publish_gatekeeper(system, gatekeeper, "127.0.0.1", port, {}); });
+  CHECK(error.rfind("learner node: cannot listen on 127.0.0.1:" + std::to_string(port) + ": ", 0) == 0);
+  caf::anon_send_exit(gatekeeper, caf::exit_reason::user_shutdown);
+  ::close(other);
 }
 
 TEST_CASE("a control body over the size limit gets 413; one nested too deep gets 400 naming the depth") {

@@ -85,4 +85,23 @@ inline int connect_loopback(int port) {
   return fd;
 }
 
+// A loopback listener on a free port (returned in `*port`) that allows
+// SO_REUSEPORT, as cpp-httplib's default socket options made the console's:
+// a second listener that also set it would share the port unnoticed.
+inline int listen_loopback_sharing_port(uint16_t* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  *port = ntohs(address.sin_port);
+  return fd;
+}
+
 }  // namespace sao_test

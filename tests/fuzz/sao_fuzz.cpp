@@ -789,11 +789,10 @@ HttpServer start_console(const fs::path& scratch) {
     caf::actor_system system{config};
     sao::config::ConsoleSection section;
     section.port = 0;
-    // A short read timeout: a truncated request then costs a second, not five.
+    // A short request deadline: a truncated request then costs a second, not ten.
     sao::actors::ConsoleLimits limits;
-    limits.read_timeout_s = 1;
+    limits.request_timeout_s = 1;
     limits.write_timeout_s = 1;
-    limits.keep_alive_timeout_s = 1;
     sao::actors::ConsoleServer console(system, sao::actors::CoordinatorActor{}, section, (scratch / "run").string(),
                                        limits);
     for (;;) ::pause();
@@ -807,12 +806,8 @@ HttpServer start_console(const fs::path& scratch) {
   return server;
 }
 
-// Sends `request` and reads until the server closes or `wait` passes.
-// Returns false if the connection could not be made.
-// `half_close`: end the request stream after sending (a truncated request
-// then fails at once instead of waiting for the server's read timeout).
-bool exchange(int port, const std::string& request, std::chrono::seconds wait, std::string* reply,
-              bool half_close = true) {
+// A connection to 127.0.0.1:port, or -1.
+int loopback_connect(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -820,8 +815,19 @@ bool exchange(int port, const std::string& request, std::chrono::seconds wait, s
   ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
     ::close(fd);
-    return false;
+    return -1;
   }
+  return fd;
+}
+
+// Sends `request` and reads until the server closes or `wait` passes.
+// Returns false if the connection could not be made.
+// `half_close`: end the request stream after sending (a truncated request
+// then fails at once instead of waiting for the server's read timeout).
+bool exchange(int port, const std::string& request, std::chrono::seconds wait, std::string* reply,
+              bool half_close = true) {
+  const int fd = loopback_connect(port);
+  if (fd < 0) return false;
   timeval timeout{static_cast<time_t>(wait.count()), 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   [[maybe_unused]] auto sent = ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
@@ -942,6 +948,85 @@ Counts fuzz_http(int64_t cases, uint64_t seed, const fs::path& scratch, const fs
     }
     for (const auto& reply : replies)
       ++counts.by_outcome[reply.rfind("HTTP/1.1 2", 0) == 0 ? Outcome::kAccepted : Outcome::kClean];
+  }
+  ::kill(server.pid, SIGKILL);
+  ::waitpid(server.pid, nullptr, 0);
+  return counts;
+}
+
+// Slow and greedy clients against the console's event front: each case
+// holds a random crowd of connections (trickling partial headers, oversized
+// headers, idle sockets by the hundred from one address, mutated requests
+// sent in part), and a normal request sent meanwhile must get its 200 while
+// the crowd keeps trickling. Unanswered in 30 s: a hang; the server gone: a crash.
+// Sends the normal request and, until its reply is whole, one more byte on
+// every crowd socket each 5 ms. True when the reply is a 200.
+bool answered_amid(int port, const std::vector<int>& crowd, std::mt19937_64& rng) {
+  const int fd = loopback_connect(port);
+  if (fd < 0) return false;
+  const std::string request = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  [[maybe_unused]] auto sent = ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  timeval tick{0, 5000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof(tick));
+  std::string reply;
+  char buffer[4096];
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < give_up) {
+    const ssize_t got = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (got > 0) {
+      reply.append(buffer, static_cast<size_t>(got));
+      continue;
+    }
+    if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+    const char byte = static_cast<char>('a' + rng() % 26);
+    for (int other : crowd) [[maybe_unused]] auto more = ::send(other, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  ::close(fd);
+  return reply.rfind("HTTP/1.1 200", 0) == 0;
+}
+
+Counts fuzz_console_trickle(int64_t cases, uint64_t seed, const fs::path& scratch, const fs::path& out) {
+  Counts counts;
+  auto server = start_console(scratch);
+  const std::vector<std::string> seeds = {
+      "GET /api/actors HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
+      "POST /api/control HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 40\r\n\r\n{\"command\":",
+      "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"};
+  for (int64_t i = 0; i < cases; ++i) {
+    std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(i));
+    std::vector<int> crowd;
+    std::string described;  // what the case did, kept with a failure
+    const int kind = static_cast<int>(rng() % 4);
+    const size_t size = kind == 2 ? 200 + rng() % 400 : kind == 1 ? 1 + rng() % 8 : 1 + rng() % 300;
+    for (size_t k = 0; k < size; ++k) {
+      const int fd = loopback_connect(server.port);
+      if (fd < 0) break;
+      crowd.push_back(fd);
+      std::string first;
+      if (kind == 0) {  // partial headers, to be trickled
+        first = seeds[0].substr(0, 1 + rng() % seeds[0].size());
+      } else if (kind == 1) {  // oversized headers, ended or not
+        first = "GET / HTTP/1.1\r\nX-Big: " + std::string(16 * 1024 + rng() % (200 * 1024), 'b') +
+                (rng() % 2 ? "\r\n\r\n" : "");
+      } else if (kind == 3) {  // a mutated request, cut anywhere
+        const auto mutated = mutate(seeds[rng() % seeds.size()], rng);
+        first = mutated.substr(0, rng() % (mutated.size() + 1));
+      }  // kind 2: idle sockets, many from one address
+      if (!first.empty()) [[maybe_unused]] auto sent = ::send(fd, first.data(), first.size(), MSG_NOSIGNAL);
+      if (k == 0) described = "kind " + std::to_string(kind) + ", first connection sent:\n" + first;
+    }
+    const bool answered = answered_amid(server.port, crowd, rng);
+    for (int fd : crowd) ::close(fd);
+    if (answered) {
+      ++counts.by_outcome[Outcome::kAccepted];
+      continue;
+    }
+    const bool alive = ::waitpid(server.pid, nullptr, WNOHANG) == 0;
+    ++counts.by_outcome[alive ? Outcome::kHang : Outcome::kCrash];
+    keep(out, "console_trickle", i, std::to_string(crowd.size()) + " connections, " + described);
+    ::kill(server.pid, SIGKILL);
+    ::waitpid(server.pid, nullptr, 0);
+    server = start_console(scratch);
   }
   ::kill(server.pid, SIGKILL);
   ::waitpid(server.pid, nullptr, 0);
@@ -1342,9 +1427,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: sao_fuzz [--surface "
                    "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|template_limits|normalizer_"
-                   "growth|tool_call|"
-                   "countdown|data_file|"
-                   "http|join|bulk|tls_frames|descriptor_flood|all] "
+                   "growth|tool_call|countdown|data_file|http|join|bulk|tls_frames|descriptor_flood|console_trickle|all] "
                    "[--cases N] "
                    "[--seed S] [--out DIR]\n");
       return 2;
@@ -1353,10 +1436,10 @@ int main(int argc, char** argv) {
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
   const std::vector<std::string> all = {
-      "config",     "safetensors",     "env_reply",         "openenv_reply",   "tokenizer",
-      "chat_template", "tool_call",    "countdown",         "data_file",       "http",
-      "join",       "bulk",            "tls_frames",        "template_limits", "normalizer_growth",
-      "descriptor_flood"};
+      "config",        "safetensors", "env_reply",  "openenv_reply",   "tokenizer",
+      "chat_template", "tool_call",   "countdown",  "data_file",       "http",
+      "join",          "bulk",        "tls_frames", "template_limits", "normalizer_growth",
+      "descriptor_flood", "console_trickle"};
   int64_t failures = 0;
   bool known = false;
   for (const auto& name : all) {
@@ -1376,6 +1459,7 @@ int main(int argc, char** argv) {
     if (name == "tool_call") counts = fuzz_isolated(tool_call_surface(), cases, seed, scratch, out);
     if (name == "countdown") counts = fuzz_isolated(countdown_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
+    if (name == "console_trickle") counts = fuzz_console_trickle(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
     if (name == "bulk") counts = fuzz_bulk(cases, seed, out);
     if (name == "tls_frames") counts = fuzz_tls_frames(cases, seed, scratch, out);
