@@ -1,6 +1,7 @@
 // tokenizer.json's normalizers, pre-tokenizers and decoders; see
 // hf_pipeline.hpp.
 #include "tokenizer/hf_pipeline.hpp"
+#include "tokenizer/hf_tokenizer.hpp"
 
 #include "base/error.hpp"
 #include "base/unicode_regex.hpp"
@@ -518,3 +519,9 @@ std::string clean_up_tokenization(std::string text) {
 }
 
 }  // namespace sao::tokenizer::hf
+
+namespace sao::tokenizer {
+
+const std::string& byte_level_char(std::uint8_t byte) { return hf::byte_map().to_char[byte]; }
+
+}  // namespace sao::tokenizer

@@ -381,10 +381,6 @@ HfTokenizer HfTokenizer::from_json_text(const std::string& tokenizer_json, const
   return HfTokenizer(std::move(impl));
 }
 
-const std::string& byte_level_char(std::uint8_t byte) {
-  return byte_map().to_char[byte];
-}
-
 HfTokenizer HfTokenizer::load(const std::string& directory) {
   const std::filesystem::path dir(directory);
   std::error_code error;
