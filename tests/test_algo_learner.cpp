@@ -4,9 +4,9 @@
 // GRPO/PPO modes, staleness accounting, and checkpoints that resume
 // bit-identically.
 #include "algo/learner.hpp"
-#include "model/transformer.hpp"
 #include "base/error.hpp"
 #include "base/json_reader.hpp"
+#include "model/transformer.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>
@@ -225,8 +225,8 @@ TEST_CASE("an SAO step reports every metric of SAO.md") {
                           "explained_variance", "entropy",          "dis_reject_low_frac", "dis_reject_high_frac",
                           "ratio_mean",         "ratio_max",        "staleness_mean",      "staleness_max",
                           "grad_norm",          "tokens",           "skipped_nonfinite",   "critic_only",
-                          "value_grad_norm",    "staleness_hist_0",       "tokens_per_second",
-                          "step_seconds",       "value_loss_final", "action_tokens"}) {
+                          "value_grad_norm",    "staleness_hist_0", "tokens_per_second",   "step_seconds",
+                          "value_loss_final",   "action_tokens"}) {
     INFO(key);
     CHECK(result.metrics.count(key) == 1);
   }
@@ -672,5 +672,5 @@ TEST_CASE("max_length_buckets is read and checked") {
       [] {
         config_from({{"max_length_buckets", 0}});
       },
-      "run.json: learner.max_length_buckets: must be in [1, 16]"));
+      "run.json: learner.max_length_buckets: must be an integer in [1, 16], got 0"));
 }

@@ -159,12 +159,12 @@ TEST_CASE("a config.json that disagrees with its weights names the key and both 
   }
   SUBCASE("sizes beyond the bounds are refused before anything is allocated") {
     set_config_key(dir, "num_hidden_layers", 100000);
-    CHECK(error_of(load) ==
-          "checkpoint " + (dir / "config.json").string() + ": num_hidden_layers must be in [1, 256], got 100000");
+    CHECK(error_of(load) == "checkpoint " + (dir / "config.json").string() +
+                                ".num_hidden_layers: must be an integer in [1, 256], got 100000");
     set_config_key(dir, "num_hidden_layers", 2);
     set_config_key(dir, "hidden_size", 65536);
     CHECK(error_of(load) ==
-          "checkpoint " + (dir / "config.json").string() + ": hidden_size must be in [1, 16384], got 65536");
+          "checkpoint " + (dir / "config.json").string() + ".hidden_size: must be an integer in [1, 16384], got 65536");
   }
   SUBCASE("the untouched checkpoint loads") {
     CHECK(error_of(load) == "(no error)");

@@ -143,7 +143,7 @@ TEST_CASE("sao sft --steps -5 is refused with the key's range, like the config k
                           quoted((fs::temp_directory_path() / "sao_test_sft_negative").string()));
   INFO(result.output);
   CHECK(result.exit_code != 0);
-  CHECK(result.output.find("sft.steps: must be in [0, 100000000], got -5") != std::string::npos);
+  CHECK(result.output.find("sft.steps: must be an integer in [0, 100000000], got -5") != std::string::npos);
   fs::remove_all(fs::temp_directory_path() / "sao_test_sft_negative");
 }
 

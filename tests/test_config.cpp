@@ -103,10 +103,10 @@ TEST_CASE("unknown keys are errors that name the key and the file") {
 TEST_CASE("wrong types and bad values name the key") {
   auto document = default_config_document();
   document["sft"]["steps"] = "many";
-  CHECK(error_of(document) == "test.json.sft.steps: expected an integer, got string \"many\"");
+  CHECK(error_of(document) == "test.json.sft.steps: must be an integer in [0, 100000000], got string \"many\"");
   document = default_config_document();
   document["sft"]["batch_size"] = 0;
-  CHECK(error_of(document) == "test.json.sft.batch_size: must be in [1, 1048576], got 0");
+  CHECK(error_of(document) == "test.json.sft.batch_size: must be an integer in [1, 1048576], got 0");
   document = default_config_document();
   document["model"]["num_key_value_heads"] = 3;
   CHECK(error_of(document).find("num_key_value_heads (3)") != std::string::npos);
@@ -120,7 +120,7 @@ TEST_CASE("wrong types and bad values name the key") {
   CHECK(parse_run_config(document, "test.json").env.latency.mean_ms == 500);
   document = default_config_document();
   document["task"]["demonstration_slip_rate"] = 2;
-  CHECK(error_of(document) == "test.json.task: task.demonstration_slip_rate: must be in [0, 1], got 2");
+  CHECK(error_of(document) == "test.json.task.demonstration_slip_rate: must be a number in [0, 1], got 2");
   document = default_config_document();
   document["task"]["answer_format"] = "reversed";
   document["task"]["demonstration_worked_rate"] = 0.5;
@@ -135,14 +135,15 @@ TEST_CASE("wrong types and bad values name the key") {
 
 TEST_CASE("integer keys have ranges: a value that would wrap or never finish is refused with the range") {
   const std::vector<std::tuple<const char*, const char*, int64_t, std::string>> cases = {
-      {"train", "scheduler_threads", 4294967297LL, "train.scheduler_threads: must be in [1, 256], got 4294967297"},
-      {"rollout", "num_actors", 4294967297LL, "rollout.num_actors: must be in [1, 1024], got 4294967297"},
-      {"threads", "torch_intra_op", 1000000, "threads.torch_intra_op: must be in [1, 256], got 1000000"},
-      {"sft", "steps", -5, "sft.steps: must be in [0, 100000000], got -5"},
-      {"rollout", "max_new_tokens", 0, "rollout.max_new_tokens: must be in [1, 65536], got 0"},
-      {"replay", "max_staleness", -2, "replay.max_staleness: must be in [-1, 100000000], got -2"},
-      {"eval", "batch_size", 0, "eval.batch_size: must be in [1, 1048576], got 0"},
-      {"train", "max_actor_failures", 0, "train.max_actor_failures: must be in [1, 1000000], got 0"},
+      {"train", "scheduler_threads", 4294967297LL,
+       "train.scheduler_threads: must be an integer in [1, 256], got 4294967297"},
+      {"rollout", "num_actors", 4294967297LL, "rollout.num_actors: must be an integer in [1, 1024], got 4294967297"},
+      {"threads", "torch_intra_op", 1000000, "threads.torch_intra_op: must be an integer in [1, 256], got 1000000"},
+      {"sft", "steps", -5, "sft.steps: must be an integer in [0, 100000000], got -5"},
+      {"rollout", "max_new_tokens", 0, "rollout.max_new_tokens: must be an integer in [1, 65536], got 0"},
+      {"replay", "max_staleness", -2, "replay.max_staleness: must be an integer in [-1, 100000000], got -2"},
+      {"eval", "batch_size", 0, "eval.batch_size: must be an integer in [1, 1048576], got 0"},
+      {"train", "max_actor_failures", 0, "train.max_actor_failures: must be an integer in [1, 1000000], got 0"},
   };
   for (const auto& [section, key, value, message] : cases) {
     auto document = default_config_document();
@@ -239,7 +240,7 @@ TEST_CASE("derived settings: a weight delay above replay.max_staleness is refuse
   document["replay"]["max_staleness"] = -1;  // never drop
   CHECK(parse_run_config(document, "test.json").rollout.weight_delay_versions == 8);
   document["rollout"]["weight_delay_versions"] = 4097;
-  CHECK(error_of(document) == "test.json.rollout.weight_delay_versions: must be in [0, 4096], got 4097");
+  CHECK(error_of(document) == "test.json.rollout.weight_delay_versions: must be an integer in [0, 4096], got 4097");
 }
 
 TEST_CASE("a model vocabulary smaller than the tokenizer's is refused") {
@@ -309,11 +310,12 @@ TEST_CASE("a bad SFT curriculum is refused with the phase and what is wrong") {
         R"(test.json.sft.curriculum[0]: expected a phase {"fraction": F, "task": {...}}, got array)");
   CHECK(with_curriculum(R"([{"task": {}}])") ==
         "test.json.sft.curriculum[0].fraction: missing (the share of sft.steps the phase runs, in (0, 1])");
-  CHECK(with_curriculum(R"([{"fraction": 0}])") == "test.json.sft.curriculum[0].fraction: must be in (0, 1], got 0");
+  CHECK(with_curriculum(R"([{"fraction": 0}])") ==
+        "test.json.sft.curriculum[0].fraction: must be a number in (0, 1], got 0");
   CHECK(with_curriculum(R"([{"fraction": 1.5}])") ==
-        "test.json.sft.curriculum[0].fraction: must be in (0, 1], got 1.5");
+        "test.json.sft.curriculum[0].fraction: must be a number in (0, 1], got 1.5");
   CHECK(with_curriculum(R"([{"fraction": 0.5}, {"fraction": "half"}])") ==
-        R"(test.json.sft.curriculum[1].fraction: expected a number, got string "half")");
+        R"(test.json.sft.curriculum[1].fraction: must be a number in (0, 1], got string "half")");
   CHECK(
       with_curriculum(R"([{"fraction": 0.5, "tasks": {}}])").find("test.json.sft.curriculum[0]: unknown key 'tasks'") ==
       0);
@@ -323,7 +325,7 @@ TEST_CASE("a bad SFT curriculum is refused with the phase and what is wrong") {
         "test.json.sft.curriculum: its phases' fractions add up to 1.25, more than 1 (the whole of sft.steps)");
   // The phase's task is checked as the environment would check it, and named.
   CHECK(with_curriculum(R"([{"fraction": 0.5, "task": {"demonstration_worked_rate": 2}}])") ==
-        "test.json.sft.curriculum[0].task: task.demonstration_worked_rate: must be in [0, 1], got 2");
+        "test.json.sft.curriculum[0].task.demonstration_worked_rate: must be a number in [0, 1], got 2");
   CHECK(with_curriculum(R"([{"fraction": 0.5, "task": {"max_digitz": 3}}])").find("test.json.sft.curriculum[0].task") ==
         0);
   auto document = default_config_document();
@@ -347,10 +349,13 @@ TEST_CASE("the default's SFT curriculum applies to arithmetic's own demonstratio
   CHECK(load_run_config(dir + "sao_agentic.json", {}).sft.curriculum.empty());
   CHECK(load_run_config("", {"sft.data=demos.jsonl"}).sft.curriculum.empty());
   // ... unless asked for, where a file of demonstrations conflicts with it.
-  CHECK_THROWS_WITH(load_run_config("", {"sft.data=demos.jsonl", R"(sft.curriculum=[{"fraction": 0.5}])"}),
-                    "embedded config/default.json.sft.curriculum: phases change the task's own demonstrations, but "
-                    "embedded config/default.json.sft.data ('demos.jsonl') replaces them with a file; set one of "
-                    "the two");
+  // (A --set path is the working directory's, made absolute.)
+  const std::string sets = R"(--set sft.data=demos.jsonl, --set sft.curriculum=[{"fraction": 0.5}]: sft)";
+  CHECK_THROWS_WITH(
+      load_run_config("", {"sft.data=demos.jsonl", R"(sft.curriculum=[{"fraction": 0.5}])"}),
+      (sets + ".curriculum: phases change the task's own demonstrations, but " + sets + ".data ('" +
+       (std::filesystem::current_path() / "demos.jsonl").string() + "') replaces them with a file; set one of the two")
+          .c_str());
   // The presets that keep earlier runs reproducible turn it off.
   const auto plain = load_run_config(dir + "arith_plain.json", {});
   CHECK(plain.sft.curriculum.empty());
@@ -367,5 +372,5 @@ TEST_CASE("the default's SFT curriculum applies to arithmetic's own demonstratio
   // An explicit null is an error, not "absent".
   CHECK_THROWS_WITH(
       load_run_config("", {"sft.curriculum=null"}),
-      R"(embedded config/default.json.sft.curriculum: expected an array of phases {"fraction": F, "task": {...}}, got null)");
+      R"(--set sft.curriculum=null: sft.curriculum: expected an array of phases {"fraction": F, "task": {...}}, got null)");
 }

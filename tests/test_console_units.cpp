@@ -85,11 +85,13 @@ TEST_CASE("live knobs: what is accepted and what is refused, by name") {
                        "critic_lr)",
                        Error);
   CHECK_THROWS_WITH_AS(parse_knob_change("min_batch", "four"), "set min_batch: 'four' is not a finite number", Error);
-  CHECK_THROWS_WITH_AS(parse_knob_change("min_batch", "2.5"), "set min_batch: must be an integer, got 2.5", Error);
-  CHECK_THROWS_WITH_AS(parse_knob_change("min_batch", "0"), "set min_batch: must be >= 1, got 0", Error);
+  CHECK_THROWS_WITH_AS(parse_knob_change("min_batch", "2.5"),
+                       "set min_batch: must be an integer in [1, 1048576], got 2.5", Error);
+  CHECK_THROWS_WITH_AS(parse_knob_change("min_batch", "0"), "set min_batch: must be an integer in [1, 1048576], got 0",
+                       Error);
   CHECK_THROWS_WITH_AS(parse_knob_change("max_staleness", "-2"),
-                       "set max_staleness: must be >= 0, or -1 for no limit, got -2", Error);
-  CHECK_THROWS_WITH_AS(parse_knob_change("actor_lr", "0"), "set actor_lr: must be in (0, 1), got 0", Error);
+                       "set max_staleness: must be an integer in [-1, 100000000], got -2", Error);
+  CHECK_THROWS_WITH_AS(parse_knob_change("actor_lr", "0"), "set actor_lr: must be in (0, 1], got 0", Error);
   CHECK_THROWS_WITH_AS(parse_knob_change("critic_lr", "nan"), "set critic_lr: 'nan' is not a finite number", Error);
 }
 
@@ -164,8 +166,8 @@ TEST_CASE("series of several seeds: mean and min/max band, aligned to the shorte
   CHECK(all_nan_or_equal(summary.low, {0.1, 0.5}));
   CHECK(all_nan_or_equal(summary.high, {0.3, 0.5}));
   CHECK_THROWS_WITH_AS(sao::report::summarize_runs({}, {}), "summarize_runs: no runs", Error);
-  CHECK_THROWS_WITH_AS(sao::report::summarize_runs({{1}}, {}),
-                       "summarize_runs: x and y series of different run counts", Error);
+  CHECK_THROWS_WITH_AS(sao::report::summarize_runs({{1}}, {}), "summarize_runs: x and y series of different run counts",
+                       Error);
 }
 
 TEST_CASE("nice ticks") {

@@ -116,7 +116,7 @@ TEST_CASE("verifier config errors name the key") {
         }).find("tolerance") != std::string::npos);
   CHECK(error_of([] {
           make_verifier(json{{"type", "numeric"}, {"tolerance", -1}}, "task.verifier");
-        }) == "task.verifier.tolerance: must be finite and >= 0");
+        }) == "task.verifier.tolerance: must be a number in [0, 1e+09], got -1");
   CHECK(error_of([] {
           make_verifier(json{{"type", "command"}}, "task.verifier");
         }) == "task.verifier: set exactly one of command ([\"program\", \"arg\", ...]) or address (\"host:port\")");
@@ -136,24 +136,30 @@ TEST_CASE("verifier config errors name the key") {
 TEST_CASE("data files: every bad line is named by file and line number") {
   const auto good =
       write_file("good.jsonl", "{\"prompt\":\"a\",\"answer\":1}\n\n  \n{\"prompt\":\"b\",\"answer\":2}\r\n");
-  const auto lines = sao::env::read_jsonl_file(good);
+  const auto lines = sao::env::read_jsonl_file(good, "cfg.task.train");
   REQUIRE(lines.size() == 2);
   CHECK(lines[1].where == good + ":4");
   CHECK(lines[1].value["prompt"] == "b");
   const auto broken = write_file("broken.jsonl", "{\"prompt\":\"a\",\"answer\":1}\n{\"prompt\": oops}\n");
-  CHECK(error_of([&] { sao::env::read_jsonl_file(broken); }).find(broken + ":2: not a JSON line") == 0);
+  CHECK(error_of([&] { sao::env::read_jsonl_file(broken, "cfg.task.train"); }).find(broken + ":2: not a JSON line") ==
+        0);
   const auto array = write_file("array.jsonl", "[1,2]\n");
-  CHECK(error_of([&] { sao::env::read_jsonl_file(array); }) ==
+  CHECK(error_of([&] { sao::env::read_jsonl_file(array, "cfg.task.train"); }) ==
         array + ":1: expected a JSON object per line, got array");
+  // Errors about the whole file name the config key and the absolute path.
   const auto empty = write_file("empty.jsonl", "\n\n");
-  CHECK(error_of([&] { sao::env::read_jsonl_file(empty); }) == empty + ": no lines (an empty data file)");
-  CHECK(error_of([&] {
-          sao::env::read_jsonl_file((temp_dir() / "missing.jsonl").string());
-        }).find("missing.jsonl: cannot read") != std::string::npos);
-  CHECK(error_of([&] { sao::env::read_jsonl_file(temp_dir().string()); }) ==
-        temp_dir().string() + ": not a regular file");
+  CHECK(error_of([&] { sao::env::read_jsonl_file(empty, "cfg.task.train"); }) ==
+        "cfg.task.train: " + std::filesystem::absolute(empty).lexically_normal().string() +
+            ": no lines (an empty data file)");
+  const auto missing = (temp_dir() / "missing.jsonl").string();
+  CHECK(error_of([&] { sao::env::read_jsonl_file(missing, "cfg.task.heldout"); }) ==
+        "cfg.task.heldout: " + std::filesystem::absolute(missing).lexically_normal().string() +
+            ": cannot read (No such file or directory)");
+  CHECK(error_of([&] { sao::env::read_jsonl_file(temp_dir().string(), "cfg.task.train"); }) ==
+        "cfg.task.train: " + std::filesystem::absolute(temp_dir()).lexically_normal().string() +
+            ": not a regular file");
   const auto deep = write_file("deep.jsonl", std::string(100000, '[') + "\n");
-  CHECK(error_of([&] { sao::env::read_jsonl_file(deep); }).find(deep + ":1: not a JSON line") == 0);
+  CHECK(error_of([&] { sao::env::read_jsonl_file(deep, "cfg.task.train"); }).find(deep + ":1: not a JSON line") == 0);
 }
 
 TEST_CASE("demonstrations: prompt/response, dataset lines and chat transcripts") {
@@ -294,7 +300,7 @@ TEST_CASE("dataset env: config and line errors name the file, the line and the k
         }).find("shuffle") != std::string::npos);
   CHECK(error_of([&] {
           dataset({{"name", "dataset"}, {"train", good}, {"heldout_fraction", 1.0}});
-        }) == "cfg.task.heldout_fraction: must be in [0, 1)");
+        }) == "cfg.task.heldout_fraction: must be a number in [0, 1), got 1.0");
   CHECK(error_of([&] {
           dataset({{"name", "dataset"}, {"train", good}, {"verifier", 3}});
         }).find("cfg.task.verifier: must be a verifier type") == 0);
@@ -396,4 +402,9 @@ TEST_CASE("sft.data: demonstrations whose prompt is a held-out problem are dropp
   config.sft.data = bad;
   CHECK(error_of([&] { sao::train::demonstrations_apart_from_heldout(config, &dropped); }) ==
         bad + ":2: \"response\" must be a string, got number");
+  // A missing file names the key, from the --set that set it, and the path.
+  const auto gone = (temp_dir() / "gone.jsonl").string();
+  config.sft.data = gone;
+  CHECK(error_of([&] { sao::train::demonstrations_apart_from_heldout(config, &dropped); }) ==
+        "--set sft.data=\"" + data + "\": sft.data: " + gone + ": cannot read (No such file or directory)");
 }

@@ -2,8 +2,8 @@
 // series: recovery time is the number a drift experiment reports, so its
 // definition (pre-switch level, window, first recovered step) is pinned down
 // here step by step.
-#include "env/drift_env.hpp"
 #include "base/error.hpp"
+#include "env/drift_env.hpp"
 
 #include <doctest/doctest.h>
 
@@ -251,7 +251,7 @@ TEST_CASE("drift: the teacher's worked answers shape a plain regime's demonstrat
   CHECK(from_json.task.demonstration_worked_rate == 0.3);
   CHECK(from_json.task.demonstration_slip_rate == 0.1);
   CHECK_THROWS_WITH_AS(sao::env::make_drift_environment({{"demonstration_worked_rate", 1.5}}, "cfg.task"),
-                       "cfg.task: task.demonstration_worked_rate: must be in [0, 1], got 1.5", sao::Error);
+                       "cfg.task.demonstration_worked_rate: must be a number in [0, 1], got 1.5", sao::Error);
   // At rate 0 (the default) every demonstration is its regime's target, as before the key existed.
   config.task.demonstration_worked_rate = 0.0;
   DriftEnvironment teacherless(config);

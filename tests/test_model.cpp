@@ -437,18 +437,18 @@ TEST_CASE("model sizes out of bounds are refused with the allowed range") {
     return std::string("no error");
   };
   CHECK(error_for({{"num_hidden_layers", 100000}}) ==
-        "checkpoint c/config.json: num_hidden_layers must be in [1, 256], got 100000");
+        "checkpoint c/config.json.num_hidden_layers: must be an integer in [1, 256], got 100000");
   CHECK(error_for({{"hidden_size", 65536}, {"num_attention_heads", 4}}) ==
-        "checkpoint c/config.json: hidden_size must be in [1, 16384], got 65536");
+        "checkpoint c/config.json.hidden_size: must be an integer in [1, 16384], got 65536");
   CHECK(error_for({{"vocab_size", 2000000}}) ==
-        "checkpoint c/config.json: vocab_size must be in [1, 1048576], got 2000000");
+        "checkpoint c/config.json.vocab_size: must be an integer in [1, 1048576], got 2000000");
   CHECK(error_for({{"intermediate_size", 0}}) ==
-        "checkpoint c/config.json: intermediate_size must be in [1, 65536], got 0");
+        "checkpoint c/config.json.intermediate_size: must be an integer in [1, 65536], got 0");
   CHECK(error_for({{"max_position_embeddings", 1 << 21}}) ==
-        "checkpoint c/config.json: max_position_embeddings must be in [1, 1048576], got 2097152");
+        "checkpoint c/config.json.max_position_embeddings: must be an integer in [1, 1048576], got 2097152");
   CHECK(error_for({{"num_attention_heads", 512}}) ==
-        "checkpoint c/config.json: num_attention_heads must be in [1, 256], got 512");
+        "checkpoint c/config.json.num_attention_heads: must be an integer in [1, 256], got 512");
   CHECK(error_for({{"num_key_value_heads", -1}}) ==
-        "checkpoint c/config.json: num_key_value_heads must be in [1, 256], got -1");
+        "checkpoint c/config.json.num_key_value_heads: must be an integer in [1, 256], got -1");
   CHECK(error_for({{"num_hidden_layers", 256}}) == "no error");
 }

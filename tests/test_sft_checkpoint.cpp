@@ -5,6 +5,7 @@
 #include "model/checkpoint.hpp"
 #include "model/safetensors.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
+#include "train/episode_sft.hpp"
 #include "train/evaluation.hpp"
 #include "train/pass_at_k.hpp"
 #include "train/sft.hpp"
@@ -341,4 +342,29 @@ TEST_CASE("the warm start runs a config's curriculum and labels each logged step
   std::vector<int64_t> phases;
   for (std::string line; std::getline(in, line);) phases.push_back(nlohmann::json::parse(line).at("curriculum_phase"));
   CHECK(phases == std::vector<int64_t>{1, 1, 2, 3, 3});
+}
+
+namespace {
+// An environment that cannot show an answer, as an external program or an
+// OpenEnv server usually cannot.
+class NoDemonstrations final : public sao::env::Environment {
+ public:
+  sao::env::EnvStep reset(uint64_t) override { return {}; }
+  sao::env::EnvStep step(const std::string&) override { return {}; }
+  std::string name() const override { return "external"; }
+};
+}  // namespace
+
+TEST_CASE("a warm start without demonstrations names the three ways on") {
+  sao::model::CausalLM policy(small_config());
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  sao::config::SftSection options;
+  options.steps = 3;
+  options.log_every = 0;
+  const NoDemonstrations environment;
+  CHECK_THROWS_WITH_AS(sao::train::run_episode_sft(policy, environment, tokenizer, options, 1, nullptr),
+                       "sft: environment 'external' has no demonstrations; give a file of them with sft.data=FILE (or "
+                       "sao sft --data FILE), start from a trained policy with train.init_checkpoint=DIR, or skip the "
+                       "warm start with sft.steps=0",
+                       sao::Error);
 }

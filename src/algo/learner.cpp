@@ -18,6 +18,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -490,14 +491,15 @@ LearnerState read_learner_state(const std::string& dir) {
   std::string format;
   reader.read("format", format);
   if (format != kStateFormat) throw Error(state_path + ".format: expected '" + std::string(kStateFormat) + "'");
-  reader.read("step", state.step);
-  reader.read("policy_version", state.policy_version);
-  reader.read("skipped_nonfinite", state.skipped_nonfinite);
-  reader.read("running_mean", state.running_mean);
+  constexpr base::IntRange kCount{0, std::numeric_limits<int64_t>::max()};
+  reader.read("step", state.step, kCount);
+  reader.read("policy_version", state.policy_version, kCount);
+  reader.read("skipped_nonfinite", state.skipped_nonfinite, kCount);
+  // Rewards' running mean: any finite value.
+  reader.read("running_mean", state.running_mean,
+              base::RealRange{-std::numeric_limits<double>::max(), std::numeric_limits<double>::max()});
   reader.section("config");  // informational: the learner keeps the config it was built with
   reader.reject_unknown_keys();
-  if (state.step < 0 || state.policy_version < 0 || state.skipped_nonfinite < 0)
-    throw Error(state_path + ": step, policy_version and skipped_nonfinite must be >= 0");
   return state;
 }
 

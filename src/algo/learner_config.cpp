@@ -89,38 +89,49 @@ LearnerConfig LearnerConfig::preset(Algorithm algorithm) {
 }
 
 namespace {
+
+using base::IntRange;
+using base::RealRange;
+
+// The ranges of the learner's number keys: wide enough for any experiment,
+// narrow enough that no value overflows (1e308 clip widths) or never ends
+// (critic_updates=4294967297).
+constexpr RealRange kUnit{0.0, 1.0};
+constexpr RealRange kClipWidth{0.0, 100.0};
+constexpr RealRange kBeta{0.0, 1.0, false, true};
+
 // Every key but the three names (algorithm, policy_loss, baseline), listed
 // once for from_json and to_json.
 template <typename Config, typename Visit>
 void learner_keys(Config& c, Visit visit) {
-  visit("gamma", c.gamma);
-  visit("lambda_critic", c.lambda_critic);
+  visit("gamma", c.gamma, kUnit);
+  visit("lambda_critic", c.lambda_critic, kUnit);
   visit("adaptive_lambda", c.adaptive_lambda);
-  visit("lambda_alpha", c.lambda_alpha);
-  visit("lambda_policy", c.lambda_policy);
+  visit("lambda_alpha", c.lambda_alpha, RealRange{0.0, 100.0, true, false});
+  visit("lambda_policy", c.lambda_policy, kUnit);
   visit("normalize_advantages", c.normalize_advantages);
-  visit("dis_eps_low", c.dis.eps_low);
-  visit("dis_eps_high", c.dis.eps_high);
+  visit("dis_eps_low", c.dis.eps_low, kUnit);
+  visit("dis_eps_high", c.dis.eps_high, kClipWidth);
   visit("dis_detach_weight", c.dis.detach_weight);
-  visit("ppo_eps_low", c.ppo.eps_low);
-  visit("ppo_eps_high", c.ppo.eps_high);
-  visit("ppo_dual_clip", c.ppo.dual_clip);
-  visit("critic_updates", c.critic_updates);
-  visit("critic_warmup_steps", c.critic_warmup_steps);
+  visit("ppo_eps_low", c.ppo.eps_low, RealRange{0.0, 1.0, false, true});
+  visit("ppo_eps_high", c.ppo.eps_high, kClipWidth);
+  visit("ppo_dual_clip", c.ppo.dual_clip, kClipWidth);  // 0, or > 1: checked in validate
+  visit("critic_updates", c.critic_updates, IntRange{1, 1000});
+  visit("critic_warmup_steps", c.critic_warmup_steps, IntRange{0, 100000000});
   visit("freeze_critic_attention", c.freeze_critic_attention);
-  visit("value_clip", c.value_clip);
-  visit("actor_lr", c.actor_lr);
-  visit("critic_lr", c.critic_lr);
-  visit("weight_decay", c.weight_decay);
-  visit("adam_beta1", c.adam_beta1);
-  visit("adam_beta2", c.adam_beta2);
-  visit("adam_eps", c.adam_eps);
-  visit("max_grad_norm", c.max_grad_norm);
-  visit("group_size", c.group_size);
+  visit("value_clip", c.value_clip, RealRange{0.0, 1e6});  // 0 disables
+  visit("actor_lr", c.actor_lr, kLearningRateRange);
+  visit("critic_lr", c.critic_lr, kLearningRateRange);
+  visit("weight_decay", c.weight_decay, kUnit);
+  visit("adam_beta1", c.adam_beta1, kBeta);
+  visit("adam_beta2", c.adam_beta2, kBeta);
+  visit("adam_eps", c.adam_eps, RealRange{0.0, 1.0, true, false});
+  visit("max_grad_norm", c.max_grad_norm, RealRange{0.0, 1e6});  // 0 disables clipping
+  visit("group_size", c.group_size, IntRange{1, 4096});
   visit("grpo_scale_by_std", c.grpo_scale_by_std);
-  visit("running_mean_window", c.running_mean_window);
-  visit("pad_id", c.pad_id);
-  visit("max_length_buckets", c.max_length_buckets);
+  visit("running_mean_window", c.running_mean_window, IntRange{1, 1 << 24});
+  visit("pad_id", c.pad_id, IntRange{0, 1 << 24});
+  visit("max_length_buckets", c.max_length_buckets, IntRange{1, 16});
   visit("device", c.device);
   visit("bf16_autocast", c.bf16_autocast);
 }
@@ -151,30 +162,8 @@ nlohmann::json LearnerConfig::to_json() const {
 }
 
 void LearnerConfig::validate(const std::string& where) const {
-  auto in_unit = [](double x) { return x >= 0.0 && x <= 1.0; };
-  require(in_unit(gamma), where, "gamma", "must be in [0, 1]");
-  require(in_unit(lambda_critic), where, "lambda_critic", "must be in [0, 1]");
-  require(in_unit(lambda_policy), where, "lambda_policy", "must be in [0, 1]");
-  require(lambda_alpha > 0, where, "lambda_alpha", "must be > 0");
-  require(in_unit(dis.eps_low), where, "dis_eps_low", "must be in [0, 1]");
-  require(dis.eps_high >= 0 && std::isfinite(dis.eps_high), where, "dis_eps_high", "must be >= 0");
-  require(ppo.eps_low >= 0 && ppo.eps_low < 1, where, "ppo_eps_low", "must be in [0, 1)");
-  require(ppo.eps_high >= 0 && std::isfinite(ppo.eps_high), where, "ppo_eps_high", "must be >= 0");
+  learner_keys(*this, base::CheckRanges{where});
   require(ppo.dual_clip == 0 || ppo.dual_clip > 1, where, "ppo_dual_clip", "must be > 1 (or 0 to disable)");
-  require(critic_updates >= 1, where, "critic_updates", "must be >= 1");
-  require(critic_warmup_steps >= 0, where, "critic_warmup_steps", "must be >= 0");
-  require(value_clip >= 0, where, "value_clip", "must be >= 0 (0 disables)");
-  require(actor_lr > 0 && std::isfinite(actor_lr), where, "actor_lr", "must be > 0");
-  require(critic_lr > 0 && std::isfinite(critic_lr), where, "critic_lr", "must be > 0");
-  require(weight_decay >= 0, where, "weight_decay", "must be >= 0");
-  require(adam_beta1 >= 0 && adam_beta1 < 1, where, "adam_beta1", "must be in [0, 1)");
-  require(adam_beta2 >= 0 && adam_beta2 < 1, where, "adam_beta2", "must be in [0, 1)");
-  require(adam_eps > 0, where, "adam_eps", "must be > 0");
-  require(max_grad_norm >= 0, where, "max_grad_norm", "must be >= 0 (0 disables clipping)");
-  require(group_size >= 1, where, "group_size", "must be >= 1");
-  require(running_mean_window >= 1, where, "running_mean_window", "must be >= 1");
-  require(pad_id >= 0, where, "pad_id", "must be >= 0");
-  require(max_length_buckets >= 1 && max_length_buckets <= 16, where, "max_length_buckets", "must be in [1, 16]");
   model::parse_device(device, where + ".device");
 }
 

@@ -19,6 +19,9 @@
 
 namespace sao::algo {
 
+// The learning rates' range, in the config and as live knobs alike.
+inline constexpr base::RealRange kLearningRateRange{0.0, 1.0, true, false};
+
 enum class Algorithm { kSao, kGrpo, kPpo };
 enum class PolicyLossKind { kDis, kPpo };
 // kCritic: learned value model; kRunningMean: mean of the last N returns;

@@ -1,6 +1,8 @@
 // Live knobs; see live_knobs.hpp.
 #include "config/live_knobs.hpp"
 
+#include "config/run_config.hpp"
+
 #include "base/error.hpp"
 
 #include <cerrno>
@@ -40,18 +42,19 @@ KnobChange parse_knob_change(const std::string& key, const std::string& text) {
   }
   KnobChange change{key, value, false, false};
   if (key == "actor_lr" || key == "critic_lr") {
-    if (!(value > 0.0 && value < 1.0)) throw Error("set " + key + ": must be in (0, 1), got " + text);
+    if (!algo::kLearningRateRange.contains(value)) {
+      throw Error("set " + key + ": must be in " + algo::kLearningRateRange.text() + ", got " + text);
+    }
     change.for_learner = true;
     return change;
   }
-  if (value != std::floor(value)) throw Error("set " + key + ": must be an integer, got " + text);
-  if (key == "max_staleness") {
-    if (value < -1) throw Error("set max_staleness: must be >= 0, or -1 for no limit, got " + text);
-    change.for_replay = true;  // replay is the one owner of staleness admission
-    return change;
+  // The config's ranges: checked before the value becomes an integer, so
+  // 1e308 is refused rather than converted.
+  const auto& range = key == "max_staleness" ? kStalenessRange : kBatchRange;
+  if (value != std::floor(value) || value < static_cast<double>(range.low) || value > static_cast<double>(range.high)) {
+    throw Error("set " + key + ": must be an integer in " + range.text() + ", got " + text);
   }
-  if (value < 1) throw Error("set " + key + ": must be >= 1, got " + text);
-  change.for_replay = true;
+  change.for_replay = true;  // replay is the one owner of admission and batching
   return change;
 }
 

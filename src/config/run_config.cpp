@@ -39,6 +39,11 @@ RunConfig::RunConfig() {
   train.steps = 300;
 }
 
+std::string RunConfig::where(const std::string& section) const {
+  const auto it = section_sources.find(section);
+  return it != section_sources.end() ? it->second : source + "." + section;
+}
+
 nlohmann::json sft_phase_task(const RunConfig& config, size_t phase) {
   if (phase >= config.sft.curriculum.size()) {
     throw Error("sft_phase_task: phase " + std::to_string(phase) + " of a curriculum of " +
@@ -110,78 +115,97 @@ void apply_override(nlohmann::json& document, const std::string& assignment) {
 
 namespace {
 
+using base::IntRange;
+using base::RealRange;
+
+// Every number key has a range, checked before the value is converted
+// (base::JsonReader): a value outside it would wrap through a narrower
+// conversion (4294967297 threads became 1), allocate without bound, or never
+// finish. The message names the key, the range and the value.
+constexpr int64_t kMaxSeed = 4294967295;  // seeds are 32-bit, as in most RL stacks
+constexpr int64_t kMaxThreads = 256;
+constexpr int64_t kMaxActors = 1024;
+constexpr int64_t kMaxSteps = 100000000;
+constexpr int64_t kMaxBatch = 1 << 20;
+constexpr int64_t kMaxTokens = 1 << 16;
+constexpr RealRange kRate{0.0, 1.0, true, false};
+constexpr RealRange kWeightDecay{0.0, 1.0};
+constexpr RealRange kGradClip{0.0, 1e6, true, false};
+constexpr RealRange kTemperature{0.0, 100.0};
+constexpr RealRange kPhaseFraction{0.0, 1.0, true, false};  // a share of sft.steps
+
 // Each section's keys, listed once: read_* reads them (base::ReadKeys) and
 // run_config_to_json writes them (base::WriteKeys).
 template <typename Run, typename Visit>
 void run_keys(Run& run, Visit visit) {
   visit("name", run.name);
-  visit("seed", run.seed);
+  visit("seed", run.seed, IntRange{0, kMaxSeed});
   visit("dir", run.dir);
 }
 
 template <typename Threads, typename Visit>
 void threads_keys(Threads& threads, Visit visit) {
-  visit("torch_intra_op", threads.torch_intra_op);
-  visit("train_intra_op", threads.train_intra_op);
+  visit("torch_intra_op", threads.torch_intra_op, IntRange{1, kMaxThreads});
+  visit("train_intra_op", threads.train_intra_op, IntRange{1, kMaxThreads});
 }
 
 template <typename Sft, typename Visit>
 void sft_keys(Sft& sft, Visit visit) {
   visit("data", sft.data);
-  visit("steps", sft.steps);
-  visit("batch_size", sft.batch_size);
-  visit("learning_rate", sft.learning_rate);
-  visit("warmup_steps", sft.warmup_steps);
-  visit("weight_decay", sft.weight_decay);
-  visit("grad_clip", sft.grad_clip);
-  visit("log_every", sft.log_every);
+  visit("steps", sft.steps, IntRange{0, kMaxSteps});
+  visit("batch_size", sft.batch_size, IntRange{1, kMaxBatch});
+  visit("learning_rate", sft.learning_rate, kRate);
+  visit("warmup_steps", sft.warmup_steps, IntRange{0, kMaxSteps});
+  visit("weight_decay", sft.weight_decay, kWeightDecay);
+  visit("grad_clip", sft.grad_clip, kGradClip);
+  visit("log_every", sft.log_every, IntRange{1, kMaxSteps});
   visit("device", sft.device);
 }
 
 template <typename Eval, typename Visit>
 void eval_keys(Eval& eval, Visit visit) {
-  visit("temperature", eval.temperature);
-  visit("max_new_tokens", eval.max_new_tokens);
-  visit("batch_size", eval.batch_size);
+  visit("temperature", eval.temperature, kTemperature);
+  visit("max_new_tokens", eval.max_new_tokens, IntRange{1, kMaxTokens});
+  visit("batch_size", eval.batch_size, IntRange{1, kMaxBatch});
 }
 
 template <typename Rollout, typename Visit>
 void rollout_keys(Rollout& rollout, Visit visit) {
-  visit("num_actors", rollout.num_actors);
-  visit("env_actors", rollout.env_actors);
-  visit("episodes_per_actor", rollout.episodes_per_actor);
-  visit("max_new_tokens", rollout.max_new_tokens);
-  visit("max_turns", rollout.max_turns);
-  visit("temperature", rollout.temperature);
-  visit("top_k", rollout.top_k);
-  visit("top_p", rollout.top_p);
+  visit("num_actors", rollout.num_actors, IntRange{1, kMaxActors});
+  visit("env_actors", rollout.env_actors, IntRange{1, kMaxActors});
+  visit("episodes_per_actor", rollout.episodes_per_actor, IntRange{1, kMaxBatch});
+  visit("max_new_tokens", rollout.max_new_tokens, IntRange{1, kMaxTokens});
+  visit("max_turns", rollout.max_turns, IntRange{1, 100000});
+  visit("temperature", rollout.temperature, kTemperature);
+  visit("top_k", rollout.top_k, IntRange{0, 1 << 24});
+  visit("top_p", rollout.top_p, RealRange{0.0, 1.0, true, false});
   visit("weight_switch", rollout.weight_switch);
-  visit("env_timeout_ms", rollout.env_timeout_ms);
+  visit("env_timeout_ms", rollout.env_timeout_ms, IntRange{1, 3600000});
   visit("device", rollout.device);
   visit("bf16_autocast", rollout.bf16_autocast);
-  visit("weight_delay_versions", rollout.weight_delay_versions);
+  visit("weight_delay_versions", rollout.weight_delay_versions, IntRange{0, 4096});
 }
 
 template <typename Train, typename Visit>
 void train_keys(Train& train, Visit visit) {
   visit("mode", train.mode);
-  visit("steps", train.steps);
-  visit("eval_every", train.eval_every);
-  visit("checkpoint_every", train.checkpoint_every);
+  visit("steps", train.steps, IntRange{0, kMaxSteps});
+  visit("eval_every", train.eval_every, IntRange{0, kMaxSteps});
+  visit("checkpoint_every", train.checkpoint_every, IntRange{0, kMaxSteps});
   visit("init_checkpoint", train.init_checkpoint);
-  visit("scheduler_threads", train.scheduler_threads);
+  visit("scheduler_threads", train.scheduler_threads, IntRange{1, kMaxThreads});
   visit("scheduler_policy", train.scheduler_policy);
-  visit("max_actor_failures", train.max_actor_failures);
-  visit("failure_window_s", train.failure_window_s);
-  visit("max_lost_in_a_row", train.max_lost_in_a_row);
-  visit("max_env_failures_in_a_row", train.max_env_failures_in_a_row);
+  visit("max_actor_failures", train.max_actor_failures, IntRange{1, 1000000});
+  visit("failure_window_s", train.failure_window_s, IntRange{1, 86400});
+  visit("max_lost_in_a_row", train.max_lost_in_a_row, IntRange{0, kMaxSteps});  // 0: no limit
+  visit("max_env_failures_in_a_row", train.max_env_failures_in_a_row, IntRange{0, 1000000});  // 0: never
 }
 
 template <typename Console, typename Visit>
 void console_keys(Console& console, Visit visit) {
   visit("enabled", console.enabled);
   visit("listen", console.listen);
-  visit("port", console.port);
+  visit("port", console.port, IntRange{0, 65535});  // 0: any free port
 }
 
 template <typename Env, typename Visit>
@@ -189,35 +213,19 @@ void env_keys(Env& env, Visit visit) {
   visit("name", env.name);
   visit("plugin", env.plugin);
   visit("latency", env.latency.distribution);
-  visit("latency_ms", env.latency.mean_ms);
-  visit("latency_sigma", env.latency.sigma);
-  visit("latency_max_ms", env.latency.max_ms);
+  visit("latency_ms", env.latency.mean_ms, RealRange{0.0, env::kMaxDelayMs});
+  visit("latency_sigma", env.latency.sigma, RealRange{0.0, 4.0, true, false});
+  visit("latency_max_ms", env.latency.max_ms, RealRange{0.0, env::kMaxDelayMs});  // 0: 20 x latency_ms
 }
 
 // group_size and synchronous are not keys: derive_dependent_settings sets them.
 template <typename Replay, typename Visit>
 void replay_keys(Replay& replay, Visit visit) {
-  visit("min_batch", replay.min_batch);
-  visit("max_batch", replay.max_batch);
-  visit("max_staleness", replay.max_staleness);
-  visit("capacity", replay.capacity);
+  visit("min_batch", replay.min_batch, kBatchRange);
+  visit("max_batch", replay.max_batch, kBatchRange);
+  visit("max_staleness", replay.max_staleness, kStalenessRange);
+  visit("capacity", replay.capacity, IntRange{1, 1 << 24});
 }
-
-// Every integer key has a range: a value outside it would wrap through a
-// narrower conversion (4294967297 threads became 1), allocate without
-// bound, or never finish. The message names the key, the range and the value.
-void require_range(const std::string& where, const char* key, int64_t value, int64_t low, int64_t high) {
-  if (value < low || value > high) {
-    throw Error(where + "." + key + ": must be in [" + std::to_string(low) + ", " + std::to_string(high) + "], got " +
-                std::to_string(value));
-  }
-}
-
-constexpr int64_t kMaxThreads = 256;
-constexpr int64_t kMaxActors = 1024;
-constexpr int64_t kMaxSteps = 100000000;
-constexpr int64_t kMaxBatch = 1 << 20;
-constexpr int64_t kMaxTokens = 1 << 16;
 
 void read_run(JsonReader reader, RunSection& run) {
   run_keys(run, base::ReadKeys{reader});
@@ -228,8 +236,6 @@ void read_run(JsonReader reader, RunSection& run) {
 void read_threads(JsonReader reader, ThreadsSection& threads) {
   threads_keys(threads, base::ReadKeys{reader});
   reader.reject_unknown_keys();
-  require_range(reader.where(), "torch_intra_op", threads.torch_intra_op, 1, kMaxThreads);
-  require_range(reader.where(), "train_intra_op", threads.train_intra_op, 1, kMaxThreads);
 }
 
 // The phases' shapes and step counts; their task keys are checked against
@@ -252,12 +258,9 @@ void read_sft_curriculum(const std::string& where, const nlohmann::json& curricu
     if (!curriculum[i].contains("fraction")) {
       throw Error(phase_where + ".fraction: missing (the share of sft.steps the phase runs, in (0, 1])");
     }
-    phase_reader.read("fraction", phase.fraction);
+    phase_reader.read("fraction", phase.fraction, kPhaseFraction);
     phase_reader.read("task", phase.task);
     phase_reader.reject_unknown_keys();
-    if (!(phase.fraction > 0.0 && phase.fraction <= 1.0)) {
-      throw Error(phase_where + ".fraction: must be in (0, 1], got " + base::dump_json(curriculum[i]["fraction"]));
-    }
     if (!phase.task.is_object()) {
       throw Error(phase_where + ".task: expected an object of task keys, got " + std::string(phase.task.type_name()));
     }
@@ -285,13 +288,6 @@ void read_sft(JsonReader reader, SftSection& sft) {
   reader.read("curriculum", curriculum);
   reader.reject_unknown_keys();
   const auto& where = reader.where();
-  require_range(where, "steps", sft.steps, 0, kMaxSteps);
-  require_range(where, "batch_size", sft.batch_size, 1, kMaxBatch);
-  if (!(sft.learning_rate > 0)) throw Error(where + ".learning_rate: must be > 0");
-  require_range(where, "warmup_steps", sft.warmup_steps, 0, kMaxSteps);
-  if (sft.weight_decay < 0) throw Error(where + ".weight_decay: must be >= 0");
-  if (!(sft.grad_clip > 0)) throw Error(where + ".grad_clip: must be > 0");
-  require_range(where, "log_every", sft.log_every, 1, kMaxSteps);
   model::parse_device(sft.device, where + ".device");
   read_sft_curriculum(where, curriculum, sft);
 }
@@ -299,24 +295,12 @@ void read_sft(JsonReader reader, SftSection& sft) {
 void read_eval(JsonReader reader, EvalSection& eval) {
   eval_keys(eval, base::ReadKeys{reader});
   reader.reject_unknown_keys();
-  if (eval.temperature < 0) throw Error(reader.where() + ".temperature: must be >= 0 (0 = greedy)");
-  require_range(reader.where(), "max_new_tokens", eval.max_new_tokens, 1, kMaxTokens);
-  require_range(reader.where(), "batch_size", eval.batch_size, 1, kMaxBatch);
-  if (eval.batch_size < 1) throw Error(reader.where() + ".batch_size: must be >= 1");
 }
 
 void read_rollout(JsonReader reader, RolloutSection& rollout) {
   rollout_keys(rollout, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   const auto& where = reader.where();
-  require_range(where, "num_actors", rollout.num_actors, 1, kMaxActors);
-  require_range(where, "env_actors", rollout.env_actors, 1, kMaxActors);
-  require_range(where, "episodes_per_actor", rollout.episodes_per_actor, 1, kMaxBatch);
-  require_range(where, "max_new_tokens", rollout.max_new_tokens, 1, kMaxTokens);
-  require_range(where, "max_turns", rollout.max_turns, 1, 100000);
-  require_range(where, "top_k", rollout.top_k, 0, 1 << 24);
-  require_range(where, "env_timeout_ms", rollout.env_timeout_ms, 1, 3600000);
-  require_range(where, "weight_delay_versions", rollout.weight_delay_versions, 0, 4096);
   model::parse_device(rollout.device, where + ".device");
   if (rollout.weight_switch != "in_flight" && rollout.weight_switch != "turn_boundary") {
     throw Error(where + ".weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" + rollout.weight_switch +
@@ -337,14 +321,6 @@ void read_train(JsonReader reader, TrainSection& train) {
   if (train.mode != "async" && train.mode != "sync") {
     throw Error(where + ".mode: expected \"async\" or \"sync\", got \"" + train.mode + "\"");
   }
-  require_range(where, "steps", train.steps, 0, kMaxSteps);
-  require_range(where, "eval_every", train.eval_every, 0, kMaxSteps);
-  require_range(where, "checkpoint_every", train.checkpoint_every, 0, kMaxSteps);
-  require_range(where, "scheduler_threads", train.scheduler_threads, 1, kMaxThreads);
-  require_range(where, "max_actor_failures", train.max_actor_failures, 1, 1000000);
-  require_range(where, "failure_window_s", train.failure_window_s, 1, 86400);
-  require_range(where, "max_lost_in_a_row", train.max_lost_in_a_row, 0, kMaxSteps);  // 0: no limit
-  require_range(where, "max_env_failures_in_a_row", train.max_env_failures_in_a_row, 0, 1000000);  // 0: never
   if (train.scheduler_policy != "stealing" && train.scheduler_policy != "sharing") {
     throw Error(where + ".scheduler_policy: expected \"stealing\" or \"sharing\", got \"" + train.scheduler_policy +
                 "\"");
@@ -355,8 +331,6 @@ void read_console(JsonReader reader, ConsoleSection& console) {
   console_keys(console, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   if (console.listen.empty()) throw Error(reader.where() + ".listen: must be an address such as 127.0.0.1");
-  if (console.port < 0 || console.port > 65535)
-    throw Error(reader.where() + ".port: must be in 0..65535 (0: any free port)");
 }
 
 void read_env(JsonReader reader, EnvSection& env) {
@@ -369,11 +343,6 @@ void read_env(JsonReader reader, EnvSection& env) {
 void read_replay(JsonReader reader, replay::ReplayConfig& replay) {
   replay_keys(replay, base::ReadKeys{reader});
   reader.reject_unknown_keys();
-  const auto& where = reader.where();
-  require_range(where, "min_batch", replay.min_batch, 1, kMaxBatch);
-  require_range(where, "max_batch", replay.max_batch, 1, kMaxBatch);
-  require_range(where, "max_staleness", replay.max_staleness, -1, kMaxSteps);  // -1: never drop
-  require_range(where, "capacity", replay.capacity, 1, 1 << 24);
 }
 
 // Settings that follow from others: GRPO groups flow through rollout and
@@ -384,7 +353,7 @@ void read_replay(JsonReader reader, replay::ReplayConfig& replay) {
 // when SFT reaches it, or never, if the environment ignored it).
 void check_sft_curriculum_tasks(const RunConfig& config) {
   for (size_t i = 0; i < config.sft.curriculum.size(); ++i) {
-    const auto where = config.source + ".sft.curriculum[" + std::to_string(i) + "].task";
+    const auto where = config.where("sft") + ".curriculum[" + std::to_string(i) + "].task";
     const auto task = sft_phase_task(config, i);
     if (config.is_arithmetic()) {
       env::arithmetic_config_from_json(task, where);
@@ -416,8 +385,8 @@ void derive_dependent_settings(RunConfig& config) {
                 std::to_string(config.replay.max_staleness) + (config.train.mode == "sync" ? ", 0 in sync mode" : "") +
                 "): every trajectory would be dropped as stale");
   }
-  config.replay.validate(config.source + ".replay");
-  config.learner.validate(config.source + ".learner");
+  config.replay.validate(config.where("replay"));
+  config.learner.validate(config.where("learner"));
 }
 
 // "model": sao's own architecture keys, or "path" to a Hugging Face
@@ -425,31 +394,32 @@ void derive_dependent_settings(RunConfig& config) {
 // beside "path" may only repeat what the directory says: a run config that
 // disagrees with its weights would build actors of another shape. The one
 // exception is max_position_embeddings, which may cap the context.
-void read_model(nlohmann::json section, const std::string& source, RunConfig& config) {
+void read_model(nlohmann::json section, const std::string& where, RunConfig& config) {
   if (section.is_object() && section.contains("prompt_format")) {
     const auto& format = section["prompt_format"];
     if (!format.is_string() || (format != "auto" && format != "chat" && format != "plain"))
-      throw Error(source + ": model.prompt_format must be \"auto\", \"chat\" or \"plain\", got " +
-                  base::dump_json(format));
+      throw Error(where + ".prompt_format must be \"auto\", \"chat\" or \"plain\", got " + base::dump_json(format));
     config.prompt_format = format.get<std::string>();
     section.erase("prompt_format");
   }
   if (!section.contains("path")) {
     if (config.prompt_format == "chat")
-      throw Error(source + ": model.prompt_format \"chat\" needs model.path (sao's byte model has no chat template)");
-    config.model = model::model_config_from_json(section, source + ": model", model::ConfigKind::kRunConfig);
+      throw Error(where + ".prompt_format \"chat\" needs model.path (sao's byte model has no chat template)");
+    config.model = model::model_config_from_json(section, where, model::ConfigKind::kRunConfig);
     if (config.model.vocab_size < tokenizer::ByteTokenizer::kVocabSize) {
-      throw Error(source + ": model.vocab_size " + std::to_string(config.model.vocab_size) +
+      throw Error(where + ".vocab_size " + std::to_string(config.model.vocab_size) +
                   " is smaller than the byte tokenizer's " + std::to_string(tokenizer::ByteTokenizer::kVocabSize));
     }
     return;
   }
   const auto& path = section["path"];
   if (!path.is_string() || path.get<std::string>().empty())
-    throw Error(source + ": model.path must be a directory name, got " + base::dump_json(path));
+    throw Error(where + ".path must be a directory name, got " + base::dump_json(path));
+  if (base::has_nul(path.get<std::string>()))
+    throw Error(where + ".path must not contain a NUL byte, got " + base::dump_json(path));
   config.model_path = path.get<std::string>();
   if (!std::filesystem::is_directory(config.model_path))
-    throw Error(source + ": model.path " + config.model_path + ": no such directory");
+    throw Error(where + ".path " + config.model_path + ": no such directory");
   config.model = model::load_checkpoint_config(config.model_path);
   const auto from_directory = model::model_config_settings_to_json(config.model);
   for (const auto& [key, value] : section.items()) {
@@ -462,57 +432,66 @@ void read_model(nlohmann::json section, const std::string& source, RunConfig& co
       continue;
     }
     if (key == "max_position_embeddings")
-      throw Error(source + ": model.max_position_embeddings is " + base::dump_json(value) + " but " +
-                  config.model_path + "/config.json says " + base::dump_json(from_directory[key]) +
+      throw Error(where + ".max_position_embeddings is " + base::dump_json(value) + " but " + config.model_path +
+                  "/config.json says " + base::dump_json(from_directory[key]) +
                   " (with model.path it may cap the context at a positive integer up to that, not extend it)");
     if (!from_directory.contains(key) || from_directory[key] != value)
-      throw Error(source + ": model." + key + " is " + base::dump_json(value) + " but " + config.model_path +
+      throw Error(where + "." + key + " is " + base::dump_json(value) + " but " + config.model_path +
                   "/config.json says " +
                   (from_directory.contains(key) ? base::dump_json(from_directory[key]) : "nothing") +
                   " (with model.path the architecture comes from the directory; remove model." + key + ")");
   }
   const auto tokenizer = tokenizer::load_tokenizer(config.model_path, config.prompt_format);
   if (tokenizer->vocab_size() > config.model.vocab_size)
-    throw Error(source + ": model.path " + config.model_path + ": the tokenizer has " +
+    throw Error(where + ".path " + config.model_path + ": the tokenizer has " +
                 std::to_string(tokenizer->vocab_size()) + " ids but config.json's vocab_size is " +
                 std::to_string(config.model.vocab_size));
   if (tokenizer->eos_id() < 0)
-    throw Error(source + ": model.path " + config.model_path +
+    throw Error(where + ".path " + config.model_path +
                 ": tokenizer_config.json names no eos_token, so generation could never stop");
 }
 
 }  // namespace
 
-RunConfig parse_run_config(const nlohmann::json& document, const std::string& source) {
+RunConfig parse_run_config(const nlohmann::json& document, const std::string& source,
+                           const std::map<std::string, std::string>& section_sources) {
   RunConfig config;
   config.source = source;
+  config.section_sources = section_sources;
   config.document = document;
   JsonReader root(document, source);
-  read_run(root.section("run"), config.run);
-  read_threads(root.section("threads"), config.threads);
+  // Marks the key as known, checks it is an object, and names it by where
+  // it came from (the file, or the --set that changed it).
+  auto section = [&](const char* key) {
+    root.section(key);
+    return JsonReader(document.value(key, nlohmann::json::object()), config.where(key));
+  };
+  read_run(section("run"), config.run);
+  read_threads(section("threads"), config.threads);
   root.section("model");  // marks the key as known and checks it is an object
-  read_model(document.value("model", nlohmann::json::object()), source, config);
+  // The model section's messages read "FILE: model.KEY" (as a checkpoint's config.json's do).
+  const auto model_where = section_sources.count("model") ? section_sources.at("model") : source + ": model";
+  read_model(document.value("model", nlohmann::json::object()), model_where, config);
   root.section("task");  // marks the key as known and checks it is an object
-  root.section("env");
-  read_env(JsonReader(document.value("env", nlohmann::json::object()), source + ".env"), config.env);
+  read_env(section("env"), config.env);
   // Before the name is looked up: the plugin is what registers it.
-  if (!config.env.plugin.empty()) env::load_environment_plugin(config.env.plugin, source + ".env.plugin");
+  if (!config.env.plugin.empty()) env::load_environment_plugin(config.env.plugin, config.where("env") + ".plugin");
   config.task_document = document.value("task", nlohmann::json::object());
   if (config.env.name == "arithmetic") {
-    config.task = env::arithmetic_config_from_json(config.task_document, source + ".task");
+    config.task = env::arithmetic_config_from_json(config.task_document, config.where("task"));
   } else {
     // Any other environment checks its own section; building one instance here
     // reports a bad key before a run starts rather than inside an actor.
-    env::make_environment(config.env.name, config.task_document, source + ".task");
+    env::make_environment(config.env.name, config.task_document, config.where("task"));
   }
-  read_sft(root.section("sft"), config.sft);
+  read_sft(section("sft"), config.sft);
   check_sft_curriculum_tasks(config);
-  read_eval(root.section("eval"), config.eval);
-  read_rollout(root.section("rollout"), config.rollout);
-  read_train(root.section("train"), config.train);
-  read_console(root.section("console"), config.console);
-  read_replay(root.section("replay"), config.replay);
-  auto learner_reader = root.section("learner");
+  read_eval(section("eval"), config.eval);
+  read_rollout(section("rollout"), config.rollout);
+  read_train(section("train"), config.train);
+  read_console(section("console"), config.console);
+  read_replay(section("replay"), config.replay);
+  auto learner_reader = section("learner");
   config.learner = algo::LearnerConfig::from_json(learner_reader);
   root.reject_unknown_keys();
   derive_dependent_settings(config);
@@ -542,14 +521,62 @@ nlohmann::json run_config_to_json(const RunConfig& config) {
   return document;
 }
 
+std::string override_section(const std::string& assignment) {
+  return assignment.substr(0, std::min(assignment.find('='), assignment.find('.')));
+}
+
+std::map<std::string, std::string> config_sources(const nlohmann::json& file_overlay, const std::string& file,
+                                                  const std::vector<std::string>& overrides) {
+  std::map<std::string, std::string> sources;
+  for (const auto& assignment : overrides) {
+    const auto section = override_section(assignment);
+    auto& origin = sources[section];
+    origin += (origin.empty() ? "--set " : ", --set ") + assignment;
+  }
+  for (auto& [section, origin] : sources) {
+    const bool file_gives_it = file_overlay.is_object() && file_overlay.contains(section);
+    origin = (file_gives_it ? file + " and " : "") + origin + ": " + section;
+  }
+  return sources;
+}
+
+void resolve_data_paths(nlohmann::json& document, const std::filesystem::path& base) {
+  auto resolve = [&](nlohmann::json& value) {
+    if (!value.is_string()) return;
+    const std::filesystem::path path(value.get<std::string>());
+    if (!path.empty() && path.is_relative()) value = (base / path).lexically_normal().string();
+  };
+  if (!document.is_object()) return;
+  if (auto task = document.find("task"); task != document.end() && task->is_object()) {
+    for (const char* key : {"train", "heldout"}) {
+      auto paths = task->find(key);
+      if (paths == task->end()) continue;
+      if (paths->is_array()) {
+        for (auto& path : *paths) resolve(path);
+      } else {
+        resolve(*paths);
+      }
+    }
+  }
+  if (auto sft = document.find("sft"); sft != document.end() && sft->is_object()) {
+    if (auto data = sft->find("data"); data != sft->end()) resolve(*data);
+  }
+}
+
 RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides) {
   // A config file is an overlay on the embedded default (JSON merge patch),
   // so a preset names only what it changes.
   nlohmann::json document = default_config_document();
+  nlohmann::json overlay = nlohmann::json::object();
   bool curriculum_given = false;
+  std::error_code no_cwd;
+  const auto cwd = std::filesystem::current_path(no_cwd);
   if (!file.empty()) {
-    const auto overlay = read_json_file(file);
+    overlay = read_json_file(file);
     if (!overlay.is_object()) throw Error("config " + file + ": expected a JSON object at the top level");
+    // A config's data files sit beside it: its relative paths mean the same
+    // wherever sao runs from.
+    resolve_data_paths(overlay, std::filesystem::absolute(file, no_cwd).parent_path());
     document.merge_patch(overlay);
     // The default "task" section configures arithmetic; a file that switches
     // to another environment gives that environment's section whole.
@@ -563,6 +590,8 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
     apply_override(document, assignment);
     if (assignment.rfind("sft.curriculum", 0) == 0) curriculum_given = true;
   }
+  // What --set gave is relative to where sao runs (the file's are absolute by now).
+  resolve_data_paths(document, cwd);
   // The default's curriculum phases are arithmetic's own demonstrations; a
   // run on another environment, or on demonstrations from a file, has none
   // unless its file or a --set gives one.
@@ -577,7 +606,7 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
     const bool own_demonstrations = data == sft.end() || *data == "";
     if (!arithmetic || !own_demonstrations) sft["curriculum"] = nlohmann::json::array();
   }
-  return parse_run_config(document, source);
+  return parse_run_config(document, source, config_sources(overlay, source, overrides));
 }
 
 }  // namespace sao::config

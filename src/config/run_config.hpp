@@ -6,6 +6,7 @@
 #pragma once
 
 #include "algo/learner_config.hpp"
+#include "base/json_reader.hpp"
 #include "env/arithmetic.hpp"
 #include "env/latency.hpp"
 #include "model/generation.hpp"
@@ -14,10 +15,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace sao::config {
+
+// Ranges the config reader and the live knobs (live_knobs.hpp) share.
+inline constexpr base::IntRange kBatchRange{1, 1 << 20};
+inline constexpr base::IntRange kStalenessRange{-1, 100000000};  // -1: never drop
 
 struct RunSection {
   std::string name = "default";
@@ -147,6 +154,12 @@ struct RunConfig {
   // no curriculum); RunConfig{} is config/default.json.
   RunConfig();
   std::string source;  // where it came from, for error messages
+  // Sections that a --set changed, with the origin their errors name
+  // (config_sources); a section absent here came from `source`.
+  std::map<std::string, std::string> section_sources;
+  // The origin of a top-level section for messages: "run.json.task", or
+  // "--set task.verifer=x: task" when a --set changed it.
+  std::string where(const std::string& section) const;
   RunSection run;
   ThreadsSection threads;
   model::ModelConfig model;
@@ -189,8 +202,22 @@ nlohmann::json read_json_file(const std::string& path);
 // Applies "a.b.c=value" (value parsed as JSON, else taken as a string).
 // Throws sao::Error naming the override when the path is malformed.
 void apply_override(nlohmann::json& document, const std::string& assignment);
-// Parses and validates every section. `source` names the origin in errors.
-RunConfig parse_run_config(const nlohmann::json& document, const std::string& source);
+// Parses and validates every section. `source` names the origin in errors;
+// `section_sources` the sections a --set changed (config_sources).
+RunConfig parse_run_config(const nlohmann::json& document, const std::string& source,
+                           const std::map<std::string, std::string>& section_sources = {});
+// The top-level section an override assigns: "task" for "task.train=x" and
+// for "task={...}".
+std::string override_section(const std::string& assignment);
+// For each section the overrides change, the origin its errors name: the
+// --set assignments, after "FILE and " when the file gives the section too.
+std::map<std::string, std::string> config_sources(const nlohmann::json& file_overlay, const std::string& file,
+                                                  const std::vector<std::string>& overrides);
+// Makes the data paths of `document` (task.train, task.heldout, sft.data)
+// absolute against `base`: a config file's folder for the paths it names,
+// the working directory for --set's. Other values are left for the readers
+// to check and report.
+void resolve_data_paths(nlohmann::json& document, const std::filesystem::path& base);
 // Every key parse_run_config reads, with this config's values; parsing the
 // result gives the same settings back. Applied to RunConfig{} it is the code's
 // defaults, which tests/test_config.cpp holds equal to config/default.json.

@@ -31,17 +31,21 @@ EnvStep ArithmeticEnvironment::step(const std::string& action) {
 }
 
 namespace {
+
+using base::IntRange;
+using base::RealRange;
+
 // The task section's keys but "name", listed once for reading and writing.
 template <typename Config, typename Visit>
 void arithmetic_keys(Config& task, Visit visit) {
-  visit("min_digits", task.min_digits);
-  visit("max_digits", task.max_digits);
+  visit("min_digits", task.min_digits, IntRange{1, 9});
+  visit("max_digits", task.max_digits, IntRange{1, 9});  // a 9x9-digit product fits int64
   visit("operators", task.operators);
-  visit("test_fraction", task.test_fraction);
-  visit("test_size", task.test_size);
+  visit("test_fraction", task.test_fraction, RealRange{0.0, 0.5, true, false});
+  visit("test_size", task.test_size, IntRange{1, 1000000});
   visit("answer_format", task.answer_format);
-  visit("demonstration_slip_rate", task.demonstration_slip_rate);
-  visit("demonstration_worked_rate", task.demonstration_worked_rate);
+  visit("demonstration_slip_rate", task.demonstration_slip_rate, RealRange{0.0, 1.0});
+  visit("demonstration_worked_rate", task.demonstration_worked_rate, RealRange{0.0, 1.0});
 }
 }  // namespace
 

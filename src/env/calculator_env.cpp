@@ -358,32 +358,23 @@ CalculatorConfig calculator_config_from_json(const nlohmann::json& config, const
   std::string name = "calculator";
   reader.read("name", name);
   if (name != "calculator") throw Error(where + ".name: expected \"calculator\", got \"" + name + "\"");
-  reader.read("min_operands", result.min_operands);
-  reader.read("max_operands", result.max_operands);
-  reader.read("max_digits", result.max_digits);
+  reader.read("min_operands", result.min_operands, base::IntRange{2, 8});
+  reader.read("max_operands", result.max_operands, base::IntRange{2, 8});
+  reader.read("max_digits", result.max_digits, base::IntRange{1, 6});
   reader.read("operators", result.operators);
-  reader.read("max_turns", result.max_turns);
-  reader.read("test_fraction", result.test_fraction);
-  reader.read("heldout_size", result.heldout_size);
+  reader.read("max_turns", result.max_turns, base::IntRange{1, 16});
+  reader.read("test_fraction", result.test_fraction, base::RealRange{0.0, 1.0, true, true});
+  reader.read("heldout_size", result.heldout_size, base::IntRange{0, 10000});
   reader.reject_unknown_keys();
-  if (result.min_operands < 2 || result.min_operands > 8) throw Error(where + ".min_operands: must be in [2, 8]");
-  if (result.max_operands < result.min_operands || result.max_operands > 8) {
-    throw Error(where + ".max_operands: must be in [min_operands, 8]");
+  if (result.max_operands < result.min_operands) {
+    throw Error(where + ".max_operands: must be >= min_operands (" + std::to_string(result.min_operands) + ")");
   }
-  if (result.max_digits < 1 || result.max_digits > 6) throw Error(where + ".max_digits: must be in [1, 6]");
   if (result.max_digits * result.max_operands > 18) {
     throw Error(where + ": max_digits * max_operands must be at most 18, so every product fits in 64 bits (got " +
                 std::to_string(result.max_digits) + " * " + std::to_string(result.max_operands) + ")");
   }
   if (result.operators.empty() || result.operators.find_first_not_of("+-*") != std::string::npos) {
     throw Error(where + ".operators: must be a non-empty string of + - *, got \"" + result.operators + "\"");
-  }
-  if (result.max_turns < 1 || result.max_turns > 16) throw Error(where + ".max_turns: must be in [1, 16]");
-  if (!(result.test_fraction > 0 && result.test_fraction < 1)) {
-    throw Error(where + ".test_fraction: must be in (0, 1)");
-  }
-  if (result.heldout_size < 0 || result.heldout_size > 10000) {
-    throw Error(where + ".heldout_size: must be in [0, 10000]");
   }
   return result;
 }

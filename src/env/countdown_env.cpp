@@ -295,40 +295,25 @@ CountdownConfig countdown_config_from_json(const nlohmann::json& config, const s
   std::string name = "countdown";
   reader.read("name", name);
   if (name != "countdown") throw Error(where + ".name: expected \"countdown\", got \"" + name + "\"");
-  reader.read("numbers", result.numbers);
-  reader.read("min_number", result.min_number);
-  reader.read("max_number", result.max_number);
+  reader.read("numbers", result.numbers, base::IntRange{2, 5});
+  reader.read("min_number", result.min_number, base::IntRange{0, 1000});
+  reader.read("max_number", result.max_number, base::IntRange{0, 1000});
   reader.read("operators", result.operators);
-  reader.read("min_target", result.min_target);
-  reader.read("max_target", result.max_target);
-  reader.read("max_turns", result.max_turns);
-  reader.read("retry_demonstration_rate", result.retry_demonstration_rate);
-  reader.read("test_fraction", result.test_fraction);
-  reader.read("heldout_size", result.heldout_size);
+  reader.read("min_target", result.min_target, base::IntRange{-1000000, 1000000});
+  reader.read("max_target", result.max_target, base::IntRange{-1000000, 1000000});
+  reader.read("max_turns", result.max_turns, base::IntRange{1, 8});
+  reader.read("retry_demonstration_rate", result.retry_demonstration_rate, base::RealRange{0.0, 1.0});
+  reader.read("test_fraction", result.test_fraction, base::RealRange{0.0, 1.0, true, true});
+  reader.read("heldout_size", result.heldout_size, base::IntRange{0, 10000});
   reader.reject_unknown_keys();
-  if (result.numbers < 2 || result.numbers > 5) throw Error(where + ".numbers: must be in [2, 5]");
-  if (result.min_number < 0 || result.min_number > 1000) throw Error(where + ".min_number: must be in [0, 1000]");
-  if (result.max_number < result.min_number || result.max_number > 1000) {
-    throw Error(where + ".max_number: must be in [min_number, 1000]");
+  if (result.max_number < result.min_number) {
+    throw Error(where + ".max_number: must be >= min_number (" + std::to_string(result.min_number) + ")");
   }
   if (result.operators.empty() || result.operators.find_first_not_of("+-*") != std::string::npos) {
     throw Error(where + ".operators: must be a non-empty string of + - *, got \"" + result.operators + "\"");
   }
-  if (result.min_target < -1000000 || result.min_target > 1000000) {
-    throw Error(where + ".min_target: must be in [-1000000, 1000000]");
-  }
-  if (result.max_target < result.min_target || result.max_target > 1000000) {
-    throw Error(where + ".max_target: must be in [min_target, 1000000]");
-  }
-  if (result.max_turns < 1 || result.max_turns > 8) throw Error(where + ".max_turns: must be in [1, 8]");
-  if (!(result.retry_demonstration_rate >= 0 && result.retry_demonstration_rate <= 1)) {
-    throw Error(where + ".retry_demonstration_rate: must be in [0, 1]");
-  }
-  if (!(result.test_fraction > 0 && result.test_fraction < 1)) {
-    throw Error(where + ".test_fraction: must be in (0, 1)");
-  }
-  if (result.heldout_size < 0 || result.heldout_size > 10000) {
-    throw Error(where + ".heldout_size: must be in [0, 10000]");
+  if (result.max_target < result.min_target) {
+    throw Error(where + ".max_target: must be >= min_target (" + std::to_string(result.min_target) + ")");
   }
   return result;
 }

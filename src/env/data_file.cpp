@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 namespace sao::env {
@@ -33,12 +34,15 @@ std::string optional_string(const nlohmann::json& object, const char* key, const
   return object.contains(key) ? required_string(object, key, where) : std::string();
 }
 
-std::vector<DataLine> read_jsonl_file(const std::string& path) {
+std::vector<DataLine> read_jsonl_file(const std::string& path, const std::string& key) {
+  std::error_code ignored;
+  const auto absolute = std::filesystem::absolute(path, ignored).lexically_normal().string();
+  const std::string file = key + ": " + (absolute.empty() ? path : absolute);
   struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) throw Error(path + ": cannot read (" + std::strerror(errno) + ")");
-  if (!S_ISREG(info.st_mode)) throw Error(path + ": not a regular file");
+  if (::stat(path.c_str(), &info) != 0) throw Error(file + ": cannot read (" + std::strerror(errno) + ")");
+  if (!S_ISREG(info.st_mode)) throw Error(file + ": not a regular file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  if (!in) throw Error(file + ": cannot open (" + std::strerror(errno) + ")");
   std::vector<DataLine> lines;
   std::string text;
   int64_t number = 0;
@@ -71,8 +75,8 @@ std::vector<DataLine> read_jsonl_file(const std::string& path) {
     }
     lines.push_back({std::move(value), where});
   }
-  if (in.bad()) throw Error(path + ": read failed after line " + std::to_string(number));
-  if (lines.empty()) throw Error(path + ": no lines (an empty data file)");
+  if (in.bad()) throw Error(file + ": read failed after line " + std::to_string(number));
+  if (lines.empty()) throw Error(file + ": no lines (an empty data file)");
   return lines;
 }
 
@@ -168,9 +172,9 @@ SftEpisode demonstration_of(const DataLine& line) {
   return episode;
 }
 
-std::vector<SftEpisode> read_demonstration_file(const std::string& path) {
+std::vector<SftEpisode> read_demonstration_file(const std::string& path, const std::string& key) {
   std::vector<SftEpisode> episodes;
-  for (const auto& line : read_jsonl_file(path)) episodes.push_back(demonstration_of(line));
+  for (const auto& line : read_jsonl_file(path, key)) episodes.push_back(demonstration_of(line));
   return episodes;
 }
 

@@ -32,8 +32,10 @@ struct DataLine {
 
 // Every non-blank line of `path` as a JSON object (depth-limited parse).
 // Throws sao::Error naming `path:line` for a line that does not parse or is
-// not an object, and naming `path` when it cannot be read or has no lines.
-std::vector<DataLine> read_jsonl_file(const std::string& path);
+// not an object, and naming `key` (the config key that named the file, e.g.
+// "run.json.task.heldout") and the absolute path when it cannot be read or
+// has no lines: a relative path alone does not say where it was looked for.
+std::vector<DataLine> read_jsonl_file(const std::string& path, const std::string& key);
 
 // A line's string field; throws sao::Error naming `where` and the key when it
 // is missing (required_string) or not a string (both). optional_string gives
@@ -57,6 +59,6 @@ std::vector<ChatTurn> chat_turns_of(const nlohmann::json& messages, bool ends_wi
 // A demonstration line as an episode (rules above). Throws sao::Error naming
 // `line.where` and the key.
 SftEpisode demonstration_of(const DataLine& line);
-std::vector<SftEpisode> read_demonstration_file(const std::string& path);
+std::vector<SftEpisode> read_demonstration_file(const std::string& path, const std::string& key);
 
 }  // namespace sao::env

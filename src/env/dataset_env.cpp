@@ -82,6 +82,7 @@ DatasetProblem parse_problem(const DataLine& line, const Verifier& verifier) {
 
 std::vector<std::string> paths_of(base::JsonReader& reader, const nlohmann::json& config, const char* key) {
   std::vector<std::string> paths;
+  reader.mark_known(key);
   if (!config.contains(key)) return paths;
   if (config[key].is_string()) {
     std::string one;
@@ -106,25 +107,19 @@ std::string episode_key(const DatasetProblem& problem) {
 
 DatasetConfig dataset_config_from_json(const nlohmann::json& config, const std::string& where) {
   DatasetConfig result;
-  // "verifier" is a string or an object: read apart from the typed keys.
-  nlohmann::json typed = config;
-  if (typed.is_object() && typed.contains("verifier")) {
-    result.verifier = typed["verifier"];
-    typed.erase("verifier");
-  }
-  base::JsonReader reader(typed, where);
+  result.where = where;
+  base::JsonReader reader(config, where);
   std::string name = "dataset";
   reader.read("name", name);
   if (name != "dataset") throw Error(where + ".name: expected \"dataset\", got \"" + name + "\"");
-  result.train = paths_of(reader, typed, "train");
-  result.heldout = paths_of(reader, typed, "heldout");
-  const bool fraction_given = typed.contains("heldout_fraction");
-  reader.read("heldout_fraction", result.heldout_fraction);
+  result.train = paths_of(reader, config, "train");
+  result.heldout = paths_of(reader, config, "heldout");
+  const bool fraction_given = config.contains("heldout_fraction");
+  reader.read("heldout_fraction", result.heldout_fraction, base::RealRange{0.0, 1.0, false, true});
+  // A string or an object: make_verifier checks its shape and names the parts.
+  reader.read("verifier", result.verifier);
   reader.reject_unknown_keys();
   if (result.train.empty()) throw Error(where + ".train: missing (a JSON-lines file, or a list of them)");
-  if (!(result.heldout_fraction >= 0.0 && result.heldout_fraction < 1.0)) {
-    throw Error(where + ".heldout_fraction: must be in [0, 1)");
-  }
   if (!result.heldout.empty()) {
     if (fraction_given && result.heldout_fraction > 0.0) {
       throw Error(where + ": set heldout files or heldout_fraction, not both");
@@ -139,14 +134,14 @@ std::shared_ptr<const DatasetSplit> load_dataset(const DatasetConfig& config, co
   auto split = std::make_shared<DatasetSplit>();
   std::unordered_map<uint64_t, std::string> heldout_where;
   for (const auto& path : config.heldout) {
-    for (const auto& line : read_jsonl_file(path)) {
+    for (const auto& line : read_jsonl_file(path, config.where + ".heldout")) {
       auto problem = parse_problem(line, verifier);
       heldout_where.emplace(problem.content_hash, problem.where);
       split->heldout.push_back(std::move(problem));
     }
   }
   for (const auto& path : config.train) {
-    for (const auto& line : read_jsonl_file(path)) {
+    for (const auto& line : read_jsonl_file(path, config.where + ".train")) {
       auto problem = parse_problem(line, verifier);
       if (const auto it = heldout_where.find(problem.content_hash); it != heldout_where.end()) {
         throw Error(problem.where + ": the same problem as held-out " + it->second +

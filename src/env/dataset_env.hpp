@@ -61,6 +61,7 @@ struct DatasetConfig {
   std::vector<std::string> heldout;
   double heldout_fraction = 0.1;
   nlohmann::json verifier = "exact";
+  std::string where = "task";  // the section's origin: a file error names where.train / where.heldout
 };
 
 // The problems of one data set, read and split once; shared read-only by

@@ -223,16 +223,16 @@ DriftConfig drift_config_from_json(const nlohmann::json& config, const std::stri
   std::string name = "drift";
   reader.read("name", name);
   if (name != "drift") throw Error(where + ".name: expected \"drift\", got \"" + name + "\"");
-  reader.read("switch_every", result.switch_every);
+  reader.read("switch_every", result.switch_every, base::IntRange{1, 100000000});
   reader.read("regimes", result.regimes);
   reader.read("demonstration_regimes", result.demonstration_regimes);
-  reader.read("min_digits", result.task.min_digits);
-  reader.read("max_digits", result.task.max_digits);
+  reader.read("min_digits", result.task.min_digits, base::IntRange{1, 9});
+  reader.read("max_digits", result.task.max_digits, base::IntRange{1, 9});
   reader.read("operators", result.task.operators);
-  reader.read("test_fraction", result.task.test_fraction);
-  reader.read("test_size", result.task.test_size);
-  reader.read("demonstration_slip_rate", result.task.demonstration_slip_rate);
-  reader.read("demonstration_worked_rate", result.task.demonstration_worked_rate);
+  reader.read("test_fraction", result.task.test_fraction, base::RealRange{0.0, 0.5, true, false});
+  reader.read("test_size", result.task.test_size, base::IntRange{1, 1000000});
+  reader.read("demonstration_slip_rate", result.task.demonstration_slip_rate, base::RealRange{0.0, 1.0});
+  reader.read("demonstration_worked_rate", result.task.demonstration_worked_rate, base::RealRange{0.0, 1.0});
   reader.reject_unknown_keys();
   validate_drift(result, where);
   try {

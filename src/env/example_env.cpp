@@ -138,18 +138,11 @@ ExampleConfig example_config_from_json(const nlohmann::json& config, const std::
   std::string name = "example";
   reader.read("name", name);
   if (name != "example") throw Error(where + ".name: expected \"example\", got \"" + name + "\"");
-  reader.read("turns", result.turns);
-  reader.read("word_length", result.word_length);
-  reader.read("test_fraction", result.test_fraction);
-  reader.read("heldout_size", result.heldout_size);
+  reader.read("turns", result.turns, base::IntRange{1, 32});
+  reader.read("word_length", result.word_length, base::IntRange{1, 16});
+  reader.read("test_fraction", result.test_fraction, base::RealRange{0.0, 1.0, true, true});
+  reader.read("heldout_size", result.heldout_size, base::IntRange{0, 10000});
   reader.reject_unknown_keys();
-  if (result.turns < 1 || result.turns > 32) throw Error(where + ".turns: must be in [1, 32]");
-  if (result.word_length < 1 || result.word_length > 16) throw Error(where + ".word_length: must be in [1, 16]");
-  if (!(result.test_fraction > 0 && result.test_fraction < 1)) {
-    throw Error(where + ".test_fraction: must be in (0, 1)");
-  }
-  if (result.heldout_size < 0 || result.heldout_size > 10000)
-    throw Error(where + ".heldout_size: must be in [0, 10000]");
   return result;
 }
 

@@ -110,13 +110,11 @@ ExternalConfig external_config_from_json(const nlohmann::json& config, const std
   if (name != "external") throw Error(where + ".name: expected \"external\", got \"" + name + "\"");
   read_channel_config(reader, result.channel);
   reader.read("label", result.label);
-  reader.read("heldout_size", result.heldout_size);
-  reader.read("max_turns", result.max_turns);
+  reader.read("heldout_size", result.heldout_size, base::IntRange{0, 1000000});
+  reader.read("max_turns", result.max_turns, base::IntRange{0, 100000});
   reader.read("process_per_episode", result.process_per_episode);
   reader.reject_unknown_keys();
   validate_channel_config(result.channel, where);
-  if (result.heldout_size < 0) throw Error(where + ".heldout_size: must be >= 0");
-  if (result.max_turns < 0) throw Error(where + ".max_turns: must be >= 0");
   return result;
 }
 

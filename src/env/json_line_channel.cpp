@@ -366,9 +366,9 @@ void read_channel_config(base::JsonReader& reader, JsonLineChannelConfig& config
   reader.read("command", config.command);
   reader.read("address", config.address);
   reader.read("cwd", config.cwd);
-  reader.read("timeout_ms", config.timeout_ms);
-  reader.read("startup_timeout_ms", config.startup_timeout_ms);
-  reader.read("max_restarts", config.max_restarts);
+  reader.read("timeout_ms", config.timeout_ms, base::IntRange{1, 3600000});
+  reader.read("startup_timeout_ms", config.startup_timeout_ms, base::IntRange{1, 3600000});
+  reader.read("max_restarts", config.max_restarts, base::IntRange{0, 1000000});
 }
 
 std::string default_channel_label(const JsonLineChannelConfig& config) {
@@ -385,10 +385,6 @@ void validate_channel_config(const JsonLineChannelConfig& config, const std::str
   if (!config.command.empty() && config.command.front().empty()) throw Error(where + ".command: program is empty");
   if (!config.command.empty()) require_runnable(config.command.front(), config.cwd, where + ".command");
   if (!config.address.empty()) base::parse_host_port(config.address, where + ".address");  // throws if malformed
-  if (config.timeout_ms < 1 || config.timeout_ms > 3600000) throw Error(where + ".timeout_ms: must be in [1, 3600000]");
-  if (config.startup_timeout_ms < 1 || config.startup_timeout_ms > 3600000)
-    throw Error(where + ".startup_timeout_ms: must be in [1, 3600000]");
-  if (config.max_restarts < 0) throw Error(where + ".max_restarts: must be >= 0");
 }
 
 }  // namespace sao::env

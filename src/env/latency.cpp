@@ -21,9 +21,6 @@ std::string text(double value) {
   return out.str();
 }
 
-// Ten minutes: a delay beyond any request deadline the runtime allows.
-constexpr double kMaxDelayMs = 600000.0;
-
 }  // namespace
 
 void LatencyModel::validate(const std::string& where) const {

@@ -14,6 +14,9 @@
 
 namespace sao::env {
 
+// Ten minutes: a delay beyond any request deadline the runtime allows.
+inline constexpr double kMaxDelayMs = 600000.0;
+
 struct LatencyModel {
   // "none", "fixed" (always mean_ms), "uniform" (uniform in [0, 2 mean_ms])
   // or "lognormal" (long-tailed: log of the delay normal with sd `sigma`,

@@ -244,29 +244,21 @@ MazeConfig maze_config_from_json(const nlohmann::json& config, const std::string
   std::string name = "maze";
   reader.read("name", name);
   if (name != "maze") throw Error(where + ".name: expected \"maze\", got \"" + name + "\"");
-  reader.read("size", result.size);
-  reader.read("walls", result.walls);
-  reader.read("min_distance", result.min_distance);
-  reader.read("max_distance", result.max_distance);
-  reader.read("slack", result.slack);
-  reader.read("test_fraction", result.test_fraction);
-  reader.read("heldout_size", result.heldout_size);
-  reader.read("shaping", result.shaping);
-  reader.read("sft_noise", result.sft_noise);
-  reader.reject_unknown_keys();
   // size <= 10 keeps every goal offset a single signed digit (8-byte observations).
-  if (result.size < 2 || result.size > 10) throw Error(where + ".size: must be in [2, 10]");
-  if (result.walls < 0 || result.walls > result.size * result.size - 2) {
+  reader.read("size", result.size, base::IntRange{2, 10});
+  reader.read("walls", result.walls, base::IntRange{0, 98});
+  reader.read("min_distance", result.min_distance, base::IntRange{1, 100});
+  reader.read("max_distance", result.max_distance, base::IntRange{1, 100});
+  reader.read("slack", result.slack, base::IntRange{0, 1000});
+  reader.read("test_fraction", result.test_fraction, base::RealRange{0.0, 1.0, true, true});
+  reader.read("heldout_size", result.heldout_size, base::IntRange{0, 100000});
+  reader.read("shaping", result.shaping, base::RealRange{-100.0, 100.0});
+  reader.read("sft_noise", result.sft_noise, base::RealRange{0.0, 1.0, false, true});
+  reader.reject_unknown_keys();
+  if (result.walls > result.size * result.size - 2) {
     throw Error(where + ".walls: must be in [0, size*size - 2]");
   }
-  if (result.min_distance < 1) throw Error(where + ".min_distance: must be >= 1");
   if (result.max_distance < result.min_distance) throw Error(where + ".max_distance: must be >= min_distance");
-  if (result.slack < 0) throw Error(where + ".slack: must be >= 0");
-  if (!(result.test_fraction > 0 && result.test_fraction < 1)) throw Error(where + ".test_fraction: must be in (0, 1)");
-  if (result.heldout_size < 0 || result.heldout_size > 100000)
-    throw Error(where + ".heldout_size: must be in [0, 100000]");
-  if (!std::isfinite(result.shaping)) throw Error(where + ".shaping: must be finite");
-  if (!(result.sft_noise >= 0 && result.sft_noise < 1)) throw Error(where + ".sft_noise: must be in [0, 1)");
   return result;
 }
 

@@ -337,13 +337,9 @@ std::unique_ptr<Verifier> make_verifier(const nlohmann::json& config, const std:
   if (type == "numeric" || type == "last_number") {
     double tolerance = 1e-6;
     double relative_tolerance = 0.0;
-    reader.read("tolerance", tolerance);
-    reader.read("relative_tolerance", relative_tolerance);
+    reader.read("tolerance", tolerance, base::RealRange{0.0, 1e9});
+    reader.read("relative_tolerance", relative_tolerance, base::RealRange{0.0, 1e6});
     reader.reject_unknown_keys();
-    if (!(tolerance >= 0.0) || !std::isfinite(tolerance)) throw Error(where + ".tolerance: must be finite and >= 0");
-    if (!(relative_tolerance >= 0.0) || !std::isfinite(relative_tolerance)) {
-      throw Error(where + ".relative_tolerance: must be finite and >= 0");
-    }
     return std::make_unique<NumericVerifier>(type == "last_number", tolerance, relative_tolerance);
   }
   if (type == "regex") {

@@ -88,20 +88,24 @@ int64_t ModelConfig::parameter_count() const {
 }
 
 namespace {
+using base::IntRange;
+using base::RealRange;
+constexpr RealRange kScalingFactor{0.0, 1e6, true, false};
+
 // The keys a run config's "model" section and a checkpoint's config.json
 // share, listed once for reading and writing.
 template <typename Config, typename Visit>
 void model_keys(Config& config, Visit visit) {
   visit("model_type", config.model_type);
-  visit("vocab_size", config.vocab_size);
-  visit("hidden_size", config.hidden_size);
-  visit("intermediate_size", config.intermediate_size);
-  visit("num_hidden_layers", config.num_hidden_layers);
-  visit("num_attention_heads", config.num_attention_heads);
-  visit("num_key_value_heads", config.num_key_value_heads);
-  visit("max_position_embeddings", config.max_position_embeddings);
-  visit("rms_norm_eps", config.rms_norm_eps);
-  visit("rope_theta", config.rope_theta);
+  visit("vocab_size", config.vocab_size, IntRange{1, kMaxVocabSize});
+  visit("hidden_size", config.hidden_size, IntRange{1, kMaxHiddenSize});
+  visit("intermediate_size", config.intermediate_size, IntRange{1, kMaxIntermediateSize});
+  visit("num_hidden_layers", config.num_hidden_layers, IntRange{1, kMaxHiddenLayers});
+  visit("num_attention_heads", config.num_attention_heads, IntRange{1, kMaxAttentionHeads});
+  visit("num_key_value_heads", config.num_key_value_heads, IntRange{1, kMaxAttentionHeads});
+  visit("max_position_embeddings", config.max_position_embeddings, IntRange{1, kMaxPositionEmbeddings});
+  visit("rms_norm_eps", config.rms_norm_eps, RealRange{0.0, 1.0, true, false});
+  visit("rope_theta", config.rope_theta, RealRange{0.0, 1e9, true, false});
   visit("tie_word_embeddings", config.tie_word_embeddings);
   visit("attention_bias", config.attention_bias);
 }
@@ -114,10 +118,11 @@ RopeScaling read_rope_scaling(base::JsonReader reader, ConfigKind kind) {
   reader.read("rope_type", type);
   if (type.empty()) reader.read("type", type);  // the older spelling
   scaling.type = type == "default" ? "" : type;
-  reader.read("factor", scaling.factor);
-  reader.read("low_freq_factor", scaling.low_freq_factor);
-  reader.read("high_freq_factor", scaling.high_freq_factor);
-  reader.read("original_max_position_embeddings", scaling.original_max_position_embeddings);
+  reader.read("factor", scaling.factor, kScalingFactor);
+  reader.read("low_freq_factor", scaling.low_freq_factor, kScalingFactor);
+  reader.read("high_freq_factor", scaling.high_freq_factor, kScalingFactor);
+  reader.read("original_max_position_embeddings", scaling.original_max_position_embeddings,
+              IntRange{1, kMaxPositionEmbeddings});
   if (kind == ConfigKind::kRunConfig) reader.reject_unknown_keys();
   return scaling;
 }
@@ -143,7 +148,7 @@ ModelConfig model_config_from_json(const nlohmann::json& json, const std::string
   }
   base::JsonReader reader(present, source);
   model_keys(config, base::ReadKeys{reader});
-  reader.read("head_dim", config.explicit_head_dim);
+  reader.read("head_dim", config.explicit_head_dim, IntRange{1, kMaxHeadDim});
   if (reader.has("rope_scaling")) config.rope_scaling = read_rope_scaling(reader.section("rope_scaling"), kind);
   // Hugging Face's defaults for configs that leave these out.
   if (!reader.has("num_key_value_heads")) config.num_key_value_heads = config.num_attention_heads;

@@ -76,7 +76,14 @@ SftResult run_episode_sft(model::CausalLM& policy, const std::vector<const env::
       [&](int64_t step) {
         const auto& environment = *phase_environments[config::sft_phase_of_step(options, step)];
         const auto episodes = environment.demonstrations(options.batch_size, seed + static_cast<uint64_t>(step) * 7919);
-        if (episodes.empty()) throw Error("sft: environment '" + environment.name() + "' has no demonstrations");
+        // The three ways on, since an environment that cannot show answers
+        // (an external program, most OpenEnv servers) is a normal setup.
+        if (episodes.empty()) {
+          throw Error("sft: environment '" + environment.name() +
+                      "' has no demonstrations; give a file of them with sft.data=FILE (or sao sft --data FILE), "
+                      "start from a trained policy with train.init_checkpoint=DIR, or skip the warm start with "
+                      "sft.steps=0");
+        }
         return make_episode_sft_batch(tokenizer, episodes, max_length);
       },
       metrics);

@@ -7,6 +7,7 @@
 #include "env/environment.hpp"
 
 #include <algorithm>
+#include <filesystem>
 
 namespace sao::train {
 namespace {
@@ -17,11 +18,6 @@ std::string environment_of(const nlohmann::json& document) {
   if (env == document.end() || !env->is_object()) return config::EnvSection{}.name;
   const auto name = env->find("name");
   return name != env->end() && name->is_string() ? name->get<std::string>() : config::EnvSection{}.name;
-}
-
-// "task.command=[...]" and "task={...}" both set the "task" section.
-std::string first_key_of(const std::string& assignment) {
-  return assignment.substr(0, std::min(assignment.find('='), assignment.find('.')));
 }
 
 // The part of a stored task section that makes it dangerous, for the message.
@@ -45,12 +41,16 @@ config::RunConfig eval_run_config(const EvalConfigSources& sources) {
   if (!document.is_object())
     throw Error("checkpoint " + stored_source + ": run_config must be an object, got " + document.type_name());
 
-  const nlohmann::json user_file =
+  nlohmann::json user_file =
       sources.config_file.empty() ? nlohmann::json::object() : config::read_json_file(sources.config_file);
+  std::error_code no_cwd;
+  // As load_run_config: a file's data paths against its folder, --set's against the working directory.
+  if (!sources.config_file.empty())
+    config::resolve_data_paths(user_file, std::filesystem::absolute(sources.config_file, no_cwd).parent_path());
   const bool user_names_task =
       (user_file.is_object() && user_file.contains("task")) ||
       std::any_of(sources.overrides.begin(), sources.overrides.end(),
-                  [](const std::string& assignment) { return first_key_of(assignment) == "task"; });
+                  [](const std::string& assignment) { return config::override_section(assignment) == "task"; });
 
   const std::string stored_env = environment_of(document);
   const bool stored_env_untrusted =
@@ -67,6 +67,7 @@ config::RunConfig eval_run_config(const EvalConfigSources& sources) {
 
   document.merge_patch(user_file);
   for (const auto& assignment : sources.overrides) config::apply_override(document, assignment);
+  config::resolve_data_paths(document, std::filesystem::current_path(no_cwd));
 
   if (stored_env_untrusted && !user_names_task && !env::is_self_contained_environment(environment_of(document)))
     throw Error("checkpoint " + stored_source + ": its run_config uses environment '" + stored_env + "' (" +
@@ -74,7 +75,8 @@ config::RunConfig eval_run_config(const EvalConfigSources& sources) {
                 "); sao eval does not run programs or contact addresses named by a checkpoint. Name the "
                 "environment yourself with --config FILE (env and task sections, e.g. deploy/envs/guess_number.json) "
                 "or --set task=..., or pass --trust-checkpoint-env to use the checkpoint's own");
-  return config::parse_run_config(document, sources.config_file.empty() ? stored_source : sources.config_file);
+  const auto& source = sources.config_file.empty() ? stored_source : sources.config_file;
+  return config::parse_run_config(document, source, config::config_sources(user_file, source, sources.overrides));
 }
 
 }  // namespace sao::train

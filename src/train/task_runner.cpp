@@ -49,7 +49,7 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
   options.learner_step = learner_step;
   options.max_failures_in_a_row = config.train.max_env_failures_in_a_row;
   const auto maker = [&config] {
-    return env::make_environment(config.env.name, config.task_document, config.source + ".task");
+    return env::make_environment(config.env.name, config.task_document, config.where("task"));
   };
   const bool pooled = pool != nullptr && !pool->environments.empty() && pool->environments.front();
   if ((pooled ? pool->environments.front()->heldout_size() : maker()->heldout_size()) == 0) {
@@ -78,8 +78,8 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
 }
 
 std::vector<env::SftEpisode> demonstrations_apart_from_heldout(const config::RunConfig& config, int64_t* dropped) {
-  auto episodes = env::read_demonstration_file(config.sft.data);
-  const auto environment = env::make_environment(config.env.name, config.task_document, config.source + ".task");
+  auto episodes = env::read_demonstration_file(config.sft.data, config.where("sft") + ".data");
+  const auto environment = env::make_environment(config.env.name, config.task_document, config.where("task"));
   // Held-out prompts, so that no demonstration teaches an evaluation problem.
   std::unordered_set<std::string> heldout_prompts;
   const int64_t heldout = std::min<int64_t>(environment->heldout_size(), kMaxHeldoutPromptsChecked);
@@ -112,7 +112,7 @@ SftResult run_warm_start(model::CausalLM& policy, const config::RunConfig& confi
   }
   const auto phases = config.sft.curriculum.size();
   auto phase_where = [&](size_t phase) {
-    return config.source + ".sft.curriculum[" + std::to_string(phase) + "].task";
+    return config.where("sft") + ".curriculum[" + std::to_string(phase) + "].task";
   };
   if (config.is_arithmetic()) {
     std::vector<env::ArithmeticTask> phase_tasks;
@@ -129,7 +129,7 @@ SftResult run_warm_start(model::CausalLM& policy, const config::RunConfig& confi
     owned.push_back(
         phase < phases
             ? env::make_environment(config.env.name, config::sft_phase_task(config, phase), phase_where(phase))
-            : env::make_environment(config.env.name, config.task_document, config.source + ".task"));
+            : env::make_environment(config.env.name, config.task_document, config.where("task")));
     phase_environments.push_back(owned.back().get());
   }
   return run_episode_sft(policy, phase_environments, tokenizer, config.sft, seed, metrics);

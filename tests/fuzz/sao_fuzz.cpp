@@ -376,7 +376,7 @@ Surface data_file_surface() {
       }
     }
     try {
-      sao::env::read_demonstration_file(file);
+      sao::env::read_demonstration_file(file, "fuzz");
       any = true;
     } catch (const sao::Error& error) {
       if (first_error.empty()) first_error = error.what();
