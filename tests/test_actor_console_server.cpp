@@ -11,6 +11,8 @@
 #include "test_process_helpers.hpp"
 
 #include <doctest/doctest.h>
+
+#include <cstdlib>
 #include <httplib.h>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -179,22 +181,31 @@ TEST_CASE("a second console asked for a taken port falls back, says so, and each
   fs::remove(log);
 }
 
-// The other port sao listens on through CAF: the cluster's gatekeeper.
-// CAF's publish(reuse=true) sets SO_REUSEADDR only, so a port held by
-// another listener (even one that allows SO_REUSEPORT) is refused.
+// The other port sao listens on for the cluster: the gate in front of the
+// gatekeeper (CAF itself listens on a loopback port of its own). The gate
+// listens with SO_REUSEADDR only, so a port held by another listener (even
+// one that allows SO_REUSEPORT) is refused.
 TEST_CASE("the cluster gatekeeper's port is refused, not shared, when another socket listens there") {
+  const auto certs = fs::temp_directory_path() / ("sao_console_gate_certs_" + std::to_string(::getpid()));
+  fs::remove_all(certs);
+  const std::string script = std::string(SAO_SOURCE_DIR) + "/deploy/cluster-certs";
+  REQUIRE(std::system((script + " '" + certs.string() + "' learner > /dev/null").c_str()) == 0);
+  sao::actors::ClusterTls tls;
+  tls.dir = (certs / "learner").string();
   uint16_t port = 0;
   const int other = sao_test::listen_loopback_sharing_port(&port);
   caf::actor_system_config config;
   sao::actors::register_protocol(config);
-  sao::actors::enable_cluster_networking(config);
+  sao::actors::enable_cluster_networking(config, tls);
   caf::actor_system system{config};
   auto gatekeeper = sao::actors::spawn_gatekeeper(system, {});
   const auto error =
-      sao_test::error_of([&] { sao::actors::publish_gatekeeper(system, gatekeeper, "127.0.0.1", port, {}); });
+      sao_test::error_of([&] { sao::actors::publish_gatekeeper(system, gatekeeper, "127.0.0.1", port, tls); });
+  INFO(error);
   CHECK(error.rfind("learner node: cannot listen on 127.0.0.1:" + std::to_string(port) + ": ", 0) == 0);
   caf::anon_send_exit(gatekeeper, caf::exit_reason::user_shutdown);
   ::close(other);
+  fs::remove_all(certs);
 }
 
 TEST_CASE("a control body over the size limit gets 413; one nested too deep gets 400 naming the depth") {
