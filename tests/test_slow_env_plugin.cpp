@@ -115,7 +115,9 @@ TEST_CASE("env.plugin in a run config: sao sft and sao train play the plugin's e
 
   const auto missing = run_command(quoted(SAO_BINARY) + " sft --set env.plugin='\"/no/such/libenv.so\"'");
   CHECK(missing.exit_code != 0);
-  CHECK(missing.output.find(".env.plugin: plugin '/no/such/libenv.so' cannot be found") != std::string::npos);
+  // The section came from --set, so the error names that --set.
+  CHECK(missing.output.find("--set env.plugin=\"/no/such/libenv.so\": env.plugin: plugin '/no/such/libenv.so' "
+                            "cannot be found") != std::string::npos);
 }
 
 TEST_CASE("a library built against another sao, or not a plugin, is refused with a message") {
