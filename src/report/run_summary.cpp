@@ -31,21 +31,20 @@ std::string heldout_errors_note(int64_t errors, int64_t total) {
 
 std::string describe_run_summary(const nlohmann::json& summary, const std::string& run_dir, double wall_s) {
   std::string text;
+  // Problems in the last evaluation (0 when unknown).
+  const auto evals = summary.value("evals", nlohmann::json::array());
+  const int64_t total = !evals.empty() && has_number(evals.back(), "total") ? evals.back()["total"].get<int64_t>() : 0;
   if (has_number(summary, "heldout_accuracy_last")) {
     text += "held-out accuracy: " + fixed4(summary["heldout_accuracy_last"].get<double>());
     if (has_number(summary, "heldout_accuracy_first"))
       text += " (before RL: " + fixed4(summary["heldout_accuracy_first"].get<double>()) + ")";
-    const auto evals = summary.value("evals", nlohmann::json::array());
-    const int64_t total = !evals.empty() && has_number(evals.back(), "total") ? evals.back()["total"].get<int64_t>() : 0;
     if (total > 0) text += ", " + std::to_string(total) + " problems";
     text += heldout_errors_note(summary.value("heldout_errors_last", int64_t{0}), total) + "\n";
   }
   if (summary.value("worked_last", nlohmann::json()).is_number_integer() &&
       summary.value("worked_first", nlohmann::json()).is_number_integer()) {
-    const auto evals = summary.value("evals", nlohmann::json::array());
     text += "worked answers: " + std::to_string(summary["worked_last"].get<long long>());
-    if (!evals.empty() && has_number(evals.back(), "total"))
-      text += " of " + std::to_string(evals.back()["total"].get<long long>());
+    if (total > 0) text += " of " + std::to_string(total);
     text += " (before RL: " + std::to_string(summary["worked_first"].get<long long>()) + ")\n";
   }
   text += "steps: " + std::to_string(summary.value("steps", 0LL)) + ", episodes lost " +
