@@ -113,7 +113,7 @@ void start(CoordinatorSelf self) {
   if (!state.config.resume_from.empty()) {
     state.resume_step = algo::read_learner_state(state.config.resume_from).step;
     metrics_config.resume_step = state.resume_step;
-    metrics_config.in_flight_per_resume = local_rollouts * run.rollout.episodes_per_actor;
+    metrics_config.in_flight_per_resume = local_rollouts * run.rollout.slots;
     state.steps = state.resume_step;
   }
   state.metrics = spawn_metrics_actor(self->system(), metrics_config);

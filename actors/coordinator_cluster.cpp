@@ -55,7 +55,7 @@ bool on_remote_down(CoordinatorSelf self, const caf::down_msg& down, const std::
   }
   for (auto it = state.remote_rollouts.begin(); it != state.remote_rollouts.end(); ++it) {
     if (it->second.address() != down.source) continue;
-    const int64_t in_flight = state.config.run.rollout.episodes_per_actor;
+    const int64_t in_flight = state.config.run.rollout.slots;
     std::fprintf(stderr, "coordinator: remote %s left (%s); counting its %lld in-flight episodes as lost\n",
                  it->first.c_str(), why.c_str(), static_cast<long long>(in_flight));
     ++state.remote_rollouts_lost;

@@ -9,7 +9,7 @@
 #include "base/allocator.hpp"
 #include "model/tensor_blob.hpp"
 #include "report/metrics_line.hpp"
-#include "rollout/episode_batch.hpp"
+#include "rollout/episode_engine.hpp"
 
 #include <caf/all.hpp>
 
@@ -195,7 +195,7 @@ struct EnvAction {
   int64_t deadline_unix_ms = 0;
 };
 // The environment's answer, with the info fields the runtime reads as typed
-// values (rollout/episode_batch.hpp), so nobody parses JSON text on arrival.
+// values (rollout/episode_engine.hpp), so nobody parses JSON text on arrival.
 struct EnvReply {
   int64_t episode_id = 0;
   rollout::EnvOutcome outcome;

@@ -24,7 +24,7 @@ struct MetricsActorConfig {
   // and history continue from what it holds.
   int64_t resume_step = -1;
   // Episodes the rollouts had in flight when the resumed run stopped: one
-  // batch (episodes_per_actor) per local rollout actor, the same count a
+  // batch (slots) per local rollout actor, the same count a
   // lost cluster node is charged. Added to episodes_lost on resume.
   int64_t in_flight_per_resume = 0;
 };

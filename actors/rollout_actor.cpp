@@ -12,13 +12,14 @@
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
 #include "net/bulk_transfer.hpp"
-#include "rollout/episode_batch.hpp"
+#include "rollout/episode_engine.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -30,11 +31,11 @@ int64_t now_ns() {
       .count();
 }
 
-// Ids of one episode of the current session (the state machine holds the rest).
+// Ids of one open episode (the state machine holds the rest).
 struct EpisodeIds {
   int64_t episode_id = 0;
   int64_t group_id = 0;
-  bool reported = false;  // sent to replay or counted as lost
+  bool reported = false;  // counted as lost (an env error) before its row ended
 };
 }  // namespace
 
@@ -53,10 +54,14 @@ struct RolloutActorState {
   // other rollouts and never written while held).
   std::vector<model::PackedTensor> bulk_index;
   std::shared_ptr<const std::vector<char>> bulk_bytes;
-  std::unique_ptr<rollout::EpisodeBatch> batch;  // the session: episodes decoded together
-  std::vector<EpisodeIds> ids;
-  int64_t session_id = 0;
-  int64_t session_version = -1;
+  // The episodes in flight, decoded together with continuous batching: a
+  // row that ends is reported and closed, and its slot opens the next.
+  std::unique_ptr<rollout::EpisodeEngine> episodes;
+  std::map<size_t, EpisodeIds> ids;  // by row of `episodes`
+  // Sync mode: a round is `slots` episodes at one version; the next waits
+  // for new weights.
+  int64_t round_version = -1;
+  int64_t round_opened = 0;
   int64_t last_round_version = -1;
   int64_t next_episode = 0;
   int64_t next_group = 0;
@@ -65,8 +70,8 @@ struct RolloutActorState {
   // From the replay's newest answer; -1 until the first one.
   int64_t replay_room = -1;
   bool learner_starved = true;
-  // Trajectories sent to replay whose answer has not come back: the next
-  // session waits for them, so that it sees how full the replay is now.
+  // Trajectories sent to replay whose answer has not come back: they count
+  // against the replay's room when deciding to open another episode.
   int64_t unacked = 0;
   bool decode_scheduled = false;
   bool retry_scheduled = false;
@@ -83,7 +88,7 @@ struct RolloutActorState {
 namespace {
 using RolloutSelf = RolloutActor::stateful_pointer<RolloutActorState>;
 
-void start_session(RolloutSelf self);
+void fill_slots(RolloutSelf self);
 void schedule_decode(RolloutSelf self);
 
 void note_replay_answer(RolloutActorState& state, const msg::ReplayAck& ack) {
@@ -92,19 +97,27 @@ void note_replay_answer(RolloutActorState& state, const msg::ReplayAck& ack) {
   state.learner_starved = ack.learner_starved;
 }
 
-// A session starts only when the replay has room for all of it, or when
+// Another episode opens only when the replay has room for it beside the
+// episodes already in flight and those sent but not yet answered, or when
 // the learner cannot step without more (fewer than replay.min_batch held;
-// an empty replay always), whatever the session's size. Otherwise a rollout
-// that finished a session while the learner was busy would queue past the
-// capacity, and every trajectory would wait more than one learner step.
+// an empty replay always). Otherwise a rollout would keep generating while
+// the learner is busy, and every trajectory would wait more than one
+// learner step.
 bool replay_has_room(const RolloutActorState& state) {
   if (state.replay_full) return false;
   if (state.replay_room < 0 || state.learner_starved) return true;
-  return state.replay_room >= state.config.rollout.episodes_per_actor;
+  const auto in_flight = static_cast<int64_t>(state.episodes->open_rows()) + state.unacked;
+  return state.replay_room > in_flight;
 }
 
+// A row is mid-turn: generating, or queued in the engine for its turn.
 bool any_generating(const RolloutActorState& state) {
-  return state.batch && state.batch->any_generating();
+  return state.episodes->any_generating();
+}
+
+// A turn is being decoded with the weights of now (turn_boundary waits for none).
+bool turns_running(const RolloutActorState& state) {
+  return state.episodes->engine().stats().running > 0;
 }
 
 // Registers with weight-sync, saying where this rollout runs. Without the
@@ -178,17 +191,21 @@ bool receive_bulk(RolloutSelf self, const msg::PolicyWeights& notice) {
   return false;
 }
 
+// turn_boundary: held weights are applied once no turn is running; until
+// then no queued turn is admitted, so the running ones drain.
 void apply_pending_weights(RolloutSelf self) {
   auto& state = self->state;
-  if (state.pending_weights.empty()) return;
+  if (state.pending_weights.empty() || turns_running(state)) return;
   const auto pending = std::move(state.pending_weights);
   state.pending_weights = caf::message{};
   apply_weights(self, pending.get_as<msg::PolicyWeights>(0));
+  state.episodes->engine().set_admission_open(true);
+  if (state.episodes->has_decode_work()) schedule_decode(self);
 }
 
 void report_lost(RolloutSelf self, size_t index, msg::LossCause cause, const std::string& detail) {
   auto& state = self->state;
-  auto& ids = state.ids[index];
+  auto& ids = state.ids.at(index);
   if (ids.reported) return;
   ids.reported = true;
   ++state.episodes_lost;
@@ -197,43 +214,52 @@ void report_lost(RolloutSelf self, size_t index, msg::LossCause cause, const std
 }
 
 // Sends every newly finished episode to replay and counts every newly lost
-// one; ends the session when no episode is left.
+// one, closes their rows (their blocks are already back in the pool) and
+// opens the next episodes in their slots.
 void report_rows(RolloutSelf self) {
   auto& state = self->state;
-  for (size_t index = 0; index < state.batch->size(); ++index) {
-    const auto& row = state.batch->row(index);
-    if (state.ids[index].reported) continue;
+  for (const auto index : state.episodes->row_ids()) {
+    const auto& row = state.episodes->row(index);
     if (row.state == rollout::RowState::kLost) {
       // Env errors were counted with their cause when they happened.
       report_lost(self, index, msg::LossCause::kBadEpisode, row.lost_reason);
+    } else if (row.state == rollout::RowState::kFinished) {
+      algo::Trajectory trajectory;
+      bool valid = true;
+      try {
+        trajectory = state.episodes->trajectory(index, state.ids.at(index).group_id);
+      } catch (const std::exception& error) {
+        report_lost(self, index, msg::LossCause::kBadEpisode, std::string("bad trajectory: ") + error.what());
+        valid = false;
+      }
+      if (valid) {
+        trajectory.origin.rollout = state.config.name;
+        trajectory.origin.turns = static_cast<int64_t>(row.turns.size());
+        trajectory.origin.finished_at_ns = now_ns();
+        trajectory.origin.regime_index = row.regime_index;
+        ++state.episodes_done;
+        ++state.unacked;
+        self->request(state.config.replay, caf::infinite, std::move(trajectory))
+            .then([self](const msg::ReplayAck& ack) {
+              auto& st = self->state;
+              note_replay_answer(st, ack);
+              --st.unacked;
+              fill_slots(self);
+            });
+      }
+    } else {
       continue;
     }
-    if (row.state != rollout::RowState::kFinished) continue;
-    algo::Trajectory trajectory;
-    try {
-      trajectory = state.batch->trajectory(index, state.ids[index].group_id);
-    } catch (const std::exception& error) {
-      report_lost(self, index, msg::LossCause::kBadEpisode, std::string("bad trajectory: ") + error.what());
-      continue;
-    }
-    trajectory.origin.rollout = state.config.name;
-    trajectory.origin.turns = static_cast<int64_t>(row.turns.size());
-    trajectory.origin.finished_at_ns = now_ns();
-    trajectory.origin.regime_index = row.regime_index;
-    state.ids[index].reported = true;
-    ++state.episodes_done;
-    ++state.unacked;
-    self->request(state.config.replay, caf::infinite, std::move(trajectory)).then([self](const msg::ReplayAck& ack) {
-      auto& st = self->state;
-      note_replay_answer(st, ack);
-      if (--st.unacked == 0) start_session(self);
-    });
+    state.episodes->close(index);
+    state.ids.erase(index);
   }
-  if (!state.batch->finished()) return;
-  state.batch.reset();
-  state.ids.clear();
-  if (state.config.synchronous) state.last_round_version = state.session_version;
-  start_session(self);
+  if (state.config.synchronous && state.round_opened >= state.config.rollout.slots &&
+      state.episodes->open_rows() == 0) {
+    // The round's episodes are all in: the next round waits for new weights.
+    state.last_round_version = state.round_version;
+    state.round_opened = 0;
+  }
+  fill_slots(self);
 }
 
 // An env request failed: a timeout of ours, or an error the env actor sent.
@@ -257,38 +283,28 @@ int64_t env_request_budget_ms(RolloutActorState& state) {
 
 void request_step(RolloutSelf self, const rollout::TurnEnd& ended) {
   auto& state = self->state;
-  const int64_t session_id = state.session_id;
   const size_t index = ended.row;
   const auto timeout = env_request_budget_ms(state);
   self->request(state.config.env, std::chrono::milliseconds(timeout),
-                msg::EnvAction{state.ids[index].episode_id, ended.action_text, unix_time_ms() + timeout})
+                msg::EnvAction{state.ids.at(index).episode_id, ended.action_text, unix_time_ms() + timeout})
       .then(
-          [self, index, session_id](const msg::EnvReply& reply) {
+          [self, index](const msg::EnvReply& reply) {
             auto& st = self->state;
             --st.env_requests_in_flight;
-            if (st.session_id != session_id) return;
-            if (!any_generating(st) && st.config.rollout.weight_switch == "turn_boundary") apply_pending_weights(self);
-            st.batch->step_done(index, reply.outcome);
-            if (st.batch->any_generating()) schedule_decode(self);
+            if (!st.episodes->contains(index)) return;
+            st.episodes->step_done(index, reply.outcome);
+            if (st.episodes->has_decode_work()) schedule_decode(self);
             report_rows(self);
           },
-          [self, index, session_id](const caf::error& error) {
+          [self, index](const caf::error& error) {
             auto& st = self->state;
             --st.env_requests_in_flight;
-            if (st.session_id != session_id) return;
+            if (!st.episodes->contains(index)) return;
             const auto detail = "env step: " + self->system().render(error);
             report_lost(self, index, cause_of(error), detail);
-            st.batch->step_failed(index, detail);
+            st.episodes->step_failed(index, detail);
             report_rows(self);
           });
-}
-
-void begin_decoding(RolloutSelf self) {
-  auto& state = self->state;
-  const uint64_t seed = base::splitmix64(state.config.seed ^ (static_cast<uint64_t>(state.session_id) << 20) ^
-                                         static_cast<uint64_t>(state.config.index));
-  if (state.batch->start(seed, state.policy->config().max_position_embeddings)) schedule_decode(self);
-  report_rows(self);
 }
 
 void schedule_decode(RolloutSelf self) {
@@ -300,91 +316,93 @@ void schedule_decode(RolloutSelf self) {
 void decode_step(RolloutSelf self) {
   auto& state = self->state;
   state.decode_scheduled = false;
-  if (!any_generating(state)) return;
+  if (!state.episodes->has_decode_work()) return;
   std::vector<rollout::TurnEnd> ended;
   {
     report::WorkTimer timer(state.counters.work[report::kWorkModel]);
     const model::AutocastGuard autocast(state.device, state.config.rollout.bf16_autocast);
-    ended = state.batch->decode_step(state.policy, state.version);
+    ended = state.episodes->decode_step(state.policy, state.version);
   }
-  state.tokens_generated += state.batch->tokens_last_step();
+  state.tokens_generated += state.episodes->tokens_last_step();
   for (const auto& turn : ended) request_step(self, turn);
-  if (state.config.rollout.weight_switch == "turn_boundary" && !any_generating(state)) apply_pending_weights(self);
-  if (any_generating(state)) schedule_decode(self);
+  apply_pending_weights(self);
+  if (state.episodes->has_decode_work()) schedule_decode(self);
 }
 
-void retry_later(RolloutSelf self) {
+void retry_later(RolloutSelf self) {  // asks replay for room again in 20 ms
   if (self->state.retry_scheduled) return;
   self->state.retry_scheduled = true;
   self->delayed_send(self, std::chrono::milliseconds(20), atoms::start_atom_v);
 }
 
-void start_session(RolloutSelf self) {
+// Opens one episode in a free slot: asks its env for the reset; the prompt
+// joins the decode engine as soon as the answer comes.
+void open_episode(RolloutSelf self) {
+  auto& state = self->state;
+  const size_t index = state.episodes->open();
+  auto& ids = state.ids[index];
+  if (state.next_episode % state.config.group_size == 0) ++state.next_group;
+  // Group ids are unique across rollout actors; members of a group share the reset seed, hence the prompt.
+  ids.group_id = (state.config.index << 40) + state.next_group;
+  const uint64_t seed = base::splitmix64(state.config.seed * 1000003ULL + static_cast<uint64_t>(ids.group_id));
+  ids.episode_id = (state.config.index << 40) + state.next_episode++;
+  const auto timeout = env_request_budget_ms(state);
+  self->request(state.config.env, std::chrono::milliseconds(timeout),
+                msg::EnvReset{ids.episode_id, seed, unix_time_ms() + timeout})
+      .then(
+          [self, index](const msg::EnvReply& reply) {
+            auto& st = self->state;
+            --st.env_requests_in_flight;
+            if (!st.episodes->contains(index)) return;
+            st.episodes->reset_done(index, reply.outcome);
+            if (st.episodes->has_decode_work()) schedule_decode(self);
+            report_rows(self);
+          },
+          [self, index](const caf::error& error) {
+            auto& st = self->state;
+            --st.env_requests_in_flight;
+            if (!st.episodes->contains(index)) return;
+            const auto detail = "env reset: " + self->system().render(error);
+            report_lost(self, index, cause_of(error), detail);
+            st.episodes->reset_failed(index, detail);
+            report_rows(self);
+          });
+}
+
+void fill_slots(RolloutSelf self) {
   auto& state = self->state;
   // No env: a cluster rollout waits until the coordinator assigns one.
-  if (state.batch || state.paused || state.version < 0 || !state.config.env) return;
-  if (state.config.synchronous && state.version <= state.last_round_version) return;  // wait for new weights
-  // Replay's last answer for this session starts the next one.
-  if (state.unacked > 0) return;
-  if (!replay_has_room(state)) {
-    retry_later(self);
-    return;
+  if (state.paused || state.version < 0 || !state.config.env) return;
+  const auto slots = state.config.rollout.slots;
+  if (state.config.synchronous) {
+    if (state.version <= state.last_round_version) return;  // wait for new weights
+    if (state.round_opened == 0) state.round_version = state.version;
   }
-  apply_pending_weights(self);
-  ++state.session_id;
-  state.session_version = state.version;
-  const auto episodes = static_cast<size_t>(state.config.rollout.episodes_per_actor);
-  rollout::EpisodeSettings settings;
-  settings.sampling.temperature = state.config.rollout.temperature;
-  settings.sampling.top_k = state.config.rollout.top_k;
-  settings.sampling.top_p = state.config.rollout.top_p;
-  settings.sampling.max_new_tokens = state.config.rollout.max_new_tokens;
-  settings.max_turns = state.config.rollout.max_turns;
-  state.batch = std::make_unique<rollout::EpisodeBatch>(*state.config.tokenizer, settings, episodes);
-  state.ids.assign(episodes, EpisodeIds{});
-  const int64_t session_id = state.session_id;
-  for (size_t index = 0; index < episodes; ++index) {
-    auto& ids = state.ids[index];
-    if (index % static_cast<size_t>(state.config.group_size) == 0) ++state.next_group;
-    // Group ids are unique across rollout actors; members of a group share the reset seed, hence the prompt.
-    ids.group_id = (state.config.index << 40) + state.next_group;
-    const uint64_t seed = base::splitmix64(state.config.seed * 1000003ULL + static_cast<uint64_t>(ids.group_id));
-    ids.episode_id = (state.config.index << 40) + state.next_episode++;
-    const auto timeout = env_request_budget_ms(state);
-    self->request(state.config.env, std::chrono::milliseconds(timeout),
-                  msg::EnvReset{ids.episode_id, seed, unix_time_ms() + timeout})
-        .then(
-            [self, index, session_id](const msg::EnvReply& reply) {
-              auto& st = self->state;
-              --st.env_requests_in_flight;
-              if (st.session_id != session_id) return;
-              st.batch->reset_done(index, reply.outcome);
-              if (!st.batch->resets_pending()) begin_decoding(self);
-            },
-            [self, index, session_id](const caf::error& error) {
-              auto& st = self->state;
-              --st.env_requests_in_flight;
-              if (st.session_id != session_id) return;
-              const auto detail = "env reset: " + self->system().render(error);
-              report_lost(self, index, cause_of(error), detail);
-              st.batch->reset_failed(index, detail);
-              if (!st.batch->resets_pending()) begin_decoding(self);
-            });
+  while (static_cast<int64_t>(state.episodes->open_rows()) < slots) {
+    if (state.config.synchronous && state.round_opened >= slots) return;
+    if (!replay_has_room(state)) {
+      retry_later(self);
+      return;
+    }
+    ++state.round_opened;
+    open_episode(self);
   }
 }
 
 msg::ActorStatus status_of(RolloutSelf self) {
   const auto& state = self->state;
   std::string activity = "idle";
+  const bool open = state.episodes->open_rows() > 0;
   if (state.paused) {
     // A paused rollout finishes the episodes it has in flight first.
-    activity = state.batch ? "pausing" : "paused";
+    activity = open ? "pausing" : "paused";
   } else if (any_generating(state)) {
     activity = "generating";
-  } else if (state.batch) {
+  } else if (open) {
     activity = "waiting_env";
   }
-  const int64_t turn = state.batch ? state.batch->current_turn() : 0;
+  const int64_t turn = state.episodes->current_turn();
+  const auto kv = state.episodes->engine().stats();
   const auto decode = state.counters.work.find(report::kWorkModel);
   const double decode_seconds = decode == state.counters.work.end() ? 0.0 : decode->second.wall_s;
   return describe_actor(
@@ -396,6 +414,13 @@ msg::ActorStatus status_of(RolloutSelf self) {
        {"tokens_per_s", decode_seconds > 0 ? static_cast<double>(state.tokens_generated) / decode_seconds : 0.0},
        {"weight_switches", static_cast<double>(state.weight_switches)},
        {"current_turn", static_cast<double>(turn)},
+       {"slots_in_use", static_cast<double>(state.episodes->open_rows())},
+       {"kv_blocks_in_use", static_cast<double>(kv.blocks_in_use)},
+       {"kv_blocks_total", static_cast<double>(kv.blocks_total)},
+       {"kv_tokens_cached", static_cast<double>(kv.tokens_cached)},
+       {"kv_cache_bytes", static_cast<double>(kv.storage_bytes)},
+       {"kv_waiting", static_cast<double>(kv.waiting)},
+       {"kv_preemptions", static_cast<double>(kv.preemptions)},
        {"replay_full", state.replay_full ? 1.0 : 0.0},
        {"replay_unacked", static_cast<double>(state.unacked)},
        {"paused", state.paused ? 1.0 : 0.0}});
@@ -413,6 +438,20 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
   state.device = model::parse_device(state.config.rollout.device, "rollout.device");
   state.policy->to(state.device);
   state.policy->eval();
+  rollout::EpisodeSettings settings;
+  settings.sampling.temperature = state.config.rollout.temperature;
+  settings.sampling.top_k = state.config.rollout.top_k;
+  settings.sampling.top_p = state.config.rollout.top_p;
+  settings.sampling.max_new_tokens = state.config.rollout.max_new_tokens;
+  settings.max_turns = state.config.rollout.max_turns;
+  model::EngineLimits limits;
+  limits.kv_cache_tokens = state.config.rollout.kv_pool_tokens(state.config.model.max_position_embeddings);
+  limits.block_size = state.config.rollout.kv_block_size;
+  limits.prefill_chunk_tokens = state.config.rollout.prefill_chunk_tokens;
+  const uint64_t sampling_seed =
+      base::splitmix64(state.config.seed ^ (static_cast<uint64_t>(state.config.index) << 20) ^ 0x5a0ULL);
+  state.episodes = std::make_unique<rollout::EpisodeEngine>(*state.config.tokenizer, settings, state.config.model,
+                                                             limits, sampling_seed);
   // Ask for the current weights; generation starts when they arrive.
   register_with_weight_sync(self);
   return {
@@ -425,13 +464,17 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
         // A notice's bytes are read at once, while the server still holds
         // this version; applying them may wait for a turn boundary.
         if (weights.bulk_port > 0 && !receive_bulk(self, weights)) return;
-        const bool mid_turn = any_generating(st);
-        if (st.config.rollout.weight_switch == "turn_boundary" && mid_turn) {
+        if (st.config.rollout.weight_switch == "turn_boundary" && turns_running(st)) {
+          // Held until the running turns end; no queued turn starts meanwhile.
           st.pending_weights = self->current_mailbox_element()->copy_content_to_message();
+          st.episodes->engine().set_admission_open(false);
         } else {
+          st.pending_weights = caf::message{};  // a newer version replaces a held one
+          st.episodes->engine().set_admission_open(true);
           apply_weights(self, weights);
+          if (st.episodes->has_decode_work()) schedule_decode(self);
         }
-        start_session(self);
+        fill_slots(self);
       },
       [self](atoms::decode_atom) {
         ++self->state.counters.handled;
@@ -441,7 +484,7 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
         ++self->state.counters.handled;
         self->state.retry_scheduled = false;
         if (replay_has_room(self->state)) {
-          start_session(self);
+          fill_slots(self);
           return;
         }
         // Back-pressure: ask replay whether there is room again before generating more.
@@ -452,7 +495,7 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
                   if (!replay_has_room(self->state)) {
                     retry_later(self);
                   } else {
-                    start_session(self);
+                    fill_slots(self);
                   }
                 },
                 [self](const caf::error&) { retry_later(self); });
@@ -464,14 +507,14 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
       [self](atoms::resume_atom) {
         ++self->state.counters.handled;
         self->state.paused = false;
-        start_session(self);
+        fill_slots(self);
       },
       [self](atoms::env_atom, const EnvActor& env) {
         // The coordinator replaced our env actor (restart after a failure, or
         // an env node joined or left); a null handle means none for now.
         ++self->state.counters.handled;
         self->state.config.env = env;
-        start_session(self);
+        fill_slots(self);
       },
       [self](atoms::learner_idle_atom, int64_t version) {
         // Sync mode: the learner consumed the last round and kept the policy
@@ -481,7 +524,8 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
         ++st.counters.handled;
         if (!st.config.synchronous || version != st.version) return;
         st.last_round_version = st.version - 1;
-        start_session(self);
+        st.round_opened = 0;
+        fill_slots(self);
       },
       [self](atoms::status_atom) {
         ++self->state.counters.handled;

@@ -24,7 +24,7 @@ int run_train(const Args& args) {
   std::fprintf(stderr, "train: %s, %s mode, %lld steps, %lld rollout x %lld episodes, run dir %s\n",
                algo::algorithm_name(config.learner.algorithm), config.train.mode.c_str(),
                static_cast<long long>(config.train.steps), static_cast<long long>(config.rollout.num_actors),
-               static_cast<long long>(config.rollout.episodes_per_actor), config.run.dir.c_str());
+               static_cast<long long>(config.rollout.slots), config.run.dir.c_str());
   const auto outcome = actors::run_training(config, start.policy, start.resume_from, stop_requested);
   return report_training_outcome(outcome, config, "train",
                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());

@@ -47,7 +47,7 @@ run() {  # run MODE ACTORS LATENCY_MS
   [ -f "$dir/summary.json" ] && return
   local flags=(--set train.init_checkpoint="$sft" --set console.enabled=false --set train.eval_every=0
                --set train.checkpoint_every=0 --set train.steps="$steps" --set rollout.num_actors="$n"
-               --set rollout.episodes_per_actor=$((64 / n > 1 ? 64 / n : 1)))
+               --set rollout.slots=$((64 / n > 1 ? 64 / n : 1)))
   if [ "$latency" != 0 ]; then
     # The timeout above the latency cap (20 x mean), so no episode is lost to it.
     flags+=(--set env.latency=lognormal --set env.latency_ms="$latency" --set rollout.env_timeout_ms=$((40 * latency + 5000)))
@@ -59,7 +59,7 @@ run() {  # run MODE ACTORS LATENCY_MS
     *) echo "async_latency: unknown mode $mode" >&2; exit 2 ;;
   esac
   # GRPO needs whole groups of 8 per rollout batch.
-  [ "$mode" = grpo_sync ] && flags+=(--set rollout.episodes_per_actor=$((64 / n > 8 ? 64 / n : 8)))
+  [ "$mode" = grpo_sync ] && flags+=(--set rollout.slots=$((64 / n > 8 ? 64 / n : 8)))
   echo "async_latency: $mode, $n rollout actors, latency $latency ms" >&2
   "$sao" train --run-dir "$dir" "${flags[@]}" > "$dir.log" 2>&1 ||
     { echo "async_latency: $mode n=$n latency=$latency failed, see $dir.log" >&2; return; }

@@ -105,7 +105,7 @@ run() {
 }
 
 # 64 trajectories per update for every algorithm: SAO 64 x 1, GRPO 8 x 8.
-per_update=(--set replay.min_batch=64 --set replay.max_batch=64 --set rollout.episodes_per_actor=64)
+per_update=(--set replay.min_batch=64 --set replay.max_batch=64 --set rollout.slots=64)
 # The arithmetic sections run plain answers (config/arith_plain.json: no
 # worked demonstrations, 8 new tokens), the task docs/results.md reports;
 # the grpo presets are merged over the default, so they get the same keys.
@@ -201,7 +201,7 @@ if ! $report_only; then
     # held-out split is the worked comparison's, graded the same way.
     worked_sft=$(warm_start worked "")
     grpo_sync=(--set learner.algorithm=grpo --set learner.group_size=8 --set train.mode=sync
-               --set rollout.num_actors=1 --set rollout.episodes_per_actor=64)
+               --set rollout.num_actors=1 --set rollout.slots=64)
     for seed in $(seq 1 "$seeds"); do
       run drift_worked sao "$seed" config/sao_drift_worked.json "$worked_sft" "${worked[@]}" "${per_update[@]}"
       run drift_worked running_mean "$seed" config/sao_drift_worked.json "$worked_sft" "${worked[@]}" \
@@ -223,7 +223,7 @@ if ! $report_only; then
   fi
   if wants stability; then
     maze_sft=$(warm_start maze config/sao_agentic.json)
-    long=(--set train.steps=1000 --set train.eval_every=100 --set rollout.episodes_per_actor=8)
+    long=(--set train.steps=1000 --set train.eval_every=100 --set rollout.slots=8)
     for seed in $(seq 1 "$stability_seeds"); do
       run stability sao "$seed" config/sao_agentic.json "$maze_sft" "${long[@]}" --set replay.max_staleness=4
       run stability grpo_async "$seed" config/grpo_agentic.json "$maze_sft" "${long[@]}" --set train.mode=async \

@@ -884,7 +884,7 @@ def main():
            "- arithmetic: plain answers (the default config before 2026-12-06, as `config/arith_plain.json`: "
            "`task.demonstration_worked_rate=0 sft.curriculum=[] eval.max_new_tokens=8 rollout.max_new_tokens=8`, "
            "which every arithmetic run and warm start adds; actor lr 1e-5, critic lr 5e-3), `train.steps=300 train.eval_every=50`; SAO/PPO/ablations add "
-           "`replay.min_batch=64 replay.max_batch=64 rollout.episodes_per_actor=64`; GRPO-sync is `config/grpo_arith.json`, "
+           "`replay.min_batch=64 replay.max_batch=64 rollout.slots=64`; GRPO-sync is `config/grpo_arith.json`, "
            "GRPO-async `config/grpo_async_arith.json`; PPO `learner.algorithm=ppo`; ablations `learner.critic_updates=1`, "
            "`learner.freeze_critic_attention=false`, `learner.baseline=running_mean`, `learner.policy_loss=ppo`.",
            "- worked: the default config as it is (its warm start: `sao sft --run-dir OUT/sft_worked`), "
@@ -893,13 +893,13 @@ def main():
            "- worked_drift: `config/sao_drift_worked.json` from the worked warm start, `train.steps=300 "
            "train.eval_every=50`; SAO and running-mean (`learner.baseline=running_mean`) add the 64-trajectory "
            "updates above; GRPO adds `learner.algorithm=grpo learner.group_size=8 train.mode=sync rollout.num_actors=1 "
-           "rollout.episodes_per_actor=64`.",
+           "rollout.slots=64`.",
            "- worked_staleness: the worked warm start, `train.steps=100 train.eval_every=25`, each method and delay "
            "as in the staleness sweep below.",
            "- worked_stability: the worked runs of SAO and GRPO-async with `train.steps=1000 train.eval_every=100`.",
            "- maze: `config/sao_agentic.json` (SAO, PPO) / `config/grpo_agentic.json` (GRPO), `train.steps=100 "
            "train.eval_every=20`, 64 trajectories per update as above; GRPO-async adds `train.mode=async`.",
-           "- stability: `train.steps=1000 train.eval_every=100 rollout.episodes_per_actor=8 replay.max_staleness=4`; "
+           "- stability: `train.steps=1000 train.eval_every=100 rollout.slots=8 replay.max_staleness=4`; "
            "GRPO-async adds `train.mode=async replay.min_batch=8 replay.max_batch=8`.",
            "- drift: `config/sao_drift.json`, `config/running_mean_drift.json`, `config/grpo_drift.json` as they are.",
            "- drift_tasks: the same three configs with `task.operators=+-* task.regimes=[\"plain@+\",\"plain@*\"] "

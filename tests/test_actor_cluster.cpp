@@ -151,7 +151,7 @@ std::map<std::string, double> status_numbers(caf::scoped_actor& self, const sao:
     config.name = "node-1/rollout-" + std::to_string(rollouts.size());
     config.index = static_cast<int64_t>(rollouts.size());
     config.model = sao_test::tiny_byte_model();
-    config.rollout.episodes_per_actor = 2;
+    config.rollout.slots = 2;
     config.rollout.max_new_tokens = 4;
     config.env = env;
     config.replay = caf::actor_cast<sao::actors::ReplayActor>(replay);

@@ -147,7 +147,7 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
     config.name = "rollout-" + std::to_string(i);
     config.index = i;
     config.model = sao_test::tiny_byte_model();
-    config.rollout.episodes_per_actor = 4;
+    config.rollout.slots = 4;
     config.rollout.max_new_tokens = 4;
     config.rollout.weight_switch = weight_switch;
     config.env = env;
@@ -353,7 +353,7 @@ TEST_CASE("the rollout actor plays episodes by the shared rules: <|obs|> for an 
   sao::actors::RolloutActorConfig config;
   config.name = "rollout-0";
   config.model = sao_test::tiny_byte_model();
-  config.rollout.episodes_per_actor = 2;
+  config.rollout.slots = 2;
   config.rollout.max_new_tokens = 3;
   config.env = env;
   config.replay = caf::actor_cast<sao::actors::ReplayActor>(replay);

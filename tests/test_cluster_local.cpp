@@ -37,7 +37,7 @@ const char* kLearnerArgs =
     " --set model.num_attention_heads=2 --set model.num_key_value_heads=1 --set model.max_position_embeddings=32"
     " --set task.max_digits=1 --set 'task.operators=\"+\"' --set task.test_size=8"
     " --set sft.steps=20 --set sft.batch_size=16 --set sft.log_every=1000 --set eval.max_new_tokens=4"
-    " --set rollout.max_new_tokens=4 --set rollout.episodes_per_actor=8"
+    " --set rollout.max_new_tokens=4 --set rollout.slots=8"
     " --set train.steps=1000000 --set train.eval_every=0 --set train.checkpoint_every=20";
 
 std::string read_file(const fs::path& path) {

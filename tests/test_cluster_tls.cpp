@@ -43,7 +43,7 @@ const char* kTinyRun =
     " --set model.num_attention_heads=2 --set model.num_key_value_heads=1 --set model.max_position_embeddings=32"
     " --set task.max_digits=1 --set task.test_size=8 --set sft.steps=20 --set sft.batch_size=16"
     " --set sft.log_every=1000 --set eval.max_new_tokens=4 --set rollout.max_new_tokens=4"
-    " --set rollout.episodes_per_actor=8 --set train.eval_every=0 --set console.enabled=false";
+    " --set rollout.slots=8 --set train.eval_every=0 --set console.enabled=false";
 
 using sao_test::shell;
 

@@ -224,7 +224,7 @@ TEST_CASE("derived settings: GRPO needs whole groups per rollout batch") {
   auto document = default_config_document();
   document["learner"]["algorithm"] = "grpo";
   document["learner"]["group_size"] = 5;
-  CHECK(error_of(document).find("rollout.episodes_per_actor (32) must be a multiple of learner.group_size (5)") !=
+  CHECK(error_of(document).find("rollout.slots (32) must be a multiple of learner.group_size (5)") !=
         std::string::npos);
 }
 

@@ -1,6 +1,6 @@
-// Model and generation tests: causality, KV cache equals a full pass, the
-// recorded log-probs are exact, weights may switch mid-decode, and parameter
-// groups freeze.
+// Model and generation tests: causality, the recorded log-probs are exact,
+// and parameter groups freeze. The paged KV cache and the decode engine
+// have tests/test_decode_engine.cpp.
 #include "base/error.hpp"
 #include "model/batched_matmul.hpp"
 #include "model/generation.hpp"
@@ -73,60 +73,6 @@ TEST_CASE("changing a future token never changes earlier logits") {
   CHECK_FALSE(torch::allclose(a.narrow(1, 4, 2), b.narrow(1, 4, 2)));
 }
 
-TEST_CASE("incremental KV-cache decoding gives the logits of a full forward pass") {
-  auto policy = tiny_policy();
-  torch::NoGradGuard no_grad;
-  const std::vector<int64_t> tokens = {1, 4, 8, 15, 16, 23, 30, 2};
-  auto full = policy->forward(ids_tensor(tokens));  // [1, 8, V]
-  auto cache = sao::model::KVCache::empty(1, 2);
-  // Prefill 3 tokens, then one token at a time.
-  auto first = policy->forward_cached(ids_tensor({1, 4, 8}), torch::ones({1, 3}, torch::kBool), cache);
-  CHECK(torch::allclose(first, full.narrow(1, 0, 3), 1e-5, 1e-5));
-  for (size_t t = 3; t < tokens.size(); ++t) {
-    auto step = policy->forward_cached(ids_tensor({tokens[t]}), torch::ones({1, 1}, torch::kBool), cache);
-    CHECK(torch::allclose(step.select(1, 0), full.select(1, static_cast<int64_t>(t)), 1e-5, 1e-5));
-  }
-}
-
-TEST_CASE("the KV cache is written in place and grows by doubling") {
-  auto policy = tiny_policy();
-  torch::NoGradGuard no_grad;
-  const std::vector<int64_t> tokens = {1, 4, 8, 15, 16, 23, 30, 2, 9, 12};
-  auto full = policy->forward(ids_tensor(tokens));
-  auto cache = sao::model::KVCache::empty(1, 2);
-  cache.reserve(4);
-  CHECK(cache.capacity() == 4);
-  CHECK(cache.slots() == 0);
-  policy->forward_cached(ids_tensor({1, 4, 8}), torch::ones({1, 3}, torch::kBool), cache);
-  REQUIRE(cache.keys[0].defined());
-  CHECK(cache.keys[0].size(2) == 4);
-  const void* storage = cache.keys[0].data_ptr();
-  auto step = policy->forward_cached(ids_tensor({15}), torch::ones({1, 1}, torch::kBool), cache);
-  // The fourth slot fits: same storage, nothing concatenated.
-  CHECK(cache.keys[0].data_ptr() == storage);
-  CHECK(cache.slots() == 4);
-  CHECK(torch::allclose(step.select(1, 0), full.select(1, 3), 1e-5, 1e-5));
-  // The fifth does not: capacity doubles once, and the stored keys move with it.
-  step = policy->forward_cached(ids_tensor({16}), torch::ones({1, 1}, torch::kBool), cache);
-  CHECK(cache.capacity() == 8);
-  CHECK(cache.keys[1].size(2) == 8);
-  CHECK(cache.keys[0].data_ptr() != storage);
-  CHECK(torch::allclose(step.select(1, 0), full.select(1, 4), 1e-5, 1e-5));
-  storage = cache.keys[0].data_ptr();
-  for (size_t t = 5; t < 8; ++t) {
-    step = policy->forward_cached(ids_tensor({tokens[t]}), torch::ones({1, 1}, torch::kBool), cache);
-    CHECK(torch::allclose(step.select(1, 0), full.select(1, static_cast<int64_t>(t)), 1e-5, 1e-5));
-  }
-  CHECK(cache.keys[0].data_ptr() == storage);
-  CHECK(cache.slots() == 8);
-  // Past the capacity the key-valid mask keeps what it held.
-  step = policy->forward_cached(ids_tensor({tokens[8]}), torch::ones({1, 1}, torch::kBool), cache);
-  CHECK(cache.capacity() == 16);
-  CHECK(cache.key_valid.narrow(1, 0, 9).all().item<bool>());
-  CHECK_FALSE(cache.key_valid.narrow(1, 9, 7).any().item<bool>());
-  CHECK(torch::allclose(step.select(1, 0), full.select(1, 8), 1e-5, 1e-5));
-}
-
 TEST_CASE("batched_matmul equals torch::matmul in values and gradients, for every layout attention gives it") {
   torch::manual_seed(3);
   struct Case {
@@ -167,15 +113,6 @@ TEST_CASE("batched_matmul equals torch::matmul in values and gradients, for ever
                        "batched_matmul: need two tensors of the same rank >= 3, got 2 and 2", sao::Error);
 }
 
-TEST_CASE("a batch that does not match the cache's rows is refused") {
-  auto policy = tiny_policy();
-  torch::NoGradGuard no_grad;
-  auto cache = sao::model::KVCache::empty(2, 2);
-  CHECK_THROWS_WITH_AS(policy->forward_cached(ids_tensor({1, 2}), torch::ones({1, 2}, torch::kBool), cache),
-                       "forward_cached: input_ids 1x2 and input_valid must match the cache's 2 rows", sao::Error);
-  CHECK(cache.slots() == 0);
-}
-
 TEST_CASE("grouped-query attention equals attention with each key head repeated per query head") {
   // Reference: the textbook form, keys and values repeated so every query
   // head has its own copy, written here with plain tensor ops.
@@ -209,29 +146,6 @@ TEST_CASE("grouped-query attention equals attention with each key head repeated 
   auto visible = torch::ones({steps, steps}, torch::kBool).tril().view({1, 1, steps, steps});
   auto actual = attention.forward(x, rotary, visible, nullptr);
   CHECK(torch::allclose(actual, expected, 1e-5, 1e-6));
-}
-
-TEST_CASE("left-padded rows in one cached batch match their unpadded full passes") {
-  auto policy = tiny_policy();
-  torch::NoGradGuard no_grad;
-  auto cache = sao::model::KVCache::empty(2, 2);
-  auto ids = torch::tensor({0, 0, 3, 4, 5, 6, 7, 8, 9, 10}, torch::kInt64).view({2, 5});
-  auto valid = torch::tensor({0, 0, 1, 1, 1, 1, 1, 1, 1, 1}, torch::kBool).view({2, 5});
-  auto batched = policy->forward_cached(ids, valid, cache);
-  auto row0 = policy->forward(ids_tensor({3, 4, 5}));
-  auto row1 = policy->forward(ids_tensor({6, 7, 8, 9, 10}));
-  CHECK(torch::allclose(batched[0].narrow(0, 2, 3), row0[0], 1e-5, 1e-5));
-  CHECK(torch::allclose(batched[1], row1[0], 1e-5, 1e-5));
-  // Ragged append: row 0 gets one token, row 1 two (row 0's second slot is padding).
-  auto more_ids = torch::tensor({11, 0, 12, 13}, torch::kInt64).view({2, 2});
-  auto more_valid = torch::tensor({1, 0, 1, 1}, torch::kBool).view({2, 2});
-  auto appended = policy->forward_cached(more_ids, more_valid, cache);
-  auto row0_full = policy->forward(ids_tensor({3, 4, 5, 11}));
-  auto row1_full = policy->forward(ids_tensor({6, 7, 8, 9, 10, 12, 13}));
-  CHECK(torch::allclose(appended[0][0], row0_full[0][3], 1e-5, 1e-5));
-  CHECK(torch::allclose(appended[1], row1_full[0].narrow(0, 5, 2), 1e-5, 1e-5));
-  CHECK(cache.next_position[0].item<int64_t>() == 4);
-  CHECK(cache.next_position[1].item<int64_t>() == 7);
 }
 
 TEST_CASE("returned log-probs equal log_softmax of a full forward pass at the sampled ids") {
@@ -291,54 +205,6 @@ TEST_CASE("decoding stops when the context is full: no token ever sits past max_
   full.insert(full.end(), outputs[0].tokens.begin(), outputs[0].tokens.end());
   torch::NoGradGuard no_grad;
   CHECK(policy->forward(ids_tensor(full)).size(1) == 64);
-}
-
-TEST_CASE("weights may change between two decode steps; each token records its version") {
-  auto policy_a = tiny_policy(1);
-  auto policy_b = tiny_policy(2);
-  sao::model::SamplingConfig sampling;
-  sampling.max_new_tokens = 6;
-  sao::model::DecodeSession session({{1, 3, 5}, {1, 4}}, sampling, 11);
-  CHECK(session.step(policy_a, 10));
-  CHECK(session.step(policy_a, 10));
-  while (session.step(policy_b, 11)) {
-  }
-  for (size_t row = 0; row < 2; ++row) {
-    const auto& versions = session.sequence(row).versions;
-    REQUIRE(versions.size() == 6);
-    CHECK(versions[0] == 10);
-    CHECK(versions[1] == 10);
-    CHECK(versions[5] == 11);
-  }
-  // The token sampled by policy_b is scored by policy_b on the cache built partly by policy_a.
-  // Recompute: prefix keys from A (prompt + first token) and B for the rest cannot be reproduced
-  // by a single full pass, so only check the first two tokens against policy_a.
-  torch::NoGradGuard no_grad;
-  const auto& seq = session.sequence(0);
-  auto log_probs = torch::log_softmax(policy_a->forward(ids_tensor({1, 3, 5, seq.tokens[0]}))[0], -1);
-  CHECK(seq.logprobs[0] == doctest::Approx(log_probs[2][seq.tokens[0]].item<float>()).epsilon(1e-4));
-  CHECK(seq.logprobs[1] == doctest::Approx(log_probs[3][seq.tokens[1]].item<float>()).epsilon(1e-4));
-}
-
-TEST_CASE("multi-turn: continue_row appends an observation and decodes again") {
-  auto policy = tiny_policy();
-  sao::model::SamplingConfig sampling;
-  sampling.max_new_tokens = 3;
-  sao::model::DecodeSession session({{1, 3}, {1, 4, 4}}, sampling, 5);
-  session.run(policy, 0);
-  CHECK(session.done());
-  session.continue_row(0, {20, 21}, 2);
-  CHECK_FALSE(session.done());
-  CHECK_THROWS_WITH(session.continue_row(0, {20}, 2), doctest::Contains("still generating"));
-  session.run(policy, 1);
-  const auto& seq = session.sequence(0);
-  REQUIRE(seq.tokens.size() == 5);
-  CHECK(seq.turn_start == 3);
-  std::vector<int64_t> full = {1, 3, seq.tokens[0], seq.tokens[1], seq.tokens[2], 20, 21, seq.tokens[3]};
-  torch::NoGradGuard no_grad;
-  auto log_probs = torch::log_softmax(policy->forward(ids_tensor(full))[0], -1);
-  CHECK(seq.logprobs[3] == doctest::Approx(log_probs[6][seq.tokens[3]].item<float>()).epsilon(1e-4));
-  CHECK(seq.versions[3] == 1);
 }
 
 TEST_CASE("sampling log-probs describe the actual sampling distribution") {

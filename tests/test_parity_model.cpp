@@ -12,6 +12,7 @@
 // Numbers go to BUILD/artifacts/parity_model.json.
 #include "model/checkpoint.hpp"
 #include "model/hf_export.hpp"
+#include "model/paged_kv.hpp"
 #include "model/safetensors.hpp"
 #include "model/transformer.hpp"
 #include "test_process_helpers.hpp"
@@ -76,16 +77,30 @@ double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
   return (got.to(torch::kFloat64) - want64).abs().max().item<double>() / want64.abs().max().item<double>();
 }
 
-// Prompt of 8 tokens in one call, then one token per call: the rollout's path.
+// Prompt of 8 tokens in one call, then one token per call, through the
+// paged KV cache: the rollout's path. Blocks of 4 tokens taken row by row in
+// turn, so every row's blocks are scattered through the pool.
 torch::Tensor cached_logits(sao::model::CausalLM& policy, const torch::Tensor& ids) {
-  auto cache = sao::model::KVCache::empty(ids.size(0), policy->config().num_hidden_layers);
+  const int64_t rows = ids.size(0), length = ids.size(1), block_size = 4;
+  sao::model::KVBlockPool pool(policy->config(), rows * length, block_size);
+  std::vector<std::vector<int64_t>> blocks(static_cast<size_t>(rows));
+  for (int64_t b = 0; b < pool.blocks_for(length); ++b) {
+    for (auto& row_blocks : blocks) REQUIRE(pool.take(1, row_blocks));
+  }
+  const auto token = [&](int64_t r, int64_t t) { return ids[r][t].item<int64_t>(); };
   std::vector<torch::Tensor> steps;
   const int64_t prompt = 8;
-  auto valid = torch::ones({ids.size(0), prompt}, torch::kBool);
-  steps.push_back(policy->forward_cached(ids.narrow(1, 0, prompt), valid, cache));
-  for (int64_t t = prompt; t < ids.size(1); ++t) {
-    steps.push_back(policy->forward_cached(ids.narrow(1, t, 1), torch::ones({ids.size(0), 1}, torch::kBool), cache));
-  }
+  const auto run = [&](int64_t begin, int64_t count) {
+    std::vector<sao::model::PagedRow> call;
+    for (int64_t r = 0; r < rows; ++r) {
+      sao::model::PagedRow row{&blocks[static_cast<size_t>(r)], begin, {}};
+      for (int64_t t = begin; t < begin + count; ++t) row.fresh.push_back(token(r, t));
+      call.push_back(row);
+    }
+    steps.push_back(policy->logits_from_hidden(sao::model::forward_paged(policy->model, pool, call)));
+  };
+  run(0, prompt);
+  for (int64_t t = prompt; t < length; ++t) run(t, 1);
   return torch::cat(steps, 1);
 }
 

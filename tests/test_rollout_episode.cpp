@@ -1,10 +1,10 @@
-// The one episode state machine (rollout/episode_batch.hpp), which the
+// The one episode state machine (rollout/episode_engine.hpp), which the
 // rollout actor and held-out evaluation share. Pins the two behaviours that
 // had drifted between their former copies: an empty reset observation is
 // marked with <|obs|> (evaluation did, the rollout did not), and an
 // environment that reports only "success" gives the episode accuracy 1/0
 // (evaluation counted it, the rollout dropped it).
-#include "rollout/episode_batch.hpp"
+#include "rollout/episode_engine.hpp"
 
 #include "base/error.hpp"
 #include "env/environment.hpp"
@@ -22,7 +22,7 @@
 #include <vector>
 
 using sao::rollout::EnvOutcome;
-using sao::rollout::EpisodeBatch;
+using sao::rollout::EpisodeEngine;
 using sao::rollout::EpisodeSettings;
 using sao::rollout::RowState;
 
@@ -54,6 +54,16 @@ EpisodeSettings settings(int64_t max_turns = 1) {
   result.sampling.max_new_tokens = 3;
   result.max_turns = max_turns;
   return result;
+}
+
+// An engine with `rows` rows open (ids 0 .. rows - 1), waiting for their resets.
+EpisodeEngine open_engine(const sao::tokenizer::Tokenizer& tokenizer, const EpisodeSettings& episode_settings,
+                          size_t rows, uint64_t seed) {
+  sao::model::EngineLimits limits;
+  limits.kv_cache_tokens = 64 * static_cast<int64_t>(rows);
+  EpisodeEngine engine(tokenizer, episode_settings, sao_test::tiny_byte_model(), limits, seed);
+  for (size_t row = 0; row < rows; ++row) REQUIRE(engine.open() == row);
+  return engine;
 }
 
 EnvOutcome text(const std::string& observation) {
@@ -100,14 +110,13 @@ TEST_CASE("success and accuracy of a final step follow one rule") {
 TEST_CASE("rollout side: an empty reset observation is <|obs|>, and success alone gives accuracy 1") {
   const sao::tokenizer::ByteTokenizer tokenizer;
   auto policy = tiny_policy();
-  EpisodeBatch batch(tokenizer, settings(), 2);
+  auto batch = open_engine(tokenizer, settings(), 2, 11);
   SuccessOnlyEnv env;
   for (size_t row = 0; row < 2; ++row) {
     const auto first = env.reset(row);
     batch.reset_done(
         row, sao::rollout::outcome_of(first.observation, first.reward, first.terminated, first.truncated, first.info));
   }
-  REQUIRE(batch.start(11, 64));
   int64_t steps = 0;
   while (batch.any_generating()) {
     for (const auto& ended : batch.decode_step(policy, /*version=*/7)) {
@@ -157,14 +166,13 @@ TEST_CASE("evaluation side: the same environment counts every held-out episode a
 TEST_CASE("an episode ends at max_turns, on the env's word, or is lost with a reason") {
   const sao::tokenizer::ByteTokenizer tokenizer;
   auto policy = tiny_policy();
-  EpisodeBatch batch(tokenizer, settings(/*max_turns=*/2), 4);
+  auto batch = open_engine(tokenizer, settings(/*max_turns=*/2), 4, 11);
   batch.reset_done(0, text("a"));
   batch.reset_failed(1, "boom");
   EnvOutcome ended_at_reset = text("done already");
   ended_at_reset.terminated = true;
   batch.reset_done(2, ended_at_reset);
   CHECK(batch.resets_pending());
-  CHECK_THROWS_WITH_AS(batch.start(1, 64), "episode batch: start() before every reset was answered", sao::Error);
   batch.reset_done(3, text("b"));
   CHECK(batch.row(1).state == RowState::kLost);
   CHECK(batch.row(1).env_error);
@@ -172,7 +180,6 @@ TEST_CASE("an episode ends at max_turns, on the env's word, or is lost with a re
   CHECK(batch.row(2).state == RowState::kLost);
   CHECK_FALSE(batch.row(2).env_error);
   CHECK(batch.row(2).lost_reason == "the environment ended the episode at reset");
-  REQUIRE(batch.start(2, 64));
   int64_t turns_answered = 0;
   while (batch.any_generating()) {
     for (const auto& ended : batch.decode_step(policy, 0)) {
@@ -193,7 +200,7 @@ TEST_CASE("an episode ends at max_turns, on the env's word, or is lost with a re
   CHECK(batch.trajectory(0, 0).truncated);
   CHECK(batch.row(3).state == RowState::kLost);
   CHECK(batch.row(3).lost_reason == "step: env crashed");
-  CHECK_THROWS_WITH_AS(batch.trajectory(3, 0), "episode batch: row 3 is not finished", sao::Error);
+  CHECK_THROWS_WITH_AS(batch.trajectory(3, 0), "episode engine: row 3 is not finished", sao::Error);
 }
 
 TEST_CASE("an observation that would overflow the context ends the episode as a truncation, not a throw") {
@@ -203,11 +210,10 @@ TEST_CASE("an observation that would overflow the context ends the episode as a 
   auto policy = tiny_policy();
   auto episode_settings = settings(/*max_turns=*/50);
   episode_settings.keep_transcripts = true;
-  EpisodeBatch batch(tokenizer, episode_settings, 3);
+  auto batch = open_engine(tokenizer, episode_settings, 3, 11);
   batch.reset_done(0, text("start"));
   batch.reset_done(1, text("go"));
   batch.reset_done(2, text(std::string(70, 'p')));  // no room to reply at all
-  REQUIRE(batch.start(3, 64));
   CHECK(batch.row(2).state == RowState::kLost);
   CHECK(batch.row(2).lost_reason ==
         "the prompt takes 71 tokens and leaves no room to reply in the model's context of 64 "

@@ -55,7 +55,7 @@ sao::config::RunConfig tiny_config(const std::string& run_dir) {
                                               "sft.curriculum=[]",
                                               "eval.max_new_tokens=4",
                                               "rollout.max_new_tokens=4",
-                                              "rollout.episodes_per_actor=8",
+                                              "rollout.slots=8",
                                               "rollout.num_actors=" + std::to_string(kRollouts),
                                               "train.steps=1000000",  // ends by the console's stop
                                               "train.eval_every=10",

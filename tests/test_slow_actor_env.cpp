@@ -67,7 +67,7 @@ sao::config::RunConfig maze_config(const std::string& run_dir, const std::vector
   auto overrides = tiny_model_overrides(run_dir);
   for (const char* item :
        {"env.name=\"maze\"", "task={\"name\":\"maze\",\"heldout_size\":40}", "sft.steps=80", "rollout.max_turns=10",
-        "rollout.episodes_per_actor=16", "learner.dis_eps_low=0.8", "learner.dis_eps_high=3.0"}) {
+        "rollout.slots=16", "learner.dis_eps_low=0.8", "learner.dis_eps_high=3.0"}) {
     overrides.emplace_back(item);
   }
   overrides.insert(overrides.end(), extra.begin(), extra.end());
@@ -194,7 +194,7 @@ TEST_CASE("maze episodes through env, rollout and weight-sync actors are multi-t
   rollout_config.name = "rollout-0";
   rollout_config.model = config.model;
   rollout_config.rollout = config.rollout;
-  rollout_config.rollout.episodes_per_actor = 8;
+  rollout_config.rollout.slots = 8;
   rollout_config.env = env;
   rollout_config.replay = caf::actor_cast<sao::actors::ReplayActor>(replay);
   rollout_config.weight_sync = weight_sync;
@@ -313,7 +313,7 @@ TEST_CASE("an external environment process (guess_number.py) through the actors 
   overrides.push_back("task={\"name\":\"external\",\"command\":[\"python3\",\"" + kGuessNumber +
                       "\"],\"timeout_ms\":10000,\"max_turns\":6}");
   overrides.push_back("rollout.max_turns=6");
-  overrides.push_back("rollout.episodes_per_actor=4");
+  overrides.push_back("rollout.slots=4");
   overrides.push_back("rollout.env_timeout_ms=10000");
   overrides.push_back("train.steps=4");
   const auto config = sao::config::load_run_config("", overrides);
@@ -334,7 +334,7 @@ TEST_CASE("OpenEnv servers through the actors: WebSocket sessions spread over tw
   const auto dir = fresh_dir("openenv");
   std::vector<std::unique_ptr<sao_test::OpenEnvServer>> servers;
   nlohmann::json urls = nlohmann::json::array();
-  for (int i = 0; i < 2; ++i) {  // four sessions at once (rollout.episodes_per_actor), spread over both
+  for (int i = 0; i < 2; ++i) {  // four sessions at once (rollout.slots), spread over both
     servers.push_back(std::make_unique<sao_test::OpenEnvServer>());
     urls.push_back(servers.back()->url());
   }
@@ -344,7 +344,7 @@ TEST_CASE("OpenEnv servers through the actors: WebSocket sessions spread over tw
                       ",\"action_key\":\"guess\",\"observation_key\":\"text\",\"success_key\":\"won\","
                       "\"max_turns\":6}");
   overrides.push_back("rollout.max_turns=6");
-  overrides.push_back("rollout.episodes_per_actor=4");
+  overrides.push_back("rollout.slots=4");
   overrides.push_back("rollout.env_timeout_ms=60000");
   overrides.push_back("train.steps=4");
   const auto config = sao::config::load_run_config("", overrides);
@@ -369,7 +369,7 @@ TEST_CASE("a drifting environment's regime switches show in metrics.jsonl at the
       "task={\"name\":\"drift\",\"min_digits\":1,\"max_digits\":1,\"operators\":\"+\",\"test_fraction\":0.2,"
       "\"test_size\":20,\"switch_every\":4,\"regimes\":[\"plain\",\"reversed\"]}");
   overrides.push_back("rollout.max_turns=1");
-  overrides.push_back("rollout.episodes_per_actor=8");
+  overrides.push_back("rollout.slots=8");
   overrides.push_back("replay.max_batch=8");
   overrides.push_back("replay.capacity=8");
   overrides.push_back("train.steps=12");
@@ -421,7 +421,7 @@ TEST_CASE("a slow but compliant environment loses no episode to queueing in its 
   });
   const auto dir = fresh_dir("slow_env");
   const auto config =
-      maze_config(dir.string(), {"env.name=\"slow_reset_maze\"", "train.steps=3", "rollout.episodes_per_actor=8",
+      maze_config(dir.string(), {"env.name=\"slow_reset_maze\"", "train.steps=3", "rollout.slots=8",
                                  "rollout.env_timeout_ms=350", "task={\"name\":\"maze\",\"heldout_size\":4}"});
   const auto outcome = sao::actors::run_training(config, clone(warm_maze_policy(), config.model), "", nullptr);
   CHECK(outcome.reason == "budget");

@@ -72,7 +72,7 @@ sao::config::RunConfig easy_config(const std::string& run_dir, const std::vector
       "sft.log_every=1000",
       "eval.max_new_tokens=4",
       "rollout.max_new_tokens=4",
-      "rollout.episodes_per_actor=32",
+      "rollout.slots=32",
       "train.eval_every=0",
       "train.checkpoint_every=0",
       "learner.actor_lr=0.0005",
@@ -198,7 +198,7 @@ TEST_CASE("GRPO-sync never mixes policy versions within a batch") {
   const auto dir = fresh_dir("grpo_sync");
   auto config =
       easy_config(dir.string(), {"train.steps=8", "train.mode=\"sync\"", "learner.algorithm=\"grpo\"",
-                                 "learner.group_size=4", "rollout.num_actors=2", "rollout.episodes_per_actor=8"});
+                                 "learner.group_size=4", "rollout.num_actors=2", "rollout.slots=8"});
   CHECK(config.replay.synchronous);
   CHECK(config.replay.max_batch == 16);
   auto policy = warm_start(config);
@@ -246,7 +246,7 @@ TEST_CASE("GRPO-sync never mixes policy versions within a batch") {
 TEST_CASE("SAO in sync mode trains through its critic warm-up, one round of one version per step") {
   const auto dir = fresh_dir("sao_sync");
   auto config = easy_config(
-      dir.string(), {"train.steps=7", "train.mode=\"sync\"", "rollout.num_actors=2", "rollout.episodes_per_actor=8"});
+      dir.string(), {"train.steps=7", "train.mode=\"sync\"", "rollout.num_actors=2", "rollout.slots=8"});
   REQUIRE(config.learner.critic_warmup_steps == 3);
   auto policy = warm_start(config);
   const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
@@ -270,7 +270,7 @@ TEST_CASE("SAO in sync mode trains through its critic warm-up, one round of one 
 // capacity: trajectories then waited two learner steps instead of one.
 TEST_CASE("one rollout never queues past the replay's capacity") {
   const auto dir = fresh_dir("replay_room");
-  auto config = easy_config(dir.string(), {"train.steps=30", "rollout.episodes_per_actor=16", "replay.capacity=32",
+  auto config = easy_config(dir.string(), {"train.steps=30", "rollout.slots=16", "replay.capacity=32",
                                            "replay.max_batch=32", "replay.max_staleness=-1"});
   auto policy = warm_start(config);
   const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
@@ -293,7 +293,7 @@ TEST_CASE("one rollout never queues past the replay's capacity") {
 // would stop the run for good.
 TEST_CASE("a rollout starts a session that overfills the replay when the learner needs more") {
   const auto dir = fresh_dir("replay_starved");
-  auto config = easy_config(dir.string(), {"train.steps=8", "rollout.episodes_per_actor=24", "replay.capacity=32",
+  auto config = easy_config(dir.string(), {"train.steps=8", "rollout.slots=24", "replay.capacity=32",
                                            "replay.min_batch=32", "replay.max_batch=32", "replay.max_staleness=-1"});
   auto policy = warm_start(config);
   const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
@@ -310,7 +310,7 @@ TEST_CASE("an environment that throws or hangs is restarted; lost episodes are c
   });
   const auto dir = fresh_dir("flaky");
   auto config = easy_config(dir.string(), {"train.steps=12", "env.name=\"flaky\"", "rollout.env_timeout_ms=300",
-                                           "rollout.episodes_per_actor=4",
+                                           "rollout.slots=4",
                                            // restarts are this test's point, not a reason to give up;
                                            // under load, queued requests expire and many episodes are
                                            // lost between two learner steps (200 in a row happened once)

@@ -59,7 +59,7 @@ void write_model_directory(const fs::path& dir) {
 const std::string kSmallRun =
     " --set sft.steps=4 --set sft.batch_size=4 --set task.min_digits=1 --set task.max_digits=1"
     " --set task.test_size=8 --set eval.max_new_tokens=4 --set rollout.max_new_tokens=4"
-    " --set rollout.episodes_per_actor=4 --set replay.min_batch=4 --set replay.max_batch=4"
+    " --set rollout.slots=4 --set replay.min_batch=4 --set replay.max_batch=4"
     " --set console.enabled=false --set train.steps=3";
 
 }  // namespace

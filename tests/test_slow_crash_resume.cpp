@@ -82,7 +82,7 @@ void check_continuity(const RunFixture& fixture, const sao_test::CommandResult& 
   // What the checkpoint did not hold is counted lost, once: the trajectories
   // trained after it (the step lines moved aside), those left in replay,
   // those lost after it, and one batch in flight for the one rollout actor
-  // (episodes_per_actor 4).
+  // (slots 4).
   const auto event = last_recovery(fixture.run_dir);
   CHECK(event["step"] == from);
   CHECK(event["in_flight"] == 4);

@@ -103,7 +103,7 @@ TEST_CASE("env.plugin in a run config: sao sft and sao train play the plugin's e
       " --set 'task={\"name\":\"letter_count\"}' --set sft.steps=20 --set sft.log_every=10"
       " --set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=1"
       " --set model.num_attention_heads=2 --set model.num_key_value_heads=1 --set model.max_position_embeddings=48"
-      " --set eval.max_new_tokens=3 --set rollout.max_new_tokens=3 --set rollout.episodes_per_actor=8"
+      " --set eval.max_new_tokens=3 --set rollout.max_new_tokens=3 --set rollout.slots=8"
       " --set train.steps=3 --set train.eval_every=0 --set train.checkpoint_every=0";
   const auto sft = run_command(quoted(SAO_BINARY) + " sft" + settings);
   REQUIRE_MESSAGE(sft.exit_code == 0, sft.output);

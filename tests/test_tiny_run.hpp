@@ -57,7 +57,7 @@ struct RunFixture {
         " --set model.num_attention_heads=2 --set model.num_key_value_heads=1"
         " --set model.max_position_embeddings=32 --set task.min_digits=1 --set task.max_digits=1"
         " --set task.test_size=8 --set eval.max_new_tokens=4 --set rollout.max_new_tokens=4"
-        " --set rollout.episodes_per_actor=4 --set replay.min_batch=4 --set replay.max_batch=4"
+        " --set rollout.slots=4 --set replay.min_batch=4 --set replay.max_batch=4"
         " --set console.enabled=false " +
         extra;
     return run_command(command);

@@ -173,7 +173,10 @@ template <typename Rollout, typename Visit>
 void rollout_keys(Rollout& rollout, Visit visit) {
   visit("num_actors", rollout.num_actors, IntRange{1, kMaxActors});
   visit("env_actors", rollout.env_actors, IntRange{1, kMaxActors});
-  visit("episodes_per_actor", rollout.episodes_per_actor, IntRange{1, kMaxBatch});
+  visit("slots", rollout.slots, IntRange{1, kMaxBatch});
+  visit("kv_cache_tokens", rollout.kv_cache_tokens, IntRange{0, int64_t{1} << 32});
+  visit("kv_block_size", rollout.kv_block_size, IntRange{1, 4096});
+  visit("prefill_chunk_tokens", rollout.prefill_chunk_tokens, IntRange{1, int64_t{1} << 24});
   visit("max_new_tokens", rollout.max_new_tokens, IntRange{1, kMaxTokens});
   visit("max_turns", rollout.max_turns, IntRange{1, 100000});
   visit("temperature", rollout.temperature, kTemperature);
@@ -298,10 +301,23 @@ void read_eval(JsonReader reader, EvalSection& eval) {
 }
 
 void read_rollout(JsonReader reader, RolloutSection& rollout) {
+  // The key's name before continuous batching (episodes were decoded in
+  // lockstep batches of this size); configs and stored runs still say it.
+  if (reader.has("episodes_per_actor")) {
+    if (reader.has("slots")) {
+      throw Error(reader.where() + ": both 'slots' and its old name 'episodes_per_actor' are set; keep 'slots'");
+    }
+    reader.read("episodes_per_actor", rollout.slots, IntRange{1, kMaxBatch});
+  }
   rollout_keys(rollout, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   const auto& where = reader.where();
   model::parse_device(rollout.device, where + ".device");
+  if (rollout.kv_cache_tokens > 0 && rollout.kv_cache_tokens < rollout.kv_block_size) {
+    throw Error(where + ".kv_cache_tokens: " + std::to_string(rollout.kv_cache_tokens) +
+                " holds less than one block of kv_block_size (" + std::to_string(rollout.kv_block_size) +
+                ") tokens; 0 sizes the pool as slots x model.max_position_embeddings");
+  }
   if (rollout.weight_switch != "in_flight" && rollout.weight_switch != "turn_boundary") {
     throw Error(where + ".weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" + rollout.weight_switch +
                 "\"");
@@ -366,13 +382,13 @@ void check_sft_curriculum_tasks(const RunConfig& config) {
 void derive_dependent_settings(RunConfig& config) {
   const bool grouped = config.learner.baseline == algo::BaselineKind::kGroup;
   config.replay.group_size = grouped ? config.learner.group_size : 1;
-  if (grouped && config.rollout.episodes_per_actor % config.learner.group_size != 0) {
-    throw Error(config.source + ": rollout.episodes_per_actor (" + std::to_string(config.rollout.episodes_per_actor) +
+  if (grouped && config.rollout.slots % config.learner.group_size != 0) {
+    throw Error(config.source + ": rollout.slots (" + std::to_string(config.rollout.slots) +
                 ") must be a multiple of learner.group_size (" + std::to_string(config.learner.group_size) + ")");
   }
   if (config.train.mode == "sync") {
     config.replay.synchronous = true;
-    config.replay.min_batch = config.replay.max_batch = config.rollout.num_actors * config.rollout.episodes_per_actor;
+    config.replay.min_batch = config.replay.max_batch = config.rollout.num_actors * config.rollout.slots;
     config.replay.max_staleness = 0;
     config.replay.capacity = std::max(config.replay.capacity, config.replay.max_batch);
   }

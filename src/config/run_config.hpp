@@ -83,7 +83,19 @@ struct EvalSection {
 struct RolloutSection {
   int64_t num_actors = 1;           // rollout actors (each owns a policy replica)
   int64_t env_actors = 1;           // env actors; rollout i uses env i % env_actors
-  int64_t episodes_per_actor = 32;  // episodes decoded together in one batch
+  // Episodes in flight per rollout actor: when one ends (or is lost) its
+  // slot takes the next prompt at once (continuous batching). In sync mode
+  // a round is `slots` episodes per actor at one weight version.
+  int64_t slots = 32;
+  // The paged KV cache of each rollout actor: its pool holds this many
+  // tokens (0: slots x model.max_position_embeddings, so nothing ever
+  // waits); storage grows with the blocks in use, up to that. When the
+  // pool is full, new prompts wait for blocks.
+  int64_t kv_cache_tokens = 0;
+  int64_t kv_block_size = 16;  // tokens per block
+  // Prompt and observation tokens prefilled per decode step, across
+  // sequences; a longer input is chunked over several steps.
+  int64_t prefill_chunk_tokens = 1024;
   int64_t max_new_tokens = 8;       // per turn
   int64_t max_turns = 1;            // an episode reaching it is truncated
   double temperature = 1.0;         // anything but 1/0/1 makes the recorded log-probs a different distribution
@@ -97,6 +109,11 @@ struct RolloutSection {
   // versions behind the learner's newest (0 in real runs; see weight_sync_actor.hpp).
   int64_t weight_delay_versions = 0;
   bool temperature_is_policy() const { return temperature == 1.0 && top_k == 0 && top_p >= 1.0; }
+  // The KV pool's capacity in tokens (kv_cache_tokens, or its default for
+  // a model whose context holds `max_positions`).
+  int64_t kv_pool_tokens(int64_t max_positions) const {
+    return kv_cache_tokens > 0 ? kv_cache_tokens : slots * max_positions;
+  }
 };
 
 // Which environment the env actors run. Its config is the "task" section,

@@ -190,7 +190,7 @@ void OpenEnvEnvironment::choose_server() {
       throw Error("openenv: all " + std::to_string(config_.urls.size()) +
                   " server(s) in env.urls are playing other episodes; an OpenEnv HTTP server holds one episode at "
                   "a time, so list one server per episode played at once (rollout.num_actors x "
-                  "rollout.episodes_per_actor, and eval.batch_size) or lower those");
+                  "rollout.slots, and eval.batch_size) or lower those");
     }
   }
   connection_ = std::make_unique<Connection>(parse_url(url_, "env.urls"), "WebSocket");
@@ -278,7 +278,7 @@ nlohmann::json OpenEnvEnvironment::exchange(const nlohmann::json& message, const
     if (code == "CAPACITY_REACHED") {
       problem +=
           "; the server holds at most max_concurrent_envs sessions: raise it, add servers to env.urls, or "
-          "play fewer episodes at once (rollout.num_actors x rollout.episodes_per_actor, eval.batch_size)";
+          "play fewer episodes at once (rollout.num_actors x rollout.slots, eval.batch_size)";
       socket.abort();
       healthy_ = false;
     }

@@ -26,7 +26,7 @@
 // One such server plays one episode at a time, so each OpenEnvEnvironment
 // object claims a server of env.urls (one per process, at its first reset)
 // and keeps it until it is destroyed. A run needs as many servers as
-// episodes it plays at once (rollout.num_actors x rollout.episodes_per_actor,
+// episodes it plays at once (rollout.num_actors x rollout.slots,
 // and eval.batch_size during evaluation); with fewer, the reset that finds
 // none free throws an error saying so.
 //

@@ -1,17 +1,11 @@
-// Batched sampling with a KV cache. Every generated token comes with its
-// log-probability under the distribution it was actually drawn from and the
-// weight version that produced it: the learner's importance ratios are only
-// correct if these are exact.
-//
-// A DecodeSession is driven one step at a time and is handed the policy on
-// every step, so the weights may change between two decode steps of the same
-// batch (in-flight weight updates) without restarting it. The KV cache
-// computed with older weights is kept, as SAO's rollout workers do.
+// Sampling: what a generated token records and how it is drawn. Every
+// generated token comes with its log-probability under the distribution it
+// was actually drawn from and the weight version that produced it: the
+// learner's importance ratios are only correct if these are exact. The
+// decode engine (decode_engine.hpp) runs the sequences.
 #pragma once
 
 #include "model/transformer.hpp"
-
-#include <ATen/core/Generator.h>
 
 #include <cstdint>
 #include <string>
@@ -43,37 +37,8 @@ struct GeneratedSequence {
   size_t turn_start = 0;  // index in `tokens` where the current turn began
 };
 
-class DecodeSession {
- public:
-  DecodeSession(std::vector<std::vector<int64_t>> prompts, SamplingConfig config, uint64_t seed);
-
-  // One decode step for every running row (the first call also prefills the
-  // prompts). Returns true while some row is still running.
-  bool step(CausalLM& policy, int64_t weight_version);
-  // Steps until every row has finished.
-  void run(CausalLM& policy, int64_t weight_version);
-
-  bool done() const;
-  size_t rows() const { return sequences_.size(); }
-  const GeneratedSequence& sequence(size_t row) const { return sequences_.at(row); }
-  // Multi-turn: appends environment tokens to a finished row and lets it
-  // generate again with a fresh budget of `max_new_tokens`.
-  void continue_row(size_t row, const std::vector<int64_t>& observation_tokens, int64_t max_new_tokens);
-
- private:
-  void sample_rows(const torch::Tensor& last_logits, const std::vector<size_t>& rows, int64_t weight_version,
-                   int64_t max_positions);
-
-  SamplingConfig config_;
-  at::Generator generator_;
-  KVCache cache_;
-  bool cache_ready_ = false;
-  std::vector<std::vector<int64_t>> pending_;  // tokens not yet in the cache, per row
-  std::vector<GeneratedSequence> sequences_;
-  std::vector<int64_t> budget_;  // new tokens this row may still generate in its turn
-};
-
-// Convenience: decode all prompts to completion with one set of weights.
+// Convenience: decode all prompts to completion with one set of weights
+// through a DecodeEngine whose pool holds every prompt's whole turn.
 std::vector<GeneratedSequence> generate(CausalLM& policy, const std::vector<std::vector<int64_t>>& prompts,
                                         const SamplingConfig& config, uint64_t seed, int64_t weight_version = 0);
 

@@ -13,33 +13,6 @@ namespace sao::model {
 
 namespace F = torch::nn::functional;
 
-KVCache KVCache::empty(int64_t batch_size, int64_t num_layers, const torch::Device& device) {
-  KVCache cache;
-  cache.keys.resize(static_cast<size_t>(num_layers));
-  cache.values.resize(static_cast<size_t>(num_layers));
-  cache.key_valid = torch::zeros({batch_size, 0}, torch::dtype(torch::kBool).device(device));
-  cache.next_position = torch::zeros({batch_size}, torch::dtype(torch::kInt64).device(device));
-  return cache;
-}
-
-void KVCache::reserve(int64_t slot_count) {
-  if (slot_count <= capacity()) return;
-  auto grown = torch::zeros({batch_size(), slot_count}, key_valid.options());
-  grown.narrow(1, 0, used_slots).copy_(key_valid.narrow(1, 0, used_slots));
-  key_valid = grown;
-}
-
-void KVCache::select_rows(const torch::Tensor& row_indices) {
-  for (auto& k : keys) {
-    if (k.defined()) k = k.index_select(0, row_indices);
-  }
-  for (auto& v : values) {
-    if (v.defined()) v = v.index_select(0, row_indices);
-  }
-  key_valid = key_valid.index_select(0, row_indices);
-  next_position = next_position.index_select(0, row_indices);
-}
-
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
@@ -104,18 +77,18 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryAngles& rotary) {
   return torch::addcmul(x * rotary.cos, swapped, rotary.signed_sin);
 }
 
-// Writes `fresh` [B, KV, T, hd] after the used slots of the layer's cache
-// tensor (growing it to the cache's capacity first) and returns every used
-// slot including the new ones.
-torch::Tensor write_cache(torch::Tensor& stored, const torch::Tensor& fresh, int64_t used_slots, int64_t capacity) {
-  const int64_t steps = fresh.size(2);
-  if (!stored.defined() || stored.size(2) < capacity) {
-    auto grown = torch::zeros({fresh.size(0), fresh.size(1), capacity, fresh.size(3)}, fresh.options());
-    if (used_slots > 0) grown.narrow(2, 0, used_slots).copy_(stored.narrow(2, 0, used_slots));
-    stored = grown;
-  }
-  stored.narrow(2, used_slots, steps).copy_(fresh);
-  return stored.narrow(2, 0, used_slots + steps);
+// Writes `fresh` [B, KV, T, hd] to the call's pool slots of this layer and
+// returns the keys (or values) each row attends over, [B, KV, S, hd]: the
+// row's blocks gathered in order. The gather costs one read of the keys,
+// as attention does; it is what lets a row's blocks sit anywhere in the pool.
+torch::Tensor write_and_gather(torch::Tensor& stored, const torch::Tensor& fresh, const PagedAttention& call) {
+  const int64_t batch = fresh.size(0), heads = fresh.size(1), steps = fresh.size(2), dim = fresh.size(3);
+  auto rows = fresh.transpose(1, 2).reshape({batch * steps, heads, dim});
+  if (rows.scalar_type() != stored.scalar_type()) rows = rows.to(stored.scalar_type());
+  stored.index_copy_(0, call.write_slots, rows);
+  auto gathered = stored.index_select(0, call.read_slots).view({batch, call.keys_per_row, heads, dim});
+  if (gathered.scalar_type() != fresh.scalar_type()) gathered = gathered.to(fresh.scalar_type());
+  return gathered.transpose(1, 2);
 }
 
 }  // namespace
@@ -175,8 +148,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryAngles&
   q = apply_rotary(q, rotary) * constant_like(q, 1.0 / std::sqrt(static_cast<double>(head_dim_)));
   k = apply_rotary(k, rotary);
   if (cache != nullptr) {
-    k = write_cache(*cache->keys, k, cache->used_slots, cache->capacity);  // [B, KV, S, hd]
-    v = write_cache(*cache->values, v, cache->used_slots, cache->capacity);
+    k = write_and_gather(*cache->keys, k, *cache->call);  // [B, KV, S, hd]
+    v = write_and_gather(*cache->values, v, *cache->call);
   }
   // Grouped-query attention without copying keys per query head: the G query
   // heads that share a key head are stacked along the query axis, so one
@@ -196,10 +169,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryAngles&
     return o_proj(context.reshape({batch, 1, num_heads_ * head_dim_}));
   }
   auto grouped_q = q.reshape({batch, num_kv_heads_, group * steps, head_dim_});
-  auto scores = batched_matmul(grouped_q, k.transpose(-2, -1)).view({batch, num_kv_heads_, group, steps, slots});
+  auto scores = batched_matmul(grouped_q, k.contiguous().transpose(-2, -1)).view({batch, num_kv_heads_, group, steps, slots});
   scores = scores.masked_fill(visible.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
   auto weights = torch::softmax(scores, -1).view({batch, num_kv_heads_, group * steps, slots});
-  auto context = batched_matmul(weights, v).view({batch, num_heads_, steps, head_dim_});  // [B, H, T, hd]
+  auto context = batched_matmul(weights, v.contiguous()).view({batch, num_heads_, steps, head_dim_});  // [B, H, T, hd]
   return o_proj(context.transpose(1, 2).reshape({batch, steps, num_heads_ * head_dim_}));
 }
 
@@ -238,19 +211,18 @@ BackboneImpl::BackboneImpl(const ModelConfig& config) : config_(config), inv_fre
 }
 
 torch::Tensor BackboneImpl::run_layers(torch::Tensor hidden, const torch::Tensor& positions,
-                                       const torch::Tensor& visible, KVCache* cache) {
+                                       const torch::Tensor& visible, const PagedAttention* paged) {
   // The frequencies are a plain member, not a buffer (checkpoints and weight
   // messages carry parameters only), so module.to(device) leaves them behind.
   if (inv_freq_.device() != positions.device()) inv_freq_ = inv_freq_.to(positions.device());
   const auto rotary = rotary_angles(positions, inv_freq_);
-  const int64_t steps = hidden.size(1);
   for (size_t i = 0; i < layers->size(); ++i) {
     auto layer = layers->ptr<DecoderLayerImpl>(i);
-    if (cache == nullptr) {
+    if (paged == nullptr) {
       hidden = layer->forward(hidden, rotary, visible, nullptr);
       continue;
     }
-    const LayerCache layer_cache{&cache->keys[i], &cache->values[i], cache->used_slots - steps, cache->capacity()};
+    const LayerCache layer_cache{&(*paged->keys)[i], &(*paged->values)[i], paged};
     hidden = layer->forward(hidden, rotary, visible, &layer_cache);
   }
   return norm(hidden);
@@ -269,43 +241,19 @@ torch::Tensor BackboneImpl::forward(const torch::Tensor& input_ids) {
   return run_layers(embed_tokens(input_ids), positions, visible, nullptr);
 }
 
-torch::Tensor BackboneImpl::forward_cached(const torch::Tensor& input_ids, const torch::Tensor& input_valid,
-                                           KVCache& cache) {
-  const int64_t steps = input_ids.size(1);
-  const int64_t old_slots = cache.slots();
-  const int64_t total_slots = old_slots + steps;
-  if (input_ids.size(0) != cache.batch_size() || input_valid.sizes() != input_ids.sizes()) {
-    throw Error("forward_cached: input_ids " + std::to_string(input_ids.size(0)) + "x" + std::to_string(steps) +
-                " and input_valid must match the cache's " + std::to_string(cache.batch_size()) + " rows");
+torch::Tensor BackboneImpl::forward_paged(const torch::Tensor& input_ids, const PagedAttention& paged) {
+  const int64_t rows = input_ids.size(0), steps = input_ids.size(1);
+  if (paged.keys == nullptr || paged.values == nullptr ||
+      static_cast<int64_t>(paged.keys->size()) != config_.num_hidden_layers ||
+      paged.positions.sizes() != input_ids.sizes() || paged.write_slots.numel() != rows * steps ||
+      paged.read_slots.numel() != rows * paged.keys_per_row) {
+    throw Error("forward_paged: the pool's layers, positions and slot maps do not match input_ids " +
+                std::to_string(rows) + "x" + std::to_string(steps));
   }
-  auto valid = input_valid.to(torch::kBool);
-  // Rotary position of each real token = how many real tokens precede it in its row.
-  auto positions = cache.next_position.unsqueeze(1) + valid.to(torch::kInt64).cumsum(1) - 1;  // [B, T]
-  positions = positions.clamp_min(0);
-  if (positions.max().item<int64_t>() >= config_.max_position_embeddings) {
+  if (paged.positions.max().item<int64_t>() >= config_.max_position_embeddings) {
     throw Error("sequence exceeds max_position_embeddings " + std::to_string(config_.max_position_embeddings));
   }
-  // Doubling keeps the copies on growth amortised to one per slot.
-  if (total_slots > cache.capacity()) cache.reserve(std::max(total_slots, 2 * cache.capacity()));
-  cache.key_valid.narrow(1, old_slots, steps).copy_(valid);
-  const auto key_valid = cache.key_valid.narrow(1, 0, total_slots);  // [B, S]
-  torch::Tensor visible;
-  if (steps == 1) {
-    // One query per row (a decode step): it sees every real key and itself.
-    visible = key_valid.index_fill(1, torch::full({1}, old_slots, key_valid.options().dtype(torch::kInt64)), true)
-                  .view({-1, 1, 1, total_slots});
-  } else {
-    const auto slot_options = key_valid.options().dtype(torch::kInt64);
-    auto query_slot = torch::arange(old_slots, total_slots, slot_options).view({1, steps, 1});
-    auto key_slot = torch::arange(total_slots, slot_options).view({1, 1, total_slots});
-    // A query sees earlier real keys; it always sees its own slot so that a
-    // padded query never has an all-masked row (which would give NaN).
-    visible = (((key_slot <= query_slot) & key_valid.unsqueeze(1)) | (key_slot == query_slot)).unsqueeze(1);
-  }
-  cache.used_slots = total_slots;
-  auto hidden = run_layers(embed_tokens(input_ids), positions, visible, &cache);
-  cache.next_position = cache.next_position + valid.to(torch::kInt64).sum(1);
-  return hidden;
+  return run_layers(embed_tokens(input_ids), paged.positions, paged.visible, &paged);
 }
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& config) {
@@ -354,11 +302,6 @@ torch::Tensor CausalLMImpl::logits_from_hidden(const torch::Tensor& hidden) {
 
 torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids) {
   return logits_from_hidden(model->forward(input_ids));
-}
-
-torch::Tensor CausalLMImpl::forward_cached(const torch::Tensor& input_ids, const torch::Tensor& input_valid,
-                                           KVCache& cache) {
-  return logits_from_hidden(model->forward_cached(input_ids, input_valid, cache));
 }
 
 ValueModelImpl::ValueModelImpl(const ModelConfig& config) {

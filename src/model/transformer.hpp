@@ -19,32 +19,19 @@
 
 namespace sao::model {
 
-// Keys and values of every layer for a batch of sequences, stored in "slots".
-// A slot may hold padding (key_valid false): rows of a batch can grow by
-// different amounts per call (left-padded prompts, ragged multi-turn
-// observations) while all rows share one slot axis.
-//
-// The tensors are preallocated to a capacity and written in place: slots
-// [0, slots()) hold data. Growing past the capacity doubles it, so a decode
-// step copies only its own new keys, not the whole cache (concatenating
-// every step would copy the cache once per token).
-struct KVCache {
-  std::vector<torch::Tensor> keys;    // per layer [B, n_kv_heads, capacity, head_dim]
-  std::vector<torch::Tensor> values;  // per layer [B, n_kv_heads, capacity, head_dim]
-  torch::Tensor key_valid;            // [B, capacity] bool; false past slots()
-  torch::Tensor next_position;        // [B] int64: rotary position of the row's next real token
-  int64_t used_slots = 0;
-
-  int64_t slots() const { return used_slots; }
-  int64_t capacity() const { return key_valid.defined() ? key_valid.size(1) : 0; }
-  int64_t batch_size() const { return next_position.size(0); }
-  // On `device`: every tensor of the cache lives where the model runs.
-  static KVCache empty(int64_t batch_size, int64_t num_layers, const torch::Device& device = torch::kCPU);
-  // Makes the capacity at least `slot_count`, keeping what is stored; the
-  // layers' tensors follow on their next write.
-  void reserve(int64_t slot_count);
-  // Keeps only the given rows (e.g. drop finished sequences).
-  void select_rows(const torch::Tensor& row_indices);
+// Where one call of the backbone reads and writes keys and values: the
+// block pool's per-layer storage (paged_kv.hpp owns the pool and builds
+// this). Every row of the call has T new tokens (right-padded) and S keys
+// (its cached tokens, then its new ones, right-padded); slots index the
+// pool's storage, whose last slot takes the padded writes and reads.
+struct PagedAttention {
+  std::vector<torch::Tensor>* keys = nullptr;    // per layer [pool slots, n_kv_heads, head_dim]
+  std::vector<torch::Tensor>* values = nullptr;  // per layer [pool slots, n_kv_heads, head_dim]
+  torch::Tensor positions;    // [R, T] int64 rotary position of each new token
+  torch::Tensor write_slots;  // [R * T] int64 pool slot of each new token
+  torch::Tensor read_slots;   // [R * S] int64 pool slot of each key a row attends over
+  torch::Tensor visible;      // [R, 1, T, S] bool: which keys each new token sees
+  int64_t keys_per_row = 0;   // S
 };
 
 // The rotary angles of a call's positions, computed once and shared by
@@ -57,12 +44,11 @@ struct RotaryAngles {
 // positions [B, T] int64; inv_freq from rotary_inverse_frequencies.
 RotaryAngles rotary_angles(const torch::Tensor& positions, const torch::Tensor& inv_freq);
 
-// Where one layer's keys and values go in a KVCache.
+// One layer's view of a PagedAttention.
 struct LayerCache {
   torch::Tensor* keys = nullptr;
   torch::Tensor* values = nullptr;
-  int64_t used_slots = 0;  // slots already written before this call
-  int64_t capacity = 0;    // slots the layer's tensors must hold
+  const PagedAttention* call = nullptr;
 };
 
 // The rotary inverse frequencies [head_dim / 2] (float32) of `config`, with
@@ -83,8 +69,8 @@ TORCH_MODULE(RMSNorm);
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
-  // x [B, T, D]; visible [B, 1, T, S_total] bool; with a cache the new keys
-  // are written after its used slots and attention covers all of them.
+  // x [B, T, D]; visible [B, 1, T, S] bool; with a cache the new keys are
+  // written to their pool slots and attention covers the row's S keys.
   torch::Tensor forward(const torch::Tensor& x, const RotaryAngles& rotary, const torch::Tensor& visible,
                         const LayerCache* cache);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -122,9 +108,9 @@ class BackboneImpl : public torch::nn::Module {
   explicit BackboneImpl(const ModelConfig& config);
   // Full causal pass over right-padded sequences (training). input_ids [B, T].
   torch::Tensor forward(const torch::Tensor& input_ids);
-  // Incremental pass: appends T slots to `cache`. input_valid [B, T] marks
-  // real tokens; padded slots get no position and are never attended to.
-  torch::Tensor forward_cached(const torch::Tensor& input_ids, const torch::Tensor& input_valid, KVCache& cache);
+  // Incremental pass over a block pool: input_ids [R, T] are the rows' new
+  // tokens (paged_kv.hpp's forward_paged builds `paged`). Hidden [R, T, D].
+  torch::Tensor forward_paged(const torch::Tensor& input_ids, const PagedAttention& paged);
 
   const ModelConfig& config() const { return config_; }
   torch::nn::Embedding embed_tokens{nullptr};
@@ -133,7 +119,7 @@ class BackboneImpl : public torch::nn::Module {
 
  private:
   torch::Tensor run_layers(torch::Tensor hidden, const torch::Tensor& positions, const torch::Tensor& visible,
-                           KVCache* cache);
+                           const PagedAttention* paged);
   ModelConfig config_;
   torch::Tensor inv_freq_;  // [head_dim / 2] float32 rotary frequencies, rope_scaling applied
 };
@@ -144,7 +130,6 @@ class CausalLMImpl : public torch::nn::Module {
  public:
   explicit CausalLMImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& input_ids);  // logits [B, T, V]
-  torch::Tensor forward_cached(const torch::Tensor& input_ids, const torch::Tensor& input_valid, KVCache& cache);
   torch::Tensor logits_from_hidden(const torch::Tensor& hidden);
   const ModelConfig& config() const { return model->config(); }
   Backbone model{nullptr};

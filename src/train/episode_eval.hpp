@@ -1,7 +1,7 @@
 // Held-out evaluation for multi-turn environments: plays the environment's
 // held-out split (reset_heldout(0..n)) with the policy, greedy by default,
 // through the same episode state machine the rollout actor uses
-// (rollout/episode_batch.hpp: prompt, turns, end and success are defined
+// (rollout/episode_engine.hpp: prompt, turns, end and success are defined
 // there). An episode cut by max_turns or the model's context is a failure.
 // One whose environment throws is counted in `errors` and left out of
 // success_rate (the policy was not scored on it; docs/decisions.md), and

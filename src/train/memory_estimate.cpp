@@ -70,12 +70,14 @@ MemoryEstimate estimate_train_memory(const config::RunConfig& config) {
   tally.add("learner models", models * parameters);
   tally.add("gradients and optimisers", models * 3 * parameters);
   const double actors = static_cast<double>(config.rollout.num_actors);
+  // The most a rollout's paged KV pool can hold (rollout.kv_cache_tokens);
+  // its storage grows with the blocks in use up to that.
   const double kv_cache =
-      static_cast<double>(config.rollout.episodes_per_actor) * static_cast<double>(model.max_position_embeddings) *
-      2.0 * static_cast<double>(model.num_hidden_layers) * static_cast<double>(model.num_key_value_heads) *
+      static_cast<double>(config.rollout.kv_pool_tokens(model.max_position_embeddings)) * 2.0 *
+      static_cast<double>(model.num_hidden_layers) * static_cast<double>(model.num_key_value_heads) *
       static_cast<double>(model.head_dim()) * kFloatBytes;
   tally.add("rollout replicas", actors * parameters);
-  tally.add("KV caches", actors * kv_cache);
+  tally.add("KV pools", actors * kv_cache);
   tally.add("learner activations",
             models * activation_bytes(model, static_cast<double>(config.replay.max_batch) *
                                                  static_cast<double>(model.max_position_embeddings)));

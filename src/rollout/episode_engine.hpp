@@ -1,5 +1,9 @@
-// The one episode state machine: a batch of episodes decoded together, turn
-// after turn, against environments the caller drives. The rollout actor
+// The one episode state machine: episodes decoded together by one decode
+// engine (continuous batching over a paged KV cache), turn after turn,
+// against environments the caller drives. Rows come and go one at a time:
+// a row opens, waits for its reset, generates, waits for each step, and
+// ends finished or lost; the caller closes it and opens the next, so one
+// slow or long episode never holds the others. The rollout actor
 // (asynchronous env replies, weight switches between decode steps) and the
 // held-out evaluation (synchronous env calls) both run episodes through this
 // class, so what an episode is - its prompt, when it ends, whether it
@@ -25,6 +29,7 @@
 #pragma once
 
 #include "algo/trajectory.hpp"
+#include "model/decode_engine.hpp"
 #include "model/generation.hpp"
 #include "model/transformer.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -33,6 +38,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,7 +101,7 @@ struct EpisodeRow {
   std::string lost_reason;
   bool env_error = false;  // lost because the environment failed (threw, timed out, crashed)
   std::string transcript;
-  size_t session_row = 0;  // index inside the decode session
+  model::SequenceId sequence = -1;  // in the decode engine while generating or waiting for the env; -1 after
 };
 
 // A row whose turn just ended: send `action_text` to its environment's step.
@@ -104,39 +110,44 @@ struct TurnEnd {
   std::string action_text;
 };
 
-class EpisodeBatch {
+class EpisodeEngine {
  public:
-  EpisodeBatch(const tokenizer::Tokenizer& tokenizer, EpisodeSettings settings, size_t rows);
+  // `model` sizes the context; `limits` the engine's KV pool; `seed` its sampler.
+  EpisodeEngine(const tokenizer::Tokenizer& tokenizer, EpisodeSettings settings, const model::ModelConfig& model,
+                model::EngineLimits limits, uint64_t seed);
 
-  size_t size() const { return rows_.size(); }
-  const EpisodeRow& row(size_t index) const { return rows_.at(index); }
+  // A new row waiting for its reset; its id stays valid until close().
+  size_t open();
+  // Forgets a row (its blocks, if any, go back to the pool).
+  void close(size_t index);
+  size_t open_rows() const { return rows_.size(); }
+  bool contains(size_t index) const { return rows_.count(index) > 0; }
+  std::vector<size_t> row_ids() const;
+  const EpisodeRow& row(size_t index) const;
 
-  // Answers to the resets, in any order. Decoding starts once none is pending.
+  // The answer to a row's reset: the row's prompt joins the engine at once.
   void reset_done(size_t index, const EnvOutcome& first);
   void reset_failed(size_t index, const std::string& reason);
   bool resets_pending() const;
 
-  // Builds the decode session over the rows still playing, for a model
-  // whose context holds `max_positions` tokens; a row whose prompt leaves no
-  // room to reply is lost, naming the sizes. False (and no session) when
-  // every row is already finished or lost.
-  bool start(uint64_t seed, int64_t max_positions);
-  bool started() const { return session_ != nullptr; }
+  // A row is mid-turn: generating, or queued in the engine for its turn.
   bool any_generating() const;
-  // One decode step of every generating row with weights of `version`;
-  // returns the rows whose turn ended (their state is now kWaitingEnv).
+  // The engine has something to run now (see DecodeEngine::has_work).
+  bool has_decode_work() const { return engine_.has_work(); }
+  // One engine step with weights of `version`; returns the rows whose turn
+  // ended (their state is now kWaitingEnv).
   std::vector<TurnEnd> decode_step(model::CausalLM& policy, int64_t version);
-  // Generating rows the last decode_step advanced (tokens it produced).
-  int64_t tokens_last_step() const { return tokens_last_step_; }
+  // Tokens the last decode_step sampled.
+  int64_t tokens_last_step() const { return engine_.tokens_last_step(); }
 
   // The environment's answer to a row's action: the row finishes or
   // continues with the observation.
   void step_done(size_t index, const EnvOutcome& outcome);
   void step_failed(size_t index, const std::string& reason);
 
-  // Every row finished or lost.
+  // Every open row finished or lost.
   bool finished() const;
-  // Longest episode so far, in turns (the current one included).
+  // Longest episode among the open rows, in turns (the current one included).
   int64_t current_turn() const;
 
   // The trajectory of a finished row (prompt + turns, the per-turn rewards
@@ -144,20 +155,24 @@ class EpisodeBatch {
   // validate; the caller then counts the episode as lost.
   algo::Trajectory trajectory(size_t index, int64_t group_id) const;
 
+  model::DecodeEngine& engine() { return engine_; }
+  const model::DecodeEngine& engine() const { return engine_; }
+
  private:
+  EpisodeRow& at(size_t index);
   void lose(EpisodeRow& row, const std::string& reason);
   // Ends a row on its final step; `cut_short`: the env wanted another turn
   // but the context had no room for it.
   void finish_row(EpisodeRow& row, const EnvOutcome& outcome, bool cut_short);
-  // Positions the row's tokens take in the model's context so far.
-  int64_t positions_used(const EpisodeRow& row) const;
+  void release_sequence(EpisodeRow& row);
 
   const tokenizer::Tokenizer& tokenizer_;
   EpisodeSettings settings_;
-  std::vector<EpisodeRow> rows_;
-  std::unique_ptr<model::DecodeSession> session_;
-  int64_t tokens_last_step_ = 0;
-  int64_t max_positions_ = 0;  // the model's context, from start()
+  int64_t max_positions_;
+  model::DecodeEngine engine_;
+  std::map<size_t, EpisodeRow> rows_;
+  std::map<model::SequenceId, size_t> row_of_sequence_;
+  size_t next_row_ = 0;
 };
 
 }  // namespace sao::rollout

@@ -1,5 +1,5 @@
-// The episode state machine; see episode_batch.hpp.
-#include "rollout/episode_batch.hpp"
+// The episode state machine; see episode_engine.hpp.
+#include "rollout/episode_engine.hpp"
 
 #include "base/utf8.hpp"
 
@@ -52,23 +52,73 @@ double episode_accuracy(const EnvOutcome& final_step) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-EpisodeBatch::EpisodeBatch(const tokenizer::Tokenizer& tokenizer, EpisodeSettings settings, size_t rows)
-    : tokenizer_(tokenizer), settings_(std::move(settings)), rows_(rows) {
-  if (settings_.max_turns < 1) throw Error("episode batch: max_turns must be >= 1");
-  auto& stops = settings_.sampling.stop_tokens;
-  for (const auto id : tokenizer_.stop_ids())
+namespace {
+// The settings with the tokenizer's stop ids added to the sampling's.
+EpisodeSettings with_stop_ids(EpisodeSettings settings, const tokenizer::Tokenizer& tokenizer) {
+  if (settings.max_turns < 1) throw Error("episode engine: max_turns must be >= 1");
+  auto& stops = settings.sampling.stop_tokens;
+  for (const auto id : tokenizer.stop_ids())
     if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
+  return settings;
+}
+}  // namespace
+
+EpisodeEngine::EpisodeEngine(const tokenizer::Tokenizer& tokenizer, EpisodeSettings settings,
+                             const model::ModelConfig& model, model::EngineLimits limits, uint64_t seed)
+    : tokenizer_(tokenizer),
+      settings_(with_stop_ids(std::move(settings), tokenizer)),
+      max_positions_(model.max_position_embeddings),
+      engine_(model, settings_.sampling, limits, seed) {}
+
+size_t EpisodeEngine::open() {
+  const size_t index = next_row_++;
+  rows_.emplace(index, EpisodeRow{});
+  return index;
 }
 
-void EpisodeBatch::lose(EpisodeRow& row, const std::string& reason) {
+void EpisodeEngine::close(size_t index) {
+  auto& row = at(index);
+  release_sequence(row);
+  rows_.erase(index);
+}
+
+std::vector<size_t> EpisodeEngine::row_ids() const {
+  std::vector<size_t> ids;
+  ids.reserve(rows_.size());
+  for (const auto& item : rows_) ids.push_back(item.first);
+  return ids;
+}
+
+const EpisodeRow& EpisodeEngine::row(size_t index) const {
+  const auto it = rows_.find(index);
+  if (it == rows_.end()) throw Error("episode engine: no open row " + std::to_string(index));
+  return it->second;
+}
+
+EpisodeRow& EpisodeEngine::at(size_t index) {
+  const auto it = rows_.find(index);
+  if (it == rows_.end()) throw Error("episode engine: no open row " + std::to_string(index));
+  return it->second;
+}
+
+void EpisodeEngine::release_sequence(EpisodeRow& row) {
+  if (row.sequence < 0) return;
+  row_of_sequence_.erase(row.sequence);
+  engine_.release(row.sequence);
+  row.sequence = -1;
+}
+
+void EpisodeEngine::lose(EpisodeRow& row, const std::string& reason) {
   if (row.state == RowState::kFinished || row.state == RowState::kLost) return;
+  // A lost episode's blocks go back to the pool at once.
+  release_sequence(row);
   row.state = RowState::kLost;
   row.lost_reason = reason;
   if (settings_.keep_transcripts) row.transcript += " => lost: " + reason;
 }
 
-void EpisodeBatch::reset_done(size_t index, const EnvOutcome& first) {
-  auto& row = rows_.at(index);
+void EpisodeEngine::reset_done(size_t index, const EnvOutcome& first) {
+  auto& row = at(index);
   if (row.state != RowState::kWaitingReset) return;
   if (first.done()) {
     lose(row, "the environment ended the episode at reset");
@@ -76,69 +126,42 @@ void EpisodeBatch::reset_done(size_t index, const EnvOutcome& first) {
   }
   try {
     row.prompt = tokenizer_.first_turn(first.observation, first.tools);
+    // Refused when the prompt leaves no room to reply in the model's
+    // context, or its turn is larger than the whole KV pool.
+    row.sequence = engine_.add(row.prompt);
   } catch (const std::exception& error) {
     lose(row, error.what());
     return;
   }
+  row_of_sequence_[row.sequence] = index;
   if (settings_.keep_transcripts) row.transcript = first.observation;
   row.regime_index = first.regime_index;
   row.state = RowState::kGenerating;
 }
 
-void EpisodeBatch::reset_failed(size_t index, const std::string& reason) {
-  auto& row = rows_.at(index);
+void EpisodeEngine::reset_failed(size_t index, const std::string& reason) {
+  auto& row = at(index);
   if (row.state != RowState::kWaitingReset) return;
   row.env_error = true;
   lose(row, "reset: " + reason);
 }
 
-bool EpisodeBatch::resets_pending() const {
+bool EpisodeEngine::resets_pending() const {
   return std::any_of(rows_.begin(), rows_.end(),
-                     [](const EpisodeRow& row) { return row.state == RowState::kWaitingReset; });
+                     [](const auto& item) { return item.second.state == RowState::kWaitingReset; });
 }
 
-bool EpisodeBatch::start(uint64_t seed, int64_t max_positions) {
-  if (resets_pending()) throw Error("episode batch: start() before every reset was answered");
-  if (max_positions < 1) throw Error("episode batch: max_positions must be >= 1");
-  max_positions_ = max_positions;
-  std::vector<std::vector<int64_t>> prompts;
-  for (auto& row : rows_) {
-    if (row.state != RowState::kGenerating) continue;
-    // The prompt and one token of reply must fit the context.
-    if (static_cast<int64_t>(row.prompt.size()) + 1 > max_positions) {
-      lose(row, "the prompt takes " + std::to_string(row.prompt.size()) +
-                    " tokens and leaves no room to reply in the model's context of " + std::to_string(max_positions) +
-                    " (model.max_position_embeddings)");
-      continue;
-    }
-    row.session_row = prompts.size();
-    prompts.push_back(row.prompt);
-  }
-  if (prompts.empty()) return false;
-  session_ = std::make_unique<model::DecodeSession>(std::move(prompts), settings_.sampling, seed);
-  return true;
-}
-
-bool EpisodeBatch::any_generating() const {
+bool EpisodeEngine::any_generating() const {
   return std::any_of(rows_.begin(), rows_.end(),
-                     [](const EpisodeRow& row) { return row.state == RowState::kGenerating; });
+                     [](const auto& item) { return item.second.state == RowState::kGenerating; });
 }
 
-std::vector<TurnEnd> EpisodeBatch::decode_step(model::CausalLM& policy, int64_t version) {
+std::vector<TurnEnd> EpisodeEngine::decode_step(model::CausalLM& policy, int64_t version) {
   std::vector<TurnEnd> ended;
-  tokens_last_step_ = 0;
-  if (!session_ || !any_generating()) return ended;
-  if (policy->config().max_position_embeddings != max_positions_) {
-    throw Error("episode batch: started for a context of " + std::to_string(max_positions_) +
-                " positions, decoding with a model of " + std::to_string(policy->config().max_position_embeddings));
-  }
-  session_->step(policy, version);
-  for (size_t index = 0; index < rows_.size(); ++index) {
-    auto& row = rows_[index];
-    if (row.state != RowState::kGenerating) continue;
-    ++tokens_last_step_;
-    const auto& sequence = session_->sequence(row.session_row);
-    if (sequence.finish == model::FinishReason::kRunning) continue;
+  for (const auto id : engine_.step(policy, version)) {
+    const size_t index = row_of_sequence_.at(id);
+    auto& row = rows_.at(index);
+    const auto& sequence = engine_.sequence(id);
     const auto begin = static_cast<std::ptrdiff_t>(sequence.turn_start);
     row.current.action_tokens.assign(sequence.tokens.begin() + begin, sequence.tokens.end());
     row.current.logprobs.assign(sequence.logprobs.begin() + begin, sequence.logprobs.end());
@@ -154,11 +177,10 @@ std::vector<TurnEnd> EpisodeBatch::decode_step(model::CausalLM& policy, int64_t 
   return ended;
 }
 
-void EpisodeBatch::step_done(size_t index, const EnvOutcome& outcome) {
-  auto& row = rows_.at(index);
+void EpisodeEngine::step_done(size_t index, const EnvOutcome& outcome) {
+  auto& row = at(index);
   if (row.state != RowState::kWaitingEnv) return;
-  const auto& sequence = session_->sequence(row.session_row);
-  const bool context_full = sequence.finish == model::FinishReason::kContextFull;
+  const bool context_full = engine_.sequence(row.sequence).finish == model::FinishReason::kContextFull;
   row.current.reward = outcome.reward;
   row.reward_sum += outcome.reward;
   if (!std::isnan(outcome.regime_index)) row.regime_index = outcome.regime_index;
@@ -181,26 +203,26 @@ void EpisodeBatch::step_done(size_t index, const EnvOutcome& outcome) {
   // The next turn needs its observation and at least one generated token
   // inside the model's context; when they do not fit, the context is full
   // and the episode ends here, as a truncation.
-  if (positions_used(row) + static_cast<int64_t>(row.current.observation.size()) + 1 > max_positions_) {
+  const int64_t context = engine_.context_tokens(row.sequence);
+  if (context + static_cast<int64_t>(row.current.observation.size()) + 1 > max_positions_) {
     row.current.observation.clear();
     finish_row(row, outcome, /*cut_short=*/true);
     return;
   }
+  try {
+    engine_.continue_turn(row.sequence, row.current.observation, settings_.sampling.max_new_tokens);
+  } catch (const std::exception& error) {
+    lose(row, error.what());
+    return;
+  }
   if (settings_.keep_transcripts) row.transcript += " -> " + outcome.observation;
-  const auto observation = row.current.observation;
   row.turns.push_back(std::move(row.current));
   row.current = algo::Turn{};
-  session_->continue_row(row.session_row, observation, settings_.sampling.max_new_tokens);
   row.state = RowState::kGenerating;
 }
 
-int64_t EpisodeBatch::positions_used(const EpisodeRow& row) const {
-  auto used = static_cast<int64_t>(row.prompt.size());
-  for (const auto& turn : row.turns) used += static_cast<int64_t>(turn.action_tokens.size() + turn.observation.size());
-  return used + static_cast<int64_t>(row.current.action_tokens.size());
-}
-
-void EpisodeBatch::finish_row(EpisodeRow& row, const EnvOutcome& outcome, bool cut_short) {
+void EpisodeEngine::finish_row(EpisodeRow& row, const EnvOutcome& outcome, bool cut_short) {
+  release_sequence(row);
   row.turns.push_back(std::move(row.current));
   row.current = algo::Turn{};
   row.terminated = outcome.terminated;
@@ -215,28 +237,28 @@ void EpisodeBatch::finish_row(EpisodeRow& row, const EnvOutcome& outcome, bool c
   }
 }
 
-void EpisodeBatch::step_failed(size_t index, const std::string& reason) {
-  auto& row = rows_.at(index);
+void EpisodeEngine::step_failed(size_t index, const std::string& reason) {
+  auto& row = at(index);
   if (row.state != RowState::kWaitingEnv) return;
   row.env_error = true;
   lose(row, "step: " + reason);
 }
 
-bool EpisodeBatch::finished() const {
-  return std::all_of(rows_.begin(), rows_.end(), [](const EpisodeRow& row) {
-    return row.state == RowState::kFinished || row.state == RowState::kLost;
+bool EpisodeEngine::finished() const {
+  return std::all_of(rows_.begin(), rows_.end(), [](const auto& item) {
+    return item.second.state == RowState::kFinished || item.second.state == RowState::kLost;
   });
 }
 
-int64_t EpisodeBatch::current_turn() const {
+int64_t EpisodeEngine::current_turn() const {
   int64_t turn = 0;
-  for (const auto& row : rows_) turn = std::max<int64_t>(turn, static_cast<int64_t>(row.turns.size()) + 1);
+  for (const auto& item : rows_) turn = std::max<int64_t>(turn, static_cast<int64_t>(item.second.turns.size()) + 1);
   return turn;
 }
 
-algo::Trajectory EpisodeBatch::trajectory(size_t index, int64_t group_id) const {
-  const auto& row = rows_.at(index);
-  if (row.state != RowState::kFinished) throw Error("episode batch: row " + std::to_string(index) + " is not finished");
+algo::Trajectory EpisodeEngine::trajectory(size_t index, int64_t group_id) const {
+  const auto& row = this->row(index);
+  if (row.state != RowState::kFinished) throw Error("episode engine: row " + std::to_string(index) + " is not finished");
   auto trajectory = algo::make_trajectory(row.prompt, row.turns, /*outcome_reward=*/0.0, row.terminated, group_id);
   trajectory.accuracy = row.accuracy;
   return trajectory;

@@ -1,0 +1,319 @@
+// Continuous batching over the block pool; see decode_engine.hpp.
+#include "model/decode_engine.hpp"
+
+#include "base/error.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+
+namespace sao::model {
+
+void EngineLimits::validate(const std::string& source) const {
+  if (block_size < 1 || block_size > 4096) throw Error(source + ".kv_block_size: must be in [1, 4096]");
+  if (kv_cache_tokens < block_size) {
+    throw Error(source + ".kv_cache_tokens: must hold at least one block (" + std::to_string(block_size) + " tokens)");
+  }
+  if (prefill_chunk_tokens < 1) throw Error(source + ".prefill_chunk_tokens: must be >= 1");
+}
+
+DecodeEngine::DecodeEngine(const ModelConfig& model, SamplingConfig sampling, EngineLimits limits, uint64_t seed)
+    : max_positions_(model.max_position_embeddings),
+      sampling_(std::move(sampling)),
+      limits_(limits),
+      generator_(at::detail::createCPUGenerator(seed)),
+      pool_(model, limits.kv_cache_tokens, limits.block_size) {
+  sampling_.validate("sampling");
+  limits_.validate("rollout");
+}
+
+DecodeEngine::Sequence& DecodeEngine::at(SequenceId id, const char* what) {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) throw Error(std::string(what) + ": no sequence " + std::to_string(id));
+  return it->second;
+}
+
+SequenceState DecodeEngine::state(SequenceId id) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) throw Error("decode engine: no sequence " + std::to_string(id));
+  return it->second.state;
+}
+
+const GeneratedSequence& DecodeEngine::sequence(SequenceId id) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) throw Error("decode engine: no sequence " + std::to_string(id));
+  return it->second.generated;
+}
+
+int64_t DecodeEngine::context_tokens(SequenceId id) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) throw Error("decode engine: no sequence " + std::to_string(id));
+  return static_cast<int64_t>(it->second.context.size());
+}
+
+int64_t DecodeEngine::blocks_needed(const Sequence& sequence) const {
+  const int64_t tokens = std::min<int64_t>(static_cast<int64_t>(sequence.context.size()) + sequence.budget,
+                                           max_positions_);
+  return std::max<int64_t>(0, pool_.blocks_for(tokens) - static_cast<int64_t>(sequence.blocks.size()));
+}
+
+void DecodeEngine::check_fits(const Sequence& sequence, const std::string& what) const {
+  const auto context = static_cast<int64_t>(sequence.context.size());
+  // The context and one token of reply must fit the model.
+  if (context + 1 > max_positions_) {
+    throw Error(what + " takes " + std::to_string(context) + " tokens and leaves no room to reply in the model's context of " +
+                std::to_string(max_positions_) + " (model.max_position_embeddings)");
+  }
+  const int64_t tokens = std::min<int64_t>(context + sequence.budget, max_positions_);
+  if (pool_.blocks_for(tokens) > pool_.blocks_total()) {
+    throw Error(what + " needs " + std::to_string(tokens) + " tokens of KV cache for its turn, more than the whole pool (" +
+                std::to_string(pool_.capacity_tokens()) + " tokens, rollout.kv_cache_tokens)");
+  }
+}
+
+SequenceId DecodeEngine::add(std::vector<int64_t> prompt, int64_t max_new_tokens) {
+  if (prompt.empty()) throw Error("decode engine: a prompt needs at least one token");
+  if (max_new_tokens < 0) throw Error("decode engine: max_new_tokens must be >= 0");
+  Sequence sequence;
+  sequence.context = std::move(prompt);
+  sequence.budget = max_new_tokens > 0 ? max_new_tokens : sampling_.max_new_tokens;
+  check_fits(sequence, "the prompt");
+  const SequenceId id = next_id_++;
+  sequences_.emplace(id, std::move(sequence));
+  queue_.push_back(id);
+  return id;
+}
+
+void DecodeEngine::continue_turn(SequenceId id, const std::vector<int64_t>& observation, int64_t max_new_tokens) {
+  auto& sequence = at(id, "continue_turn");
+  if (sequence.state != SequenceState::kTurnEnded) {
+    throw Error("continue_turn: sequence " + std::to_string(id) + " has not finished its turn");
+  }
+  if (observation.empty()) throw Error("continue_turn: the observation for sequence " + std::to_string(id) + " is empty");
+  if (max_new_tokens < 1) throw Error("continue_turn: max_new_tokens must be >= 1");
+  Sequence next;
+  next.context = sequence.context;
+  next.context.insert(next.context.end(), observation.begin(), observation.end());
+  next.budget = max_new_tokens;
+  check_fits(next, "sequence " + std::to_string(id) + " with its observation");
+  sequence.context = std::move(next.context);
+  sequence.budget = max_new_tokens;
+  sequence.state = SequenceState::kWaiting;
+  sequence.generated.finish = FinishReason::kRunning;
+  sequence.generated.turn_start = sequence.generated.tokens.size();
+  queue_.push_back(id);
+}
+
+void DecodeEngine::release(SequenceId id) {
+  auto& sequence = at(id, "release");
+  pool_.give_back(sequence.blocks);
+  if (sequence.state == SequenceState::kWaiting) queue_.erase(std::find(queue_.begin(), queue_.end(), id));
+  sequences_.erase(id);
+}
+
+bool DecodeEngine::preempt_for(SequenceId head) {
+  // Only when nothing runs: the blocks are then all held by sequences that
+  // wait (for the caller, or for more blocks). The newest waiting holder
+  // gives its blocks back first; it keeps its place in the queue.
+  for (auto it = queue_.rbegin(); it != queue_.rend(); ++it) {
+    if (*it == head) continue;
+    auto& victim = sequences_.at(*it);
+    if (victim.blocks.empty()) continue;
+    pool_.give_back(victim.blocks);
+    victim.cached = 0;
+    ++preemptions_;
+    return true;
+  }
+  return false;
+}
+
+void DecodeEngine::admit() {
+  if (!admission_open_) return;
+  while (!queue_.empty()) {
+    const SequenceId head = queue_.front();
+    auto& sequence = sequences_.at(head);
+    if (pool_.take(blocks_needed(sequence), sequence.blocks)) {
+      sequence.state = SequenceState::kRunning;
+      queue_.pop_front();
+      continue;
+    }
+    const bool anything_running = std::any_of(sequences_.begin(), sequences_.end(), [](const auto& item) {
+      return item.second.state == SequenceState::kRunning;
+    });
+    if (anything_running || !preempt_for(head)) return;
+  }
+}
+
+bool DecodeEngine::has_work() const {
+  bool anything_running = false;
+  bool blocks_held_by_waiting = false;
+  for (const auto& item : sequences_) {
+    if (item.second.state == SequenceState::kRunning) anything_running = true;
+    if (item.second.state == SequenceState::kWaiting && !item.second.blocks.empty()) blocks_held_by_waiting = true;
+  }
+  if (anything_running) return true;
+  if (!admission_open_ || queue_.empty()) return false;
+  const auto& head = sequences_.at(queue_.front());
+  return blocks_needed(head) <= pool_.blocks_free() || blocks_held_by_waiting;
+}
+
+std::vector<SequenceId> DecodeEngine::step(CausalLM& policy, int64_t weight_version) {
+  if (policy->config().max_position_embeddings != max_positions_) {
+    throw Error("decode engine: made for a context of " + std::to_string(max_positions_) +
+                " positions, stepped with a model of " + std::to_string(policy->config().max_position_embeddings));
+  }
+  tokens_last_step_ = 0;
+  input_tokens_last_step_ = 0;
+  std::vector<SequenceId> ended;
+  admit();
+  // Inference mode, not just no-grad: tensors made here never enter autograd,
+  // so LibTorch skips version counting and view tracking on each of the few
+  // hundred small ops of a step.
+  c10::InferenceMode inference;
+  std::vector<SequenceId> decode_ids, extend_ids;
+  std::vector<PagedRow> decode_rows, extend_rows;
+  std::vector<bool> extend_completes;
+  int64_t chunk_left = limits_.prefill_chunk_tokens;
+  for (auto& item : sequences_) {
+    auto& sequence = item.second;
+    if (sequence.state != SequenceState::kRunning) continue;
+    const auto pending = static_cast<int64_t>(sequence.context.size()) - sequence.cached;
+    const auto first = sequence.context.begin() + sequence.cached;
+    if (pending == 1) {
+      decode_ids.push_back(item.first);
+      decode_rows.push_back({&sequence.blocks, sequence.cached, {*first}});
+      continue;
+    }
+    // Long input shares the step's prefill budget; the first one always runs.
+    const int64_t take = extend_ids.empty() ? std::min(pending, limits_.prefill_chunk_tokens) : std::min(pending, chunk_left);
+    if (take <= 0) continue;
+    chunk_left -= take;
+    extend_ids.push_back(item.first);
+    extend_rows.push_back({&sequence.blocks, sequence.cached, std::vector<int64_t>(first, first + take)});
+    extend_completes.push_back(take == pending);
+  }
+  if (decode_ids.empty() && extend_ids.empty()) return ended;
+  std::vector<SequenceId> sampled_ids;
+  std::vector<torch::Tensor> last_hidden;
+  // The two calls write their own rows' blocks only, so their order does
+  // not matter; the sampled rows are put back in id order below.
+  if (!decode_ids.empty()) {
+    auto hidden = forward_paged(policy->model, pool_, decode_rows);  // [R, 1, D]
+    last_hidden.push_back(hidden.select(1, 0));
+    for (size_t r = 0; r < decode_ids.size(); ++r) {
+      auto& sequence = sequences_.at(decode_ids[r]);
+      sequence.cached += 1;
+      sampled_ids.push_back(decode_ids[r]);
+    }
+    input_tokens_last_step_ += static_cast<int64_t>(decode_ids.size());
+  }
+  if (!extend_ids.empty()) {
+    auto hidden = forward_paged(policy->model, pool_, extend_rows);  // [R, T, D]
+    std::vector<int64_t> rows, columns;
+    for (size_t r = 0; r < extend_ids.size(); ++r) {
+      auto& sequence = sequences_.at(extend_ids[r]);
+      const auto fresh = static_cast<int64_t>(extend_rows[r].fresh.size());
+      sequence.cached += fresh;
+      input_tokens_last_step_ += fresh;
+      if (!extend_completes[r]) continue;
+      rows.push_back(static_cast<int64_t>(r));
+      columns.push_back(fresh - 1);
+      sampled_ids.push_back(extend_ids[r]);
+    }
+    if (!rows.empty()) {
+      const auto device = hidden.device();
+      const auto row_index = torch::tensor(rows, torch::kInt64).to(device);
+      const auto column_index = torch::tensor(columns, torch::kInt64).to(device);
+      last_hidden.push_back(hidden.index({row_index, column_index}));  // [R', D]
+    }
+  }
+  if (sampled_ids.empty()) return ended;
+  auto hidden = last_hidden.size() == 1 ? last_hidden.front() : torch::cat(last_hidden, 0);
+  // Sample in id order, so the random stream does not depend on which call a row was in.
+  std::vector<int64_t> permutation(sampled_ids.size());
+  for (size_t i = 0; i < permutation.size(); ++i) permutation[i] = static_cast<int64_t>(i);
+  std::sort(permutation.begin(), permutation.end(),
+            [&](int64_t a, int64_t b) { return sampled_ids[static_cast<size_t>(a)] < sampled_ids[static_cast<size_t>(b)]; });
+  std::vector<SequenceId> ordered_ids;
+  for (const auto index : permutation) ordered_ids.push_back(sampled_ids[static_cast<size_t>(index)]);
+  const bool identity = std::is_sorted(sampled_ids.begin(), sampled_ids.end());
+  if (!identity) hidden = hidden.index_select(0, torch::tensor(permutation, torch::kInt64).to(hidden.device()));
+  sample(policy, ordered_ids, hidden, weight_version, ended);
+  std::sort(ended.begin(), ended.end());
+  return ended;
+}
+
+void DecodeEngine::sample(CausalLM& policy, const std::vector<SequenceId>& ids, const torch::Tensor& last_hidden,
+                          int64_t weight_version, std::vector<SequenceId>& ended) {
+  // The LM head (the largest matmul of a small model) runs on one position
+  // per sampled row, not on the whole input.
+  const auto logits = policy->logits_from_hidden(last_hidden);  // [R, V]
+  const auto log_probs = sampling_log_probs(logits, sampling_);
+  const auto device = log_probs.device();
+  torch::Tensor chosen;
+  if (sampling_.temperature == 0.0) {
+    chosen = log_probs.argmax(1, /*keepdim=*/true);
+  } else if (device.is_cpu()) {
+    chosen = torch::multinomial(log_probs.exp(), 1, false, generator_);
+  } else {
+    chosen = sample_on_device(log_probs, torch::rand({log_probs.size(0), 1}, generator_, torch::kFloat64).to(device));
+  }
+  // Read back through raw pointers: on a GPU only these R ids and log-probs
+  // cross to the host, not the [R, V] logits.
+  const auto chosen_log_probs = log_probs.gather(1, chosen).squeeze(1).to(torch::kCPU).contiguous();
+  const auto chosen_ids = chosen.squeeze(1).to(torch::kInt64).to(torch::kCPU).contiguous();
+  const float* chosen_log_prob = chosen_log_probs.data_ptr<float>();
+  const int64_t* chosen_id = chosen_ids.data_ptr<int64_t>();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto& sequence = sequences_.at(ids[i]);
+    auto& generated = sequence.generated;
+    // The token sampled now would sit at position context.size(): past the
+    // model's context it cannot be part of a sequence the learner can score.
+    const auto position = static_cast<int64_t>(sequence.context.size());
+    if (position >= max_positions_) {
+      generated.finish = FinishReason::kContextFull;
+      sequence.state = SequenceState::kTurnEnded;
+      ended.push_back(ids[i]);
+      continue;
+    }
+    const int64_t token = chosen_id[i];
+    sequence.context.push_back(token);
+    generated.tokens.push_back(token);
+    generated.logprobs.push_back(chosen_log_prob[i]);
+    generated.versions.push_back(weight_version);
+    --sequence.budget;
+    ++tokens_last_step_;
+    const auto& stops = sampling_.stop_tokens;
+    if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+      generated.finish = FinishReason::kStopToken;
+    } else if (sequence.budget <= 0) {
+      generated.finish = FinishReason::kMaxNewTokens;
+    } else if (position + 1 >= max_positions_) {
+      generated.finish = FinishReason::kContextFull;  // this token took the last position
+    } else {
+      continue;
+    }
+    sequence.state = SequenceState::kTurnEnded;
+    ended.push_back(ids[i]);
+  }
+}
+
+EngineStats DecodeEngine::stats() const {
+  EngineStats stats;
+  for (const auto& item : sequences_) {
+    const auto& sequence = item.second;
+    if (sequence.state == SequenceState::kRunning) ++stats.running;
+    if (sequence.state == SequenceState::kWaiting) ++stats.waiting;
+    if (sequence.state == SequenceState::kTurnEnded) ++stats.turn_ended;
+    stats.tokens_cached += sequence.cached;
+  }
+  stats.blocks_total = pool_.blocks_total();
+  stats.blocks_in_use = pool_.blocks_in_use();
+  stats.peak_blocks_in_use = pool_.peak_blocks_in_use();
+  stats.storage_bytes = pool_.storage_bytes();
+  stats.peak_storage_bytes = pool_.peak_storage_bytes();
+  stats.preemptions = preemptions_;
+  return stats;
+}
+
+}  // namespace sao::model
