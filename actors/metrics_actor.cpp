@@ -36,6 +36,7 @@ struct MetricsActorState {
   std::vector<nlohmann::json> events;   // operator commands
   nlohmann::json resume_event;          // what a resume counted as lost; null when not resuming
   std::map<std::string, double> knobs;  // live values not owned by the learner's own metrics
+  report::LogprobAgreement logprob_agreement;
   ActorCounters counters;
   static inline const char* name = "metrics";
 };
@@ -89,6 +90,7 @@ nlohmann::json summary_of(const MetricsActorState& state) {
       summary["worked_last"] = state.evals.back()["worked"];
     }
   }
+  state.logprob_agreement.add_to_summary(summary);
   return summary;
 }
 
@@ -106,6 +108,7 @@ void on_step(MetricsSelf self, const msg::StepReport& report) {
     if (item.value().is_number_float() && !std::isfinite(item.value().get<double>())) item.value() = nullptr;
   }
   state.writer->write(line);
+  state.logprob_agreement.add_step(line);
   state.history.push_back(line);
   if (state.history.size() > kHistoryKeptSteps) state.history.pop_front();
   state.latencies_ms.insert(state.latencies_ms.end(), report.rollout_to_learner_ms.begin(),
@@ -191,7 +194,10 @@ void restore_from(MetricsActorState& state, report::RewoundMetrics rewound) {
     state.env_restarts = count(last, "env_restarts");
     state.rollout_restarts = count(last, "rollout_restarts");
   }
-  for (const auto& line : rewound.steps) state.dropped_stale += count(line, "dropped_stale");
+  for (const auto& line : rewound.steps) {
+    state.dropped_stale += count(line, "dropped_stale");
+    state.logprob_agreement.add_step(line);
+  }
   const size_t first = rewound.steps.size() > kHistoryKeptSteps ? rewound.steps.size() - kHistoryKeptSteps : 0;
   state.history.assign(rewound.steps.begin() + static_cast<std::ptrdiff_t>(first), rewound.steps.end());
   state.evals = std::move(rewound.evals);

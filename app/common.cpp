@@ -137,7 +137,8 @@ TrainingStart prepare_training(const ParsedArgs& parsed, const std::string& comm
   if (!config.rollout.temperature_is_policy()) {
     std::fprintf(stderr,
                  "%s: WARNING: rollouts sample with temperature %.3g, top_k %lld, top_p %.3g; the recorded "
-                 "log-probs are of that distribution, not the policy's own\n",
+                 "log-probs are of that distribution, not the policy's own (so logprob_gap_lag0_max measures that "
+                 "difference, not numerics)\n",
                  command.c_str(), config.rollout.temperature, static_cast<long long>(config.rollout.top_k),
                  config.rollout.top_p);
   }

@@ -1,11 +1,12 @@
 // The learner step as a whole: config presets and strict reading, the SAO
 // critic schedule (fixed targets for the K updates, warm-up, frozen
 // attention), non-finite skips that leave every weight bit-identical,
-// GRPO/PPO modes, staleness accounting, and checkpoints that resume
-// bit-identically.
+// GRPO/PPO modes, staleness accounting, log-prob agreement at lag 0, and
+// checkpoints that resume bit-identically.
 #include "algo/learner.hpp"
 #include "base/error.hpp"
 #include "base/json_reader.hpp"
+#include "model/generation.hpp"
 #include "model/transformer.hpp"
 
 #include <doctest/doctest.h>
@@ -161,6 +162,36 @@ bool throws_with(const std::function<void()>& f, const std::string& needle) {
 LearnerConfig config_from(const nlohmann::json& json) {
   sao::base::JsonReader reader(json, "run.json: learner");
   return LearnerConfig::from_json(reader);
+}
+
+// Episodes sampled from `policy` itself (temperature 1, no top-k/top-p),
+// recorded at `version`: prompts of 2-4 tokens, up to 6 generated, token 3
+// stops a row early so the lengths differ. `action_tokens` counts what was generated.
+std::vector<Trajectory> sample_batch(CausalLM& policy, int64_t version, uint64_t seed, int64_t& action_tokens) {
+  sao::model::SamplingConfig sampling;
+  sampling.max_new_tokens = 6;
+  sampling.stop_tokens = {3};
+  REQUIRE(sampling.samples_policy_distribution());
+  const std::vector<std::vector<int64_t>> prompts = {{1, 5}, {1, 7, 9}, {1, 4, 6, 8}, {1, 12}, {1, 10, 11}};
+  torch::NoGradGuard no_grad;
+  const auto sequences = sao::model::generate(policy, prompts, sampling, seed, version);
+  std::vector<Trajectory> batch;
+  action_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    action_tokens += static_cast<int64_t>(sequences[i].tokens.size());
+    batch.push_back(sao::algo::trajectory_from_generation(prompts[i], sequences[i], static_cast<double>(i % 2),
+                                                          /*terminated=*/true, static_cast<int64_t>(i)));
+  }
+  return batch;
+}
+
+// Adds `delta` to the behaviour log-prob of the trajectory's first action token.
+void perturb_first_action(Trajectory& tr, float delta) {
+  for (size_t t = 0; t < tr.size(); ++t) {
+    if (!tr.action_mask[t]) continue;
+    tr.behaviour_logprobs[t] += delta;
+    return;
+  }
 }
 
 }  // namespace
@@ -475,6 +506,86 @@ TEST_CASE("staleness is measured against the learner's policy version, never fil
   CHECK(old.metrics["staleness_max"] == 1.0);
   CHECK(old.metrics["staleness_hist_1"] == old.metrics["action_tokens"]);
   CHECK(old.metrics["staleness_hist_0"] == 0.0);
+}
+
+TEST_CASE("log-prob agreement at lag 0: the rollout's log-probs are the learner's at the same weights") {
+  int64_t action_tokens = 0;
+  auto sampled = make_models(31);
+  const auto batch = sample_batch(sampled.policy, /*version=*/0, 32, action_tokens);
+  REQUIRE(action_tokens > 10);
+
+  SUBCASE("same weights: agreement to float noise, nothing outside DIS's band") {
+    Learner learner(sao_config(), sampled.policy, sampled.critic);
+    auto m = learner.step(batch).metrics;
+    CHECK(m["lag0_tokens"] == static_cast<double>(action_tokens));
+    CHECK(m["lag0_tokens"] == m["action_tokens"]);
+    CHECK(m["logprob_gap_lag0_max"] < 1e-5);
+    CHECK(m["logprob_outside_dis_lag0_frac"] == 0.0);
+    MESSAGE("logprob_gap_lag0_max " << m["logprob_gap_lag0_max"] << " over " << action_tokens << " tokens");
+  }
+  SUBCASE("one behaviour log-prob off by +0.5: gap 0.5, that token outside the band as DIS rejects it") {
+    auto same = make_models(31);  // the weights that sampled the batch (the step above moved `sampled`)
+    Learner learner(sao_config(), same.policy, same.critic);
+    auto perturbed = batch;
+    perturb_first_action(perturbed[2], 0.5f);
+    auto m = learner.step(perturbed).metrics;
+    CHECK(m["lag0_tokens"] == static_cast<double>(action_tokens));
+    CHECK(std::abs(m["logprob_gap_lag0_max"] - 0.5) < 1e-5);
+    // ratio exp(-0.5) = 0.61 <= 1 - eps_low = 0.7: rejected on the low side.
+    CHECK(m["logprob_outside_dis_lag0_frac"] == 1.0 / static_cast<double>(action_tokens));
+    CHECK(m["dis_reject_low_frac"] == m["logprob_outside_dis_lag0_frac"]);
+    CHECK(m["dis_reject_high_frac"] == 0.0);
+  }
+  SUBCASE("a PPO learner measures against DIS's band too") {
+    auto same = make_models(31);
+    auto config = sao_config();
+    config.policy_loss = sao::algo::PolicyLossKind::kPpo;
+    Learner learner(config, same.policy, same.critic);
+    auto perturbed = batch;
+    perturb_first_action(perturbed[0], -2.0f);  // ratio e^2 = 7.4 >= 1 + eps_high = 6
+    auto m = learner.step(perturbed).metrics;
+    CHECK(std::abs(m["logprob_gap_lag0_max"] - 2.0) < 1e-5);
+    CHECK(m["logprob_outside_dis_lag0_frac"] == 1.0 / static_cast<double>(action_tokens));
+  }
+  SUBCASE("during critic warm-up the policy's forward pass is measured as well") {
+    auto same = make_models(31);
+    auto config = sao_config();
+    config.critic_warmup_steps = 1;
+    Learner learner(config, same.policy, same.critic);
+    auto m = learner.step(batch).metrics;
+    CHECK(m["critic_only"] == 1.0);
+    CHECK(m["lag0_tokens"] == static_cast<double>(action_tokens));
+    CHECK(m["logprob_gap_lag0_max"] < 1e-5);
+  }
+}
+
+TEST_CASE("log-prob agreement counts only tokens at staleness 0") {
+  auto m = make_models(33);
+  Learner learner(sao_config(), m.policy, m.critic);
+  int64_t first_tokens = 0, fresh_tokens = 0, stale_tokens = 0;
+  const auto first = sample_batch(m.policy, 0, 34, first_tokens);
+  learner.step(first);
+  REQUIRE(learner.policy_version() == 1);
+  // Version-0 tokens, now at staleness 1, sampled by weights the learner no
+  // longer holds, one of them also off by +0.5: none of that may show.
+  auto stale = first;
+  perturb_first_action(stale[1], 0.5f);
+  stale_tokens = first_tokens;
+  auto batch = sample_batch(m.policy, 1, 35, fresh_tokens);
+  batch.insert(batch.end(), stale.begin(), stale.end());
+  auto metrics = learner.step(batch).metrics;
+  CHECK(metrics["action_tokens"] == static_cast<double>(fresh_tokens + stale_tokens));
+  CHECK(metrics["staleness_hist_1"] == static_cast<double>(stale_tokens));
+  CHECK(metrics["lag0_tokens"] == static_cast<double>(fresh_tokens));
+  CHECK(metrics["logprob_gap_lag0_max"] < 1e-5);
+  CHECK(metrics["logprob_outside_dis_lag0_frac"] == 0.0);
+
+  // Only stale tokens: nothing to compare, so the two keys are absent.
+  auto only_stale = learner.step(stale).metrics;
+  CHECK(only_stale["staleness_hist_0"] == 0.0);
+  CHECK(only_stale["lag0_tokens"] == 0.0);
+  CHECK(only_stale.count("logprob_gap_lag0_max") == 0);
+  CHECK(only_stale.count("logprob_outside_dis_lag0_frac") == 0);
 }
 
 TEST_CASE("save and load continue bit-identically") {

@@ -148,3 +148,50 @@ TEST_CASE("a finished run ends with a few lines for a person, not summary.json's
         "files: r/ (metrics.jsonl, summary.json with every number, checkpoint/policy for sao eval); "
         "curves: sao plot r\n");
 }
+
+TEST_CASE("the final lines say how well rollout and learner log-probs agreed at lag 0") {
+  // Step lines as the sink writes them: the learner's numbers are doubles, NaN is null.
+  sao::report::LogprobAgreement agreement;
+  agreement.add_step(nlohmann::json::parse(R"({"step": 1, "lag0_tokens": 345.0, "logprob_gap_lag0_max": 0.5,
+      "logprob_outside_dis_lag0_frac": 0.002898550724637681})"));  // 1 of 345
+  agreement.add_step(nlohmann::json::parse(R"({"step": 2, "lag0_tokens": 12000.0, "logprob_gap_lag0_max": 3.1e-06,
+      "logprob_outside_dis_lag0_frac": 0.0})"));
+  agreement.add_step(nlohmann::json::parse(R"({"step": 3, "lag0_tokens": 0.0})"));  // every token stale
+  agreement.add_step(nlohmann::json::parse(R"({"step": 4})"));                      // a rejected batch
+  agreement.add_step(nlohmann::json::parse(R"({"step": 5, "lag0_tokens": 40.0, "logprob_gap_lag0_max": null,
+      "logprob_outside_dis_lag0_frac": 0.0})"));  // a non-finite forward pass: not counted
+  auto summary = nlohmann::json::parse(R"({"steps": 5, "episodes_lost": 0})");
+  agreement.add_to_summary(summary);
+  CHECK(summary["lag0_tokens"] == 12345);
+  CHECK(summary["logprob_gap_lag0_max"] == 0.5);
+  CHECK(summary["logprob_outside_dis_lag0_tokens"] == 1);
+  CHECK(sao::report::describe_run_summary(summary, "r", 2.0) ==
+        "steps: 5, episodes lost 0, wall time 0:02\n"
+        "log-prob agreement at lag 0: max |rollout - learner| 0.5 over 12,345 tokens; 1 (0.0081%) outside DIS's "
+        "band\n"
+        "files: r/ (metrics.jsonl, summary.json with every number, checkpoint/policy for sao eval); "
+        "curves: sao plot r\n");
+
+  sao::report::LogprobAgreement agreeing;
+  agreeing.add_step(nlohmann::json::parse(R"({"lag0_tokens": 1234567.0, "logprob_gap_lag0_max": 3.1e-06,
+      "logprob_outside_dis_lag0_frac": 0.0})"));
+  nlohmann::json clean = {{"steps", 1}, {"episodes_lost", 0}};
+  agreeing.add_to_summary(clean);
+  CHECK(sao::report::describe_run_summary(clean, "r", 2.0).find(
+            "\nlog-prob agreement at lag 0: max |rollout - learner| 3.1e-06 over 1,234,567 tokens; 0 outside DIS's "
+            "band\n") != std::string::npos);
+
+  // Only stale tokens: said so; no step line with the keys: no line, no key.
+  sao::report::LogprobAgreement stale_only;
+  stale_only.add_step(nlohmann::json::parse(R"({"lag0_tokens": 0.0})"));
+  nlohmann::json stale = {{"steps", 1}, {"episodes_lost", 0}};
+  stale_only.add_to_summary(stale);
+  CHECK(stale == nlohmann::json{{"steps", 1}, {"episodes_lost", 0}, {"lag0_tokens", 0}});
+  CHECK(sao::report::describe_run_summary(stale, "r", 2.0).find(
+            "log-prob agreement at lag 0: not measured (no action token was trained at staleness 0)\n") !=
+        std::string::npos);
+  nlohmann::json none = {{"steps", 1}, {"episodes_lost", 0}};
+  sao::report::LogprobAgreement().add_to_summary(none);
+  CHECK(none == nlohmann::json{{"steps", 1}, {"episodes_lost", 0}});
+  CHECK(sao::report::describe_run_summary(none, "r", 2.0).find("log-prob") == std::string::npos);
+}

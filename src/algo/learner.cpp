@@ -221,6 +221,28 @@ PolicyLossResult compute_policy_loss(const LearnerConfig& c, const torch::Tensor
   return result;
 }
 
+// Rollout against learner log-probs on the action tokens sampled by the
+// weights the learner holds now (lag 0): the same weights produced both, so
+// they may differ only by numerics (KV cache, batching, kernels, precision).
+// A gap here is a bug in recording or recomputing log-probs, which DIS would
+// otherwise silently treat as off-policy drift. `logprobs` is this step's
+// forward pass; nothing is recomputed.
+void logprob_agreement_metrics(const torch::Tensor& logprobs, const TrajectoryBatch& batch, int64_t learner_version,
+                               const DisOptions& band, Metrics& m) {
+  torch::NoGradGuard no_grad;
+  const auto lag0 = batch.action_mask & (batch.versions == learner_version);
+  const int64_t tokens = lag0.sum().item<int64_t>();
+  m["lag0_tokens"] = static_cast<double>(tokens);
+  if (tokens == 0) return;  // the other two keys are absent: no token to compare
+  const auto learner = logprobs.detach().masked_select(lag0);
+  const auto rollout = batch.behaviour_logprobs.masked_select(lag0).to(learner.scalar_type());
+  m["logprob_gap_lag0_max"] = (rollout.to(torch::kFloat64) - learner.to(torch::kFloat64)).abs().max().item<double>();
+  // The ratio as dis_loss computes it (same dtype), so the count matches its rejections.
+  const auto outside = dis_outside_band((learner - rollout).exp(), band);
+  m["logprob_outside_dis_lag0_frac"] =
+      static_cast<double>((outside.below | outside.above).sum().item<int64_t>()) / static_cast<double>(tokens);
+}
+
 constexpr const char* kStateFormat = "sao-learner-state-v1";
 
 }  // namespace
@@ -430,12 +452,14 @@ bool Learner::actor_stage(const TrajectoryBatch& batch, const torch::Tensor& adv
     torch::NoGradGuard no_grad;
     auto out = policy_outputs(policy_, batch.input_ids, buckets_);
     m["entropy"] = mean_over_actions(out.entropy, batch.action_mask);
+    logprob_agreement_metrics(out.logprobs, batch, policy_version_, config_.dis, m);
     compute_policy_loss(config_, out.logprobs, batch, advantages, m);
     return true;
   }
   actor_optimizer_->zero_grad();
   auto out = policy_outputs(policy_, batch.input_ids, buckets_);
   m["entropy"] = mean_over_actions(out.entropy, batch.action_mask);
+  logprob_agreement_metrics(out.logprobs, batch, policy_version_, config_.dis, m);
   auto loss = compute_policy_loss(config_, out.logprobs, batch, advantages, m);
   if (!std::isfinite(m["policy_loss"])) return false;
   loss.loss.backward();

@@ -55,7 +55,17 @@ namespace sao::algo {
 //   advantage_mean, advantage_std, baseline_mean (running mean only),
 //   critic_only (1 during warm-up), critic_updates (taken this step),
 //   policy_updated, step_skipped, skipped_nonfinite (cumulative count),
-//   policy_version (after the step), learner_step (after the step).
+//   policy_version (after the step), learner_step (after the step),
+//   lag0_tokens (action tokens sampled at the learner's current version,
+//   staleness 0), and over those tokens, absent when there is none:
+//   logprob_gap_lag0_max (largest |behaviour - learner log-prob|, the
+//   learner's from this step's own forward pass) and
+//   logprob_outside_dis_lag0_frac (share whose ratio lies outside DIS's trust
+//   band, dis_outside_band, whatever the policy loss). Same weights, so both
+//   should be ~0; they measure numerics only when the rollouts sample the
+//   policy's own distribution (temperature 1, no top-k/top-p: the default).
+//   The learner is not told how rollouts sample; at another temperature
+//   these measure that difference instead.
 using Metrics = std::map<std::string, double>;
 
 struct StepResult {

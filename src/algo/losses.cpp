@@ -41,6 +41,10 @@ double fraction(const torch::Tensor& flags, int64_t n) {
 
 }  // namespace
 
+DisBandFlags dis_outside_band(const torch::Tensor& ratio, const DisOptions& options) {
+  return {ratio <= 1.0 - options.eps_low, ratio >= 1.0 + options.eps_high};
+}
+
 PolicyLossResult dis_loss(const torch::Tensor& logprobs, const torch::Tensor& behaviour_logprobs,
                           const torch::Tensor& advantages, const torch::Tensor& action_mask,
                           const DisOptions& options) {
@@ -52,8 +56,9 @@ PolicyLossResult dis_loss(const torch::Tensor& logprobs, const torch::Tensor& be
   // [B, T]; off-action entries are zeroed before exp so they cannot overflow.
   auto log_ratio = torch::where(mask, logprobs - behaviour_logprobs, torch::zeros_like(logprobs));
   auto ratio = log_ratio.detach().exp();
-  auto below = mask & (ratio <= 1.0 - options.eps_low);
-  auto above = mask & (ratio >= 1.0 + options.eps_high);
+  const auto band = dis_outside_band(ratio, options);
+  auto below = mask & band.below;
+  auto above = mask & band.above;
   auto trusted = mask & ~below & ~above;
   auto zero = torch::zeros_like(logprobs);
   // Ratio (or log-ratio) and advantage are zeroed outside the band BEFORE

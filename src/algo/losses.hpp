@@ -43,6 +43,16 @@ struct DisOptions {
   bool detach_weight = true;
 };
 
+// DIS's trust band applied to importance ratios `ratio` (any shape, detached):
+// the tokens it rejects on the low side (r <= 1 - eps_low) and on the high
+// side (r >= 1 + eps_high). The one definition of the band: dis_loss rejects
+// exactly these, and the learner's log-prob agreement check counts them.
+struct DisBandFlags {
+  torch::Tensor below;  // bool, ratio's shape
+  torch::Tensor above;
+};
+DisBandFlags dis_outside_band(const torch::Tensor& ratio, const DisOptions& options);
+
 // Direct double-sided importance sampling (SAO.md step 5):
 //   r_t = exp(logp_t - logp_behaviour_t); w_t = r_t if trusted else 0;
 //   loss = -sum_t w_t A_t logp_t / N  (rejected tokens still count in N).

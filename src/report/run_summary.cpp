@@ -4,6 +4,8 @@
 #include "report/progress.hpp"
 #include "report/time_accounting.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace sao::report {
@@ -20,7 +22,56 @@ bool has_number(const nlohmann::json& object, const char* key) {
   return object.is_object() && object.contains(key) && object[key].is_number();
 }
 
+// 12345 -> "12,345".
+std::string with_thousands_separators(int64_t value) {
+  std::string digits = std::to_string(value < 0 ? -value : value);
+  for (auto at = static_cast<std::ptrdiff_t>(digits.size()) - 3; at > 0; at -= 3) digits.insert(at, ",");
+  return value < 0 ? "-" + digits : digits;
+}
+
+// The final line about log-prob agreement at lag 0 (see LogprobAgreement);
+// "" when the summary does not carry it.
+std::string describe_logprob_agreement(const nlohmann::json& summary) {
+  if (!has_number(summary, "lag0_tokens")) return "";
+  const auto tokens = summary["lag0_tokens"].get<int64_t>();
+  if (tokens <= 0) return "log-prob agreement at lag 0: not measured (no action token was trained at staleness 0)\n";
+  if (!has_number(summary, "logprob_gap_lag0_max") || !has_number(summary, "logprob_outside_dis_lag0_tokens")) {
+    return "";
+  }
+  const auto outside = summary["logprob_outside_dis_lag0_tokens"].get<int64_t>();
+  char gap[32];
+  std::snprintf(gap, sizeof(gap), "%.2g", summary["logprob_gap_lag0_max"].get<double>());
+  std::string text = "log-prob agreement at lag 0: max |rollout - learner| " + std::string(gap) + " over " +
+                     with_thousands_separators(tokens) + " tokens; " + with_thousands_separators(outside);
+  if (outside > 0) {
+    char share[32];
+    std::snprintf(share, sizeof(share), " (%.2g%%)", 100.0 * static_cast<double>(outside) / static_cast<double>(tokens));
+    text += share;
+  }
+  return text + " outside DIS's band\n";
+}
+
 }  // namespace
+
+void LogprobAgreement::add_step(const nlohmann::json& line) {
+  if (!has_number(line, "lag0_tokens")) return;
+  seen_ = true;
+  const auto tokens = line["lag0_tokens"].get<int64_t>();
+  if (tokens <= 0 || !has_number(line, "logprob_gap_lag0_max") || !has_number(line, "logprob_outside_dis_lag0_frac"))
+    return;
+  tokens_ += tokens;
+  gap_max_ = std::max(gap_max_, line["logprob_gap_lag0_max"].get<double>());
+  // The fraction is outside / tokens of that step: the product rounds back to the count.
+  outside_ += std::llround(line["logprob_outside_dis_lag0_frac"].get<double>() * static_cast<double>(tokens));
+}
+
+void LogprobAgreement::add_to_summary(nlohmann::json& summary) const {
+  if (!seen_) return;
+  summary["lag0_tokens"] = tokens_;
+  if (tokens_ == 0) return;
+  summary["logprob_gap_lag0_max"] = gap_max_;
+  summary["logprob_outside_dis_lag0_tokens"] = outside_;
+}
 
 std::string heldout_errors_note(int64_t errors, int64_t total) {
   if (errors <= 0) return "";
@@ -49,6 +100,7 @@ std::string describe_run_summary(const nlohmann::json& summary, const std::strin
   }
   text += "steps: " + std::to_string(summary.value("steps", 0LL)) + ", episodes lost " +
           std::to_string(summary.value("episodes_lost", 0LL)) + ", wall time " + format_duration(wall_s) + "\n";
+  text += describe_logprob_agreement(summary);
   if (summary.contains("time_accounting") && summary["time_accounting"].is_object())
     text += describe_time_accounting(summary["time_accounting"]) + "\n";
   text += "files: " + run_dir + "/ (metrics.jsonl, summary.json with every number, checkpoint/policy for sao eval); "

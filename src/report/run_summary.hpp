@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace sao::report {
@@ -14,6 +15,26 @@ namespace sao::report {
 // for an evaluation that lost episodes (its accuracy covers only the
 // answered ones), "" when none was lost.
 std::string heldout_errors_note(int64_t errors, int64_t total);
+
+// The run's log-prob agreement at lag 0, gathered from the step lines'
+// lag0_tokens, logprob_gap_lag0_max and logprob_outside_dis_lag0_frac (the
+// learner's, algo/learner.hpp) for summary.json and the final line.
+class LogprobAgreement {
+ public:
+  // A line without lag0_tokens adds nothing; one with lag-0 tokens but no
+  // finite gap (a non-finite forward pass) adds nothing either.
+  void add_step(const nlohmann::json& line);
+  // Sets summary.json's lag0_tokens (the run's total), and when it is > 0
+  // logprob_gap_lag0_max (the run's max) and logprob_outside_dis_lag0_tokens;
+  // nothing when no step line carried lag0_tokens.
+  void add_to_summary(nlohmann::json& summary) const;
+
+ private:
+  bool seen_ = false;
+  int64_t tokens_ = 0;
+  int64_t outside_ = 0;
+  double gap_max_ = 0.0;
+};
 
 // `summary` is summary.json's object (the metrics actor's); `wall_s` the
 // command's own wall time. Lines end with '\n'. Keys the summary lacks
