@@ -438,20 +438,11 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
   state.device = model::parse_device(state.config.rollout.device, "rollout.device");
   state.policy->to(state.device);
   state.policy->eval();
-  rollout::EpisodeSettings settings;
-  settings.sampling.temperature = state.config.rollout.temperature;
-  settings.sampling.top_k = state.config.rollout.top_k;
-  settings.sampling.top_p = state.config.rollout.top_p;
-  settings.sampling.max_new_tokens = state.config.rollout.max_new_tokens;
-  settings.max_turns = state.config.rollout.max_turns;
-  model::EngineLimits limits;
-  limits.kv_cache_tokens = state.config.rollout.kv_pool_tokens(state.config.model.max_position_embeddings);
-  limits.block_size = state.config.rollout.kv_block_size;
-  limits.prefill_chunk_tokens = state.config.rollout.prefill_chunk_tokens;
   const uint64_t sampling_seed =
       base::splitmix64(state.config.seed ^ (static_cast<uint64_t>(state.config.index) << 20) ^ 0x5a0ULL);
-  state.episodes = std::make_unique<rollout::EpisodeEngine>(*state.config.tokenizer, settings, state.config.model,
-                                                             limits, sampling_seed);
+  state.episodes = std::make_unique<rollout::EpisodeEngine>(
+      *state.config.tokenizer, state.config.rollout.episode_settings(), state.config.model,
+      state.config.rollout.engine_limits(state.config.model.max_position_embeddings), sampling_seed);
   // Ask for the current weights; generation starts when they arrive.
   register_with_weight_sync(self);
   return {

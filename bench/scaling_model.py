@@ -28,15 +28,17 @@ The latency term. Every run MODE_nN_lL of OUT with L > 0 is predicted from
 the run of the same mode and N at L = 0 (its calibration: wall seconds per
 learner step T0, the rollouts' decode CPU seconds per trajectory rd, and its
 trajectories/s R0), with env latency drawn as env.latency draws it
-(lognormal of mean L, SIGMA (default 1), capped at 20 L). A rollout session
-of E = 64 / N episodes waits for the slowest of its E resets before decoding
-and for the slowest of its E steps before it ends:
-  sync   a learner step waits for every actor's session:
-         T = T0 + E[max over the N actors of (max of E resets + max of E steps)]
+(lognormal of mean L, SIGMA (default 1), capped at 20 L). Each rollout actor
+holds E = 64 / N slots (rollout.slots); a slot plays its episode (a reset,
+the reply, a step) and takes the next prompt at once (continuous batching):
+  sync   a round is every slot's episode at one weight version, so a learner
+         step waits for the slowest of the N E episodes:
+         T = T0 + E[max over the N E episodes of (reset + step)]
          trajectories/s = N E / T   (a synchronous step trains one round)
-  async  each actor runs its sessions back to back; the learner takes 64 as
-         they come, and the latency-0 rate R0 (CPU-bound) stays a ceiling:
-         trajectories/s = min(R0, N E / (E[max of E resets + max of E steps] + E rd))
+  async  the slots never wait for each other; each cycles through reset and
+         step latency while the actor's decode thread serves them all, and
+         the latency-0 rate R0 (CPU-bound) stays a ceiling:
+         trajectories/s = min(R0, N / rd, N E / E[reset + step])
 The expectations are Monte-Carlo means of 20,000 draws.
 """
 import json
@@ -94,9 +96,14 @@ def latency_draws(mean_ms, sigma, count, rng):
     return [min(math.exp(mu + sigma * rng.gauss(0.0, 1.0)), 20.0 * mean_ms) / 1e3 for _ in range(count)]
 
 
-def session_wait(mean_ms, sigma, episodes, rng):
-    """One session's env wait: the slowest of its resets, then the slowest of its steps."""
-    return max(latency_draws(mean_ms, sigma, episodes, rng)) + max(latency_draws(mean_ms, sigma, episodes, rng))
+def episode_wait(mean_ms, sigma, rng):
+    """One episode's env wait: its reset and its step."""
+    return sum(latency_draws(mean_ms, sigma, 2, rng))
+
+
+def round_wait(mean_ms, sigma, episodes, rng):
+    """A synchronous round's env wait: the slowest of its episodes, each a reset and a step."""
+    return max(episode_wait(mean_ms, sigma, rng) for _ in range(episodes))
 
 
 def expected(sample, draws=20000):
@@ -137,12 +144,12 @@ def latency_main(out, sigma):
         rate0, step0 = run_rates(calibration)
         episodes = max(64 // n, 8 if mode == "grpo_sync" else 1)
         if mode.endswith("_sync"):
-            wait = expected(lambda: max(session_wait(latency, sigma, episodes, rng) for _ in range(n)), 4000)
+            wait = expected(lambda: round_wait(latency, sigma, n * episodes, rng), 4000)
             predicted = n * episodes / (step0 + wait)  # a sync step takes one round: N E trajectories
         else:
-            decode = episodes * decode_seconds_per_trajectory(calibration)
-            wait = expected(lambda: session_wait(latency, sigma, episodes, rng))
-            predicted = min(rate0, n * episodes / (wait + decode))
+            decode = decode_seconds_per_trajectory(calibration)
+            wait = expected(lambda: episode_wait(latency, sigma, rng))
+            predicted = min(rate0, n / decode, n * episodes / wait)
         print(f"{mode:>10} {n:>6} {latency:>10} {predicted:>16.1f} {measured:>9.1f} {measured / predicted:>9.2f}")
 
 

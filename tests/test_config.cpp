@@ -374,3 +374,22 @@ TEST_CASE("the default's SFT curriculum applies to arithmetic's own demonstratio
       load_run_config("", {"sft.curriculum=null"}),
       R"(--set sft.curriculum=null: sft.curriculum: expected an array of phases {"fraction": F, "task": {...}}, got null)");
 }
+
+TEST_CASE("rollout.slots: the old name episodes_per_actor is still read; both at once, or a pool below a block, are refused") {
+  auto document = default_config_document();
+  document["rollout"].erase("slots");
+  document["rollout"]["episodes_per_actor"] = 8;
+  CHECK(parse_run_config(document, "test.json").rollout.slots == 8);
+  document["rollout"]["slots"] = 8;
+  CHECK(error_of(document) ==
+        "test.json.rollout: both 'slots' and its old name 'episodes_per_actor' are set; keep 'slots'");
+  document = default_config_document();
+  document["rollout"]["kv_cache_tokens"] = 8;
+  CHECK(error_of(document) ==
+        "test.json.rollout.kv_cache_tokens: 8 holds less than one block of kv_block_size (16) tokens; 0 sizes the pool "
+        "as slots x model.max_position_embeddings");
+  document["rollout"]["kv_cache_tokens"] = 0;
+  const auto config = parse_run_config(document, "test.json");
+  CHECK(config.rollout.kv_pool_tokens(config.model.max_position_embeddings) ==
+        config.rollout.slots * config.model.max_position_embeddings);
+}

@@ -331,3 +331,94 @@ TEST_CASE("a failure streak: a success between failures resets it; once dead it 
   for (int i = 0; i < 10; ++i) CHECK_FALSE(never.failure("x"));
   CHECK_FALSE(never.dead());
 }
+
+TEST_CASE("continuous batching: a row that ends frees its slot; the next episode joins while others are mid-turn") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  auto policy = tiny_policy();
+  auto episode_settings = settings(/*max_turns=*/3);
+  auto batch = open_engine(tokenizer, episode_settings, 2, 17);
+  batch.reset_done(0, text("a"));
+  batch.reset_done(1, text("b"));
+  // Row 0 ends on its first step; row 1 plays three turns. Row 0's slot opens
+  // row 2 as soon as row 0 is closed, while row 1 still plays.
+  bool row2_opened = false;
+  std::vector<int64_t> turn_versions_of_row1;
+  int64_t version = 0;
+  while (batch.open_rows() > 0) {
+    for (const auto& ended : batch.decode_step(policy, version)) {
+      if (ended.row == 1) {
+        turn_versions_of_row1.push_back(batch.row(1).current.versions.front());
+        batch.step_done(1, text("more"));
+      } else {
+        EnvOutcome done = text("");
+        done.terminated = true;
+        done.reward = 1.0;
+        batch.step_done(ended.row, done);
+      }
+    }
+    ++version;  // a weight switch between every two steps
+    for (const auto id : batch.row_ids()) {
+      if (batch.row(id).state != RowState::kFinished) continue;
+      if (id == 0) {
+        CHECK(batch.row(1).state != RowState::kFinished);  // row 1 is still playing
+        CHECK(batch.row(0).success);
+        batch.close(0);
+        const auto next = batch.open();
+        CHECK(next == 2);
+        batch.reset_done(next, text("c"));
+        row2_opened = true;
+        CHECK(batch.row(2).state == RowState::kGenerating);
+        continue;
+      }
+      if (id == 1) {
+        const auto trajectory = batch.trajectory(1, 0);
+        // Every action token records the version of the step that sampled it.
+        std::vector<int64_t> versions;
+        for (size_t t = 0; t < trajectory.size(); ++t)
+          if (trajectory.action_mask[t]) versions.push_back(trajectory.policy_versions[t]);
+        CHECK(std::is_sorted(versions.begin(), versions.end()));
+        CHECK(versions.front() == 0);
+        CHECK(batch.row(1).turns.size() == 3);  // multi-turn across the refill
+      }
+      batch.close(id);
+    }
+  }
+  CHECK(row2_opened);
+  CHECK(turn_versions_of_row1.size() == 3);
+  CHECK(batch.engine().stats().blocks_in_use == 0);
+}
+
+TEST_CASE("a lost episode gives its blocks back at once; a full pool makes a new episode wait, then resume") {
+  const sao::tokenizer::ByteTokenizer tokenizer;
+  auto policy = tiny_policy();
+  sao::model::EngineLimits limits;
+  limits.block_size = 4;
+  limits.kv_cache_tokens = 8;  // one turn: BOS + <|obs|> + 3 new tokens = 5 tokens = 2 blocks: the whole pool
+  EpisodeEngine batch(tokenizer, settings(), sao_test::tiny_byte_model(), limits, 5);
+  const auto first = batch.open();
+  const auto second = batch.open();
+  batch.reset_done(first, text(""));
+  batch.reset_done(second, text(""));
+  batch.decode_step(policy, 0);
+  CHECK(batch.engine().stats().blocks_in_use == 2);
+  CHECK(batch.engine().stats().waiting == 1);
+  CHECK(batch.row(second).state == RowState::kGenerating);  // mid-turn, queued for blocks
+  // The first episode's env fails mid-episode: lost, and its blocks return.
+  std::vector<sao::rollout::TurnEnd> ended;
+  while (ended.empty()) ended = batch.decode_step(policy, 0);
+  REQUIRE(ended.front().row == first);
+  batch.step_failed(first, "env crashed");
+  CHECK(batch.row(first).state == RowState::kLost);
+  CHECK(batch.engine().stats().blocks_in_use == 0);
+  CHECK(batch.has_decode_work());
+  while (batch.any_generating()) {
+    for (const auto& turn : batch.decode_step(policy, 1)) {
+      EnvOutcome done = text("");
+      done.terminated = true;
+      batch.step_done(turn.row, done);
+    }
+  }
+  CHECK(batch.row(second).state == RowState::kFinished);
+  CHECK_FALSE(batch.row(second).turns.front().action_tokens.empty());  // it ran once blocks were free
+  CHECK(batch.engine().stats().blocks_in_use == 0);
+}

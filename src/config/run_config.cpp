@@ -625,4 +625,22 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
   return parse_run_config(document, source, config_sources(overlay, source, overrides));
 }
 
+model::EngineLimits RolloutSection::engine_limits(int64_t max_positions) const {
+  model::EngineLimits limits;
+  limits.kv_cache_tokens = kv_pool_tokens(max_positions);
+  limits.block_size = kv_block_size;
+  limits.prefill_chunk_tokens = prefill_chunk_tokens;
+  return limits;
+}
+
+rollout::EpisodeSettings RolloutSection::episode_settings() const {
+  rollout::EpisodeSettings settings;
+  settings.sampling.temperature = temperature;
+  settings.sampling.top_k = top_k;
+  settings.sampling.top_p = top_p;
+  settings.sampling.max_new_tokens = max_new_tokens;
+  settings.max_turns = max_turns;
+  return settings;
+}
+
 }  // namespace sao::config

@@ -9,9 +9,11 @@
 #include "base/json_reader.hpp"
 #include "env/arithmetic.hpp"
 #include "env/latency.hpp"
+#include "model/decode_engine.hpp"
 #include "model/generation.hpp"
 #include "model/model_config.hpp"
 #include "replay/replay_buffer.hpp"
+#include "rollout/episode_engine.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -114,6 +116,10 @@ struct RolloutSection {
   int64_t kv_pool_tokens(int64_t max_positions) const {
     return kv_cache_tokens > 0 ? kv_cache_tokens : slots * max_positions;
   }
+  // The decode engine's limits, and the episodes' sampling and turns, that
+  // these keys give a rollout of a model whose context holds `max_positions`.
+  model::EngineLimits engine_limits(int64_t max_positions) const;
+  rollout::EpisodeSettings episode_settings() const;
 };
 
 // Which environment the env actors run. Its config is the "task" section,
