@@ -5,18 +5,31 @@
 //               episode at once (what the rollout actor does);
 //   lockstep    the next `slots` episodes open only when every row of the
 //               last ones has ended (what sao did before the engine).
-// Environments answer in the driver's thread (no simulated latency), so the
-// ratio is the engine's alone: how full each decode step is. Prints
+// Environments compute their answer in the driver's thread; with
+// --latency-ms L the answer is delivered L ms later (lognormal, sigma 1, as
+// env.latency draws it; the same draw for the same episode and turn in both
+// modes), while the engine decodes the other rows, as a rollout actor's env
+// replies arrive. At L = 0 the ratio is the engine's alone: how full each
+// decode step is (on a CPU a step's cost follows its rows, so little). Prints
 // trajectories/s of each (median over rounds), their ratio, and the KV
-// memory: the paged pool's peak storage in the continuous runs against the
-// least a dense lockstep cache held (rows x the longest row's context, per
-// session; the cache then was one tensor sized so, grown by doubling).
+// memory: the paged pool's peak storage in the continuous runs against a
+// dense cache of the lockstep runs' sessions, rows x the longest row's
+// context (the least any one-tensor-per-session cache holds), and against
+// the rule of the lockstep DecodeSession this engine replaced (one tensor of
+// rows x slots, where every decode step added a slot column for its longest
+// input, reserved at the first step for its width + max_new_tokens and grown
+// by doubling; with env replies arriving at different times its columns
+// grow with steps, not with any row's context).
 //
 //   bench_rollout_engine --config config/sao_agentic.json [--checkpoint DIR]
 //                        [--label maze] [--episodes 256] [--slots 32] [--rounds 3] [--seed 1]
+//                        [--latency-ms 0] [--set KEY=VALUE ...]
 #include "config/run_config.hpp"
+#include "base/hash.hpp"
 #include "env/environment.hpp"
+#include "env/latency.hpp"
 #include "model/checkpoint.hpp"
+#include "report/system_info.hpp"
 #include "rollout/episode_engine.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 
@@ -24,9 +37,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
+#include <queue>
+#include <random>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -39,6 +57,8 @@ struct Options {
   int64_t slots = 32;
   int64_t rounds = 3;
   uint64_t seed = 1;
+  double latency_ms = 0;
+  std::vector<std::string> overrides;  // --set KEY=VALUE, as sao's
 };
 
 struct RunResult {
@@ -48,7 +68,9 @@ struct RunResult {
   int64_t tokens = 0;
   int64_t decode_steps = 0;
   int64_t paged_peak_bytes = 0;
-  int64_t dense_bytes = 0;  // the least a dense lockstep cache held (lockstep runs)
+  int64_t paged_peak_blocks_bytes = 0;  // the blocks in use at their peak (the storage covers at least these)
+  int64_t dense_bytes = 0;        // the lockstep DecodeSession's cache (lockstep runs)
+  int64_t dense_floor_bytes = 0;  // rows x the longest row's context (lockstep runs)
 };
 
 sao::rollout::EnvOutcome outcome(const sao::env::EnvStep& step) {
@@ -69,25 +91,67 @@ RunResult play(sao::model::CausalLM& policy, const sao::tokenizer::Tokenizer& to
   std::map<size_t, int64_t> context_of_row;  // tokens of the row's context when it ended (lockstep memory)
   RunResult result;
   int64_t next_episode = 0;
-  int64_t session_rows = 0, session_longest = 0;
+  int64_t session_rows = 0, session_longest = 0, session_slots = 0, session_capacity = 0;
   const int64_t bytes_per_token = engine.engine().pool().bytes_per_token();
+  // Env answers waiting for their simulated latency: (due, row, answer or error).
+  using Clock = std::chrono::steady_clock;
+  struct Reply {
+    Clock::time_point due;
+    size_t row;
+    bool is_reset;
+    sao::rollout::EnvOutcome outcome;
+    std::string error;
+    bool operator>(const Reply& other) const { return std::tie(due, row) > std::tie(other.due, other.row); }
+  };
+  std::priority_queue<Reply, std::vector<Reply>, std::greater<Reply>> replies;
+  std::map<size_t, int64_t> episode_of_row;
+  sao::env::LatencyModel latency;
+  latency.distribution = options.latency_ms > 0 ? "lognormal" : "none";
+  latency.mean_ms = options.latency_ms;
+  const auto answer = [&](size_t row, bool is_reset, const std::function<sao::env::EnvStep()>& call) {
+    Reply reply{Clock::now(), row, is_reset, {}, {}};
+    try {
+      reply.outcome = outcome(call());
+    } catch (const std::exception& error) {
+      reply.error = error.what();
+    }
+    if (latency.enabled()) {
+      // The same delay for the same episode and turn in both modes.
+      const auto turn = static_cast<uint64_t>(engine.row(row).turns.size()) + (is_reset ? 0 : 1);
+      std::mt19937_64 rng(sao::base::splitmix64(options.seed ^ (static_cast<uint64_t>(episode_of_row.at(row)) << 16) ^ turn));
+      reply.due += std::chrono::microseconds(static_cast<int64_t>(1000.0 * latency.draw_ms(rng)));
+    }
+    replies.push(std::move(reply));
+  };
+  const auto deliver = [&](const Reply& reply) {
+    if (reply.is_reset) {
+      if (reply.error.empty()) {
+        engine.reset_done(reply.row, reply.outcome);
+      } else {
+        engine.reset_failed(reply.row, reply.error);
+      }
+    } else if (reply.error.empty()) {
+      engine.step_done(reply.row, reply.outcome);
+    } else {
+      engine.step_failed(reply.row, reply.error);
+    }
+  };
   const auto open_next = [&] {
     if (lockstep && engine.open_rows() > 0) return;
     if (lockstep && session_rows > 0) {
-      result.dense_bytes = std::max(result.dense_bytes, session_rows * session_longest * bytes_per_token);
-      session_rows = session_longest = 0;
+      result.dense_bytes = std::max(result.dense_bytes, session_rows * session_capacity * bytes_per_token);
+      result.dense_floor_bytes = std::max(result.dense_floor_bytes, session_rows * session_longest * bytes_per_token);
+      session_rows = session_longest = session_slots = session_capacity = 0;
     }
     while (next_episode < options.episodes && !free_environments.empty()) {
       const size_t e = free_environments.back();
       free_environments.pop_back();
       const size_t row = engine.open();
       environment_of_row[row] = e;
+      episode_of_row[row] = next_episode;
       ++session_rows;
-      try {
-        engine.reset_done(row, outcome(environments[e]->reset(static_cast<uint64_t>(next_episode))));
-      } catch (const std::exception& error) {
-        engine.reset_failed(row, error.what());
-      }
+      const auto seed = static_cast<uint64_t>(next_episode);
+      answer(row, /*is_reset=*/true, [&] { return environments[e]->reset(seed); });
       ++next_episode;
     }
   };
@@ -109,31 +173,41 @@ RunResult play(sao::model::CausalLM& policy, const sao::tokenizer::Tokenizer& to
       }
       free_environments.push_back(environment_of_row.at(row_id));
       environment_of_row.erase(row_id);
+      episode_of_row.erase(row_id);
       engine.close(row_id);
     }
   };
-  const auto start = std::chrono::steady_clock::now();
-  open_next();
-  collect();
+  const auto start = Clock::now();
   while (engine.open_rows() > 0 || next_episode < options.episodes) {
-    open_next();
-    if (!engine.has_decode_work()) {
-      collect();
-      continue;
-    }
-    ++result.decode_steps;
-    for (const auto& ended : engine.decode_step(policy, 0)) {
-      try {
-        engine.step_done(ended.row, outcome(environments[environment_of_row.at(ended.row)]->step(ended.action_text)));
-      } catch (const std::exception& error) {
-        engine.step_failed(ended.row, error.what());
-      }
+    while (!replies.empty() && replies.top().due <= Clock::now()) {
+      const auto reply = replies.top();
+      replies.pop();
+      deliver(reply);
     }
     collect();
+    open_next();
+    if (engine.has_decode_work()) {
+      ++result.decode_steps;
+      const auto ended_rows = engine.decode_step(policy, 0);
+      // The lockstep session's dense cache: a slot column per step for its longest input.
+      const int64_t width = engine.engine().longest_input_last_step();
+      if (session_capacity == 0) session_capacity = width + config.rollout.max_new_tokens;
+      session_slots += width;
+      while (session_slots > session_capacity) session_capacity *= 2;
+      for (const auto& ended : ended_rows) {
+        auto& environment = *environments[environment_of_row.at(ended.row)];
+        const auto& action = ended.action_text;
+        answer(ended.row, /*is_reset=*/false, [&] { return environment.step(action); });
+      }
+    } else if (!replies.empty()) {
+      std::this_thread::sleep_until(replies.top().due);  // nothing to decode until an env answers
+    }
   }
   open_next();  // closes the last lockstep session's memory account
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.paged_peak_bytes = engine.engine().stats().peak_storage_bytes;
+  result.paged_peak_blocks_bytes =
+      engine.engine().stats().peak_blocks_in_use * engine.engine().pool().block_size() * bytes_per_token;
   return result;
 }
 
@@ -167,6 +241,10 @@ int main(int argc, char** argv) {
       options.slots = std::stoll(value());
     } else if (arg == "--rounds") {
       options.rounds = std::stoll(value());
+    } else if (arg == "--set") {
+      options.overrides.push_back(value());
+    } else if (arg == "--latency-ms") {
+      options.latency_ms = std::stod(value());
     } else if (arg == "--seed") {
       options.seed = std::stoull(value());
     } else {
@@ -177,12 +255,12 @@ int main(int argc, char** argv) {
   if (options.config_file.empty() || options.episodes < 1 || options.slots < 1 || options.rounds < 1) {
     std::fprintf(stderr,
                  "usage: bench_rollout_engine --config FILE [--checkpoint DIR] [--label NAME] [--episodes N] "
-                 "[--slots N] [--rounds N] [--seed N]\n");
+                 "[--slots N] [--rounds N] [--seed N] [--latency-ms L] [--set KEY=VALUE]\n");
     return 2;
   }
   try {
-    torch::set_num_threads(1);
-    auto config = sao::config::load_run_config(options.config_file, {});
+    sao::report::configure_threads(1);  // LibTorch and OpenBLAS: one thread, as a rollout actor decodes
+    auto config = sao::config::load_run_config(options.config_file, options.overrides);
     sao::model::CausalLM policy(config.model);
     if (!options.checkpoint.empty()) {
       policy = sao::model::load_policy_checkpoint(options.checkpoint);
@@ -210,13 +288,18 @@ int main(int argc, char** argv) {
                   lockstep.seconds);
     }
     const double c = median(continuous_rate), l = median(lockstep_rate);
-    std::printf("%s, %lld slots: continuous %.1f trajectories/s, lockstep %.1f trajectories/s\n",
-                options.label.c_str(), static_cast<long long>(options.slots), c, l);
-    std::printf("%s kv memory: paged peak %.1f KiB, dense lockstep at least %.1f KiB\n", options.label.c_str(),
-                static_cast<double>(continuous.paged_peak_bytes) / 1024.0,
+    std::printf("%s, %lld slots, env latency %.0f ms: continuous %.1f trajectories/s, lockstep %.1f trajectories/s\n",
+                options.label.c_str(), static_cast<long long>(options.slots), options.latency_ms, c, l);
+    std::printf("%s kv memory: paged storage peak %.1f KiB (blocks in use at most %.1f KiB); dense, rows x the "
+                "longest row's context per lockstep session, %.1f KiB; the lockstep DecodeSession's own cache %.1f KiB\n",
+                options.label.c_str(), static_cast<double>(continuous.paged_peak_bytes) / 1024.0,
+                static_cast<double>(continuous.paged_peak_blocks_bytes) / 1024.0,
+                static_cast<double>(lockstep.dense_floor_bytes) / 1024.0,
                 static_cast<double>(lockstep.dense_bytes) / 1024.0);
     std::printf("continuous/lockstep trajectories/s, %s: %.2fx\n", options.label.c_str(), c / l);
     std::printf("kv memory, paged/dense at equal trajectories, %s: %.2fx\n", options.label.c_str(),
+                static_cast<double>(continuous.paged_peak_bytes) / static_cast<double>(lockstep.dense_floor_bytes));
+    std::printf("kv memory, paged/lockstep DecodeSession cache, %s: %.2fx\n", options.label.c_str(),
                 static_cast<double>(continuous.paged_peak_bytes) / static_cast<double>(lockstep.dense_bytes));
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench_rollout_engine: %s\n", error.what());

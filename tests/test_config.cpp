@@ -384,9 +384,9 @@ TEST_CASE("rollout.slots: the old name episodes_per_actor is still read; both at
   CHECK(error_of(document) ==
         "test.json.rollout: both 'slots' and its old name 'episodes_per_actor' are set; keep 'slots'");
   document = default_config_document();
-  document["rollout"]["kv_cache_tokens"] = 8;
+  document["rollout"]["kv_cache_tokens"] = 3;
   CHECK(error_of(document) ==
-        "test.json.rollout.kv_cache_tokens: 8 holds less than one block of kv_block_size (16) tokens; 0 sizes the pool "
+        "test.json.rollout.kv_cache_tokens: 3 holds less than one block of kv_block_size (4) tokens; 0 sizes the pool "
         "as slots x model.max_position_embeddings");
   document["rollout"]["kv_cache_tokens"] = 0;
   const auto config = parse_run_config(document, "test.json");

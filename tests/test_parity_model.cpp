@@ -97,7 +97,8 @@ torch::Tensor cached_logits(sao::model::CausalLM& policy, const torch::Tensor& i
       for (int64_t t = begin; t < begin + count; ++t) row.fresh.push_back(token(r, t));
       call.push_back(row);
     }
-    steps.push_back(policy->logits_from_hidden(sao::model::forward_paged(policy->model, pool, call)));
+    // Flattened [rows * count, V], row by row.
+    steps.push_back(policy->logits_from_hidden(sao::model::forward_paged(policy->model, pool, call)).view({rows, count, -1}));
   };
   run(0, prompt);
   for (int64_t t = prompt; t < length; ++t) run(t, 1);

@@ -94,7 +94,10 @@ struct RolloutSection {
   // waits); storage grows with the blocks in use, up to that. When the
   // pool is full, new prompts wait for blocks.
   int64_t kv_cache_tokens = 0;
-  int64_t kv_block_size = 16;  // tokens per block
+  // Tokens per block: small, because a block holds up to block - 1 tokens
+  // nobody uses, and the gather costs the same at any size (measured:
+  // docs/results.md "Rollout engine").
+  int64_t kv_block_size = 4;
   // Prompt and observation tokens prefilled per decode step, across
   // sequences; a longer input is chunked over several steps.
   int64_t prefill_chunk_tokens = 1024;

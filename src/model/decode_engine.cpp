@@ -164,82 +164,57 @@ std::vector<SequenceId> DecodeEngine::step(CausalLM& policy, int64_t weight_vers
   }
   tokens_last_step_ = 0;
   input_tokens_last_step_ = 0;
+  longest_input_last_step_ = 0;
   std::vector<SequenceId> ended;
   admit();
   // Inference mode, not just no-grad: tensors made here never enter autograd,
   // so LibTorch skips version counting and view tracking on each of the few
   // hundred small ops of a step.
   c10::InferenceMode inference;
-  std::vector<SequenceId> decode_ids, extend_ids;
-  std::vector<PagedRow> decode_rows, extend_rows;
-  std::vector<bool> extend_completes;
+  // Every running sequence in id order: one new token for a decoding one,
+  // its waiting input for the others, whose long inputs share the step's
+  // prefill budget (the first always runs). All go through one call.
+  std::vector<SequenceId> ids;
+  std::vector<PagedRow> rows;
+  std::vector<int64_t> last_index;  // per row: its last token's index in the call, -1 while its input is incomplete
   int64_t chunk_left = limits_.prefill_chunk_tokens;
+  bool first_input = true;
+  int64_t offset = 0;
   for (auto& item : sequences_) {
     auto& sequence = item.second;
     if (sequence.state != SequenceState::kRunning) continue;
     const auto pending = static_cast<int64_t>(sequence.context.size()) - sequence.cached;
+    int64_t take = 1;
+    if (pending > 1) {
+      take = first_input ? std::min(pending, limits_.prefill_chunk_tokens) : std::min(pending, chunk_left);
+      if (take <= 0) continue;
+      first_input = false;
+      chunk_left -= take;
+    }
     const auto first = sequence.context.begin() + sequence.cached;
-    if (pending == 1) {
-      decode_ids.push_back(item.first);
-      decode_rows.push_back({&sequence.blocks, sequence.cached, {*first}});
-      continue;
-    }
-    // Long input shares the step's prefill budget; the first one always runs.
-    const int64_t take = extend_ids.empty() ? std::min(pending, limits_.prefill_chunk_tokens) : std::min(pending, chunk_left);
-    if (take <= 0) continue;
-    chunk_left -= take;
-    extend_ids.push_back(item.first);
-    extend_rows.push_back({&sequence.blocks, sequence.cached, std::vector<int64_t>(first, first + take)});
-    extend_completes.push_back(take == pending);
+    ids.push_back(item.first);
+    rows.push_back({&sequence.blocks, sequence.cached, std::vector<int64_t>(first, first + take)});
+    offset += take;
+    longest_input_last_step_ = std::max(longest_input_last_step_, take);
+    last_index.push_back(take == pending ? offset - 1 : -1);
   }
-  if (decode_ids.empty() && extend_ids.empty()) return ended;
+  if (ids.empty()) return ended;
+  const auto hidden = forward_paged(policy->model, pool_, rows);  // [N, D]
   std::vector<SequenceId> sampled_ids;
-  std::vector<torch::Tensor> last_hidden;
-  // The two calls write their own rows' blocks only, so their order does
-  // not matter; the sampled rows are put back in id order below.
-  if (!decode_ids.empty()) {
-    auto hidden = forward_paged(policy->model, pool_, decode_rows);  // [R, 1, D]
-    last_hidden.push_back(hidden.select(1, 0));
-    for (size_t r = 0; r < decode_ids.size(); ++r) {
-      auto& sequence = sequences_.at(decode_ids[r]);
-      sequence.cached += 1;
-      sampled_ids.push_back(decode_ids[r]);
-    }
-    input_tokens_last_step_ += static_cast<int64_t>(decode_ids.size());
+  std::vector<int64_t> sampled_rows;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    auto& sequence = sequences_.at(ids[r]);
+    sequence.cached += static_cast<int64_t>(rows[r].fresh.size());
+    if (last_index[r] < 0) continue;
+    sampled_ids.push_back(ids[r]);
+    sampled_rows.push_back(last_index[r]);
   }
-  if (!extend_ids.empty()) {
-    auto hidden = forward_paged(policy->model, pool_, extend_rows);  // [R, T, D]
-    std::vector<int64_t> rows, columns;
-    for (size_t r = 0; r < extend_ids.size(); ++r) {
-      auto& sequence = sequences_.at(extend_ids[r]);
-      const auto fresh = static_cast<int64_t>(extend_rows[r].fresh.size());
-      sequence.cached += fresh;
-      input_tokens_last_step_ += fresh;
-      if (!extend_completes[r]) continue;
-      rows.push_back(static_cast<int64_t>(r));
-      columns.push_back(fresh - 1);
-      sampled_ids.push_back(extend_ids[r]);
-    }
-    if (!rows.empty()) {
-      const auto device = hidden.device();
-      const auto row_index = torch::tensor(rows, torch::kInt64).to(device);
-      const auto column_index = torch::tensor(columns, torch::kInt64).to(device);
-      last_hidden.push_back(hidden.index({row_index, column_index}));  // [R', D]
-    }
-  }
+  input_tokens_last_step_ = offset;
   if (sampled_ids.empty()) return ended;
-  auto hidden = last_hidden.size() == 1 ? last_hidden.front() : torch::cat(last_hidden, 0);
-  // Sample in id order, so the random stream does not depend on which call a row was in.
-  std::vector<int64_t> permutation(sampled_ids.size());
-  for (size_t i = 0; i < permutation.size(); ++i) permutation[i] = static_cast<int64_t>(i);
-  std::sort(permutation.begin(), permutation.end(),
-            [&](int64_t a, int64_t b) { return sampled_ids[static_cast<size_t>(a)] < sampled_ids[static_cast<size_t>(b)]; });
-  std::vector<SequenceId> ordered_ids;
-  for (const auto index : permutation) ordered_ids.push_back(sampled_ids[static_cast<size_t>(index)]);
-  const bool identity = std::is_sorted(sampled_ids.begin(), sampled_ids.end());
-  if (!identity) hidden = hidden.index_select(0, torch::tensor(permutation, torch::kInt64).to(hidden.device()));
-  sample(policy, ordered_ids, hidden, weight_version, ended);
-  std::sort(ended.begin(), ended.end());
+  const bool every_token = static_cast<int64_t>(sampled_rows.size()) == hidden.size(0);
+  const auto last_hidden =
+      every_token ? hidden : hidden.index_select(0, torch::tensor(sampled_rows, torch::kInt64).to(hidden.device()));
+  sample(policy, sampled_ids, last_hidden, weight_version, ended);
   return ended;
 }
 

@@ -35,7 +35,7 @@ namespace sao::model {
 
 struct EngineLimits {
   int64_t kv_cache_tokens = 4096;  // the pool's capacity
-  int64_t block_size = 16;         // tokens per block
+  int64_t block_size = 4;          // tokens per block
   // Input tokens (prompts, observations) run per step across sequences; a
   // longer input is prefilled over several steps while the rest decode.
   int64_t prefill_chunk_tokens = 1024;
@@ -100,6 +100,8 @@ class DecodeEngine {
   const KVBlockPool& pool() const { return pool_; }
   int64_t tokens_last_step() const { return tokens_last_step_; }
   int64_t input_tokens_last_step() const { return input_tokens_last_step_; }
+  // The most input tokens one sequence ran in the last step.
+  int64_t longest_input_last_step() const { return longest_input_last_step_; }
   const SamplingConfig& sampling() const { return sampling_; }
 
  private:
@@ -132,6 +134,7 @@ class DecodeEngine {
   int64_t preemptions_ = 0;
   int64_t tokens_last_step_ = 0;
   int64_t input_tokens_last_step_ = 0;
+  int64_t longest_input_last_step_ = 0;
 };
 
 }  // namespace sao::model

@@ -59,9 +59,10 @@ void KVBlockPool::prepare(const torch::Device& device, torch::ScalarType dtype) 
   const bool moved = keys_.front().defined() &&
                      (keys_.front().device() != device || keys_.front().scalar_type() != dtype);
   if (needed_blocks * block_size_ <= storage_slots_ && keys_.front().defined() && !moved) return;
-  // Grown by a quarter at least, so a run that fills its pool token by token
-  // copies the storage O(log) times, never more than 1.25x what it needs.
-  int64_t grown_blocks = std::max(needed_blocks, (storage_slots_ / block_size_) * 5 / 4);
+  // Grown by an eighth at least, so a run that fills its pool block by block
+  // copies the storage O(log) times, and never holds more than 1.125x what
+  // it needed.
+  int64_t grown_blocks = std::max(needed_blocks, (storage_slots_ / block_size_) * 9 / 8);
   grown_blocks = std::min(std::max<int64_t>(grown_blocks, 1), blocks_total_);
   const int64_t slots = moved ? std::max(storage_slots_, grown_blocks * block_size_) : grown_blocks * block_size_;
   const auto options = torch::TensorOptions().dtype(dtype).device(device);
@@ -78,10 +79,55 @@ void KVBlockPool::prepare(const torch::Device& device, torch::ScalarType dtype) 
   peak_storage_bytes_ = std::max(peak_storage_bytes_, storage_bytes());
 }
 
+namespace {
+
+// The attention group of `members` (indices into `rows`, whose tokens start
+// at `offsets`): the rows' key slots, padded to the longest, and which keys
+// each of their tokens sees.
+PagedGroup make_group(const std::vector<PagedRow>& rows, const std::vector<int64_t>& offsets,
+                      const std::vector<size_t>& members, int64_t block_size, int64_t padding,
+                      const torch::Device& device) {
+  PagedGroup group;
+  group.rows = static_cast<int64_t>(members.size());
+  for (const auto r : members) {
+    group.steps = std::max(group.steps, static_cast<int64_t>(rows[r].fresh.size()));
+    group.keys_per_row = std::max(group.keys_per_row, rows[r].cached + static_cast<int64_t>(rows[r].fresh.size()));
+  }
+  const int64_t steps = group.steps, keys = group.keys_per_row;
+  std::vector<int64_t> tokens, padded_index;
+  auto read_slots = torch::full({group.rows * keys}, padding, torch::kInt64);
+  auto last_key = torch::empty({group.rows, steps}, torch::kInt64);  // the last key each query may see
+  auto* read = read_slots.data_ptr<int64_t>();
+  auto* last = last_key.data_ptr<int64_t>();
+  for (int64_t g = 0; g < group.rows; ++g) {
+    const auto& row = rows[members[static_cast<size_t>(g)]];
+    const auto fresh = static_cast<int64_t>(row.fresh.size());
+    for (int64_t t = 0; t < fresh; ++t) {
+      tokens.push_back(offsets[members[static_cast<size_t>(g)]] + t);
+      padded_index.push_back(g * steps + t);
+    }
+    // A padded query sees what the row's last token sees (never an all-masked
+    // row); its output is dropped.
+    for (int64_t t = 0; t < steps; ++t) last[g * steps + t] = row.cached + std::min(t, fresh - 1);
+    for (int64_t s = 0; s < row.cached + fresh; ++s) {
+      read[g * keys + s] = (*row.blocks)[static_cast<size_t>(s / block_size)] * block_size + s % block_size;
+    }
+  }
+  const auto key_index = torch::arange(keys, torch::kInt64).view({1, 1, keys});
+  group.tokens = torch::tensor(tokens, torch::kInt64).to(device);
+  group.padded_index = torch::tensor(padded_index, torch::kInt64).to(device);
+  group.read_slots = read_slots.to(device);
+  group.visible = (key_index <= last_key.unsqueeze(-1)).unsqueeze(1).to(device);  // [R, 1, T, S]
+  return group;
+}
+
+}  // namespace
+
 torch::Tensor forward_paged(Backbone& backbone, KVBlockPool& pool, const std::vector<PagedRow>& rows) {
   if (rows.empty()) throw Error("forward_paged: no rows");
-  const auto rows_count = static_cast<int64_t>(rows.size());
-  int64_t steps = 0, keys = 0;
+  std::vector<int64_t> offsets;
+  std::vector<size_t> decoding, extending;
+  int64_t tokens = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     const auto& row = rows[r];
     const auto fresh = static_cast<int64_t>(row.fresh.size());
@@ -93,53 +139,38 @@ torch::Tensor forward_paged(Backbone& backbone, KVBlockPool& pool, const std::ve
       throw Error("forward_paged: row " + std::to_string(r) + " needs " + std::to_string(row.cached + fresh) +
                   " cached tokens but its blocks hold " + std::to_string(room));
     }
-    steps = std::max(steps, fresh);
-    keys = std::max(keys, row.cached + fresh);
+    offsets.push_back(tokens);
+    tokens += fresh;
+    (fresh == 1 ? decoding : extending).push_back(r);
   }
   const auto device = backbone->embed_tokens->weight.device();
   pool.prepare(device, backbone->embed_tokens->weight.scalar_type());
-  const int64_t padding = pool.padding_slot();
   const int64_t block_size = pool.block_size();
-  auto input_ids = torch::zeros({rows_count, steps}, torch::kInt64);
-  auto positions = torch::empty({rows_count, steps}, torch::kInt64);
-  auto write_slots = torch::full({rows_count * steps}, padding, torch::kInt64);
-  auto read_slots = torch::full({rows_count * keys}, padding, torch::kInt64);
-  auto last_key = torch::empty({rows_count, steps}, torch::kInt64);  // the last key each query may see
+  auto input_ids = torch::empty({1, tokens}, torch::kInt64);
+  auto positions = torch::empty({1, tokens}, torch::kInt64);
+  auto write_slots = torch::empty({tokens}, torch::kInt64);
   auto* ids = input_ids.data_ptr<int64_t>();
   auto* position = positions.data_ptr<int64_t>();
   auto* write = write_slots.data_ptr<int64_t>();
-  auto* read = read_slots.data_ptr<int64_t>();
-  auto* last = last_key.data_ptr<int64_t>();
-  for (int64_t r = 0; r < rows_count; ++r) {
-    const auto& row = rows[static_cast<size_t>(r)];
-    const auto& blocks = *row.blocks;
-    const auto fresh = static_cast<int64_t>(row.fresh.size());
-    const auto slot_of = [&](int64_t index) {
-      return blocks[static_cast<size_t>(index / block_size)] * block_size + index % block_size;
-    };
-    for (int64_t t = 0; t < steps; ++t) {
-      // A padded query repeats the row's last real token's position and sees
-      // what it sees (never an all-masked row); its output is discarded.
-      const int64_t real = std::min(t, fresh - 1);
-      position[r * steps + t] = row.cached + real;
-      last[r * steps + t] = row.cached + real;
-      if (t < fresh) {
-        ids[r * steps + t] = row.fresh[static_cast<size_t>(t)];
-        write[r * steps + t] = slot_of(row.cached + t);
-      }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const auto& row = rows[r];
+    for (size_t t = 0; t < row.fresh.size(); ++t) {
+      const int64_t at = offsets[r] + static_cast<int64_t>(t);
+      const int64_t index = row.cached + static_cast<int64_t>(t);
+      ids[at] = row.fresh[t];
+      position[at] = index;
+      write[at] = (*row.blocks)[static_cast<size_t>(index / block_size)] * block_size + index % block_size;
     }
-    for (int64_t s = 0; s < row.cached + fresh; ++s) read[r * keys + s] = slot_of(s);
   }
-  auto key_index = torch::arange(keys, torch::kInt64).view({1, 1, keys});
   PagedAttention call;
   call.keys = &pool.keys();
   call.values = &pool.values();
   call.positions = positions.to(device);
   call.write_slots = write_slots.to(device);
-  call.read_slots = read_slots.to(device);
-  call.visible = (key_index <= last_key.unsqueeze(-1)).unsqueeze(1).to(device);  // [R, 1, T, S]
-  call.keys_per_row = keys;
-  return backbone->forward_paged(input_ids.to(device), call);
+  for (const auto* members : {&decoding, &extending}) {
+    if (!members->empty()) call.groups.push_back(make_group(rows, offsets, *members, block_size, pool.padding_slot(), device));
+  }
+  return backbone->forward_paged(input_ids.to(device), call)[0];  // [N, D]
 }
 
 }  // namespace sao::model

@@ -70,11 +70,11 @@ struct PagedRow {
   std::vector<int64_t> fresh;  // at least one token
 };
 
-// Runs every row's fresh tokens through the backbone, writing their keys and
-// values into the row's blocks (which must have room: sao::Error otherwise)
-// at rotary positions cached, cached + 1, ... Rows are right-padded to the
-// longest; returns hidden [R, T, D], row r's last token at column
-// fresh.size() - 1.
+// Runs every row's fresh tokens through the backbone in one call, writing
+// their keys and values into the row's blocks (which must have room:
+// sao::Error otherwise) at rotary positions cached, cached + 1, ... Returns
+// hidden [N, D] for the N fresh tokens in row order: row r's at offsets
+// fresh(0) + ... + fresh(r - 1) onwards.
 torch::Tensor forward_paged(Backbone& backbone, KVBlockPool& pool, const std::vector<PagedRow>& rows);
 
 }  // namespace sao::model

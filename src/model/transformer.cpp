@@ -77,17 +77,21 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryAngles& rotary) {
   return torch::addcmul(x * rotary.cos, swapped, rotary.signed_sin);
 }
 
-// Writes `fresh` [B, KV, T, hd] to the call's pool slots of this layer and
-// returns the keys (or values) each row attends over, [B, KV, S, hd]: the
-// row's blocks gathered in order. The gather costs one read of the keys,
-// as attention does; it is what lets a row's blocks sit anywhere in the pool.
-torch::Tensor write_and_gather(torch::Tensor& stored, const torch::Tensor& fresh, const PagedAttention& call) {
-  const int64_t batch = fresh.size(0), heads = fresh.size(1), steps = fresh.size(2), dim = fresh.size(3);
-  auto rows = fresh.transpose(1, 2).reshape({batch * steps, heads, dim});
+// Writes the call's new keys (or values) `fresh` [1, KV, N, hd] to their
+// pool slots.
+void write_paged(torch::Tensor& stored, const torch::Tensor& fresh, const PagedAttention& call) {
+  auto rows = fresh[0].transpose(0, 1);  // [N, KV, hd]
   if (rows.scalar_type() != stored.scalar_type()) rows = rows.to(stored.scalar_type());
-  stored.index_copy_(0, call.write_slots, rows);
-  auto gathered = stored.index_select(0, call.read_slots).view({batch, call.keys_per_row, heads, dim});
-  if (gathered.scalar_type() != fresh.scalar_type()) gathered = gathered.to(fresh.scalar_type());
+  stored.index_copy_(0, call.write_slots, rows.contiguous());
+}
+
+// The keys (or values) each row of `group` attends over, [R, KV, S, hd]:
+// the row's blocks gathered in order. The gather costs one read of the keys,
+// as attention does; it is what lets a row's blocks sit anywhere in the pool.
+torch::Tensor gather_paged(const torch::Tensor& stored, const PagedGroup& group, c10::ScalarType dtype) {
+  auto gathered = stored.index_select(0, group.read_slots)
+                      .view({group.rows, group.keys_per_row, stored.size(1), stored.size(2)});
+  if (gathered.scalar_type() != dtype) gathered = gathered.to(dtype);
   return gathered.transpose(1, 2);
 }
 
@@ -147,15 +151,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryAngles&
   auto v = v_proj(x).view({batch, steps, num_kv_heads_, head_dim_}).transpose(1, 2);
   q = apply_rotary(q, rotary) * constant_like(q, 1.0 / std::sqrt(static_cast<double>(head_dim_)));
   k = apply_rotary(k, rotary);
-  if (cache != nullptr) {
-    k = write_and_gather(*cache->keys, k, *cache->call);  // [B, KV, S, hd]
-    v = write_and_gather(*cache->values, v, *cache->call);
-  }
+  if (cache != nullptr) return o_proj(forward_paged(q, k, v, *cache));
+  return o_proj(attend(q, k, v, visible));
+}
+
+torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const torch::Tensor& visible) const {
+  const int64_t batch = q.size(0);
+  const int64_t steps = q.size(2);
+  const int64_t slots = k.size(2);
   // Grouped-query attention without copying keys per query head: the G query
   // heads that share a key head are stacked along the query axis, so one
   // matmul per key head covers them ([B, KV, G*T, hd] x [B, KV, hd, S]).
   const int64_t group = num_heads_ / num_kv_heads_;
-  const int64_t slots = k.size(2);
   if (steps == 1) {
     // A decode step: one query per row. LibTorch's CPU bmm runs its batch as
     // a loop of B*KV tiny matmuls with three tensor selects each, which at
@@ -166,14 +174,43 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryAngles&
     scores = scores.masked_fill(visible.logical_not(), -std::numeric_limits<float>::infinity());  // [B, 1, 1, S]
     auto weights = torch::softmax(scores, -1).unsqueeze(-1);                                      // [B, KV, G, S, 1]
     auto context = (weights * v.unsqueeze(2)).sum(-2);                                            // [B, KV, G, hd]
-    return o_proj(context.reshape({batch, 1, num_heads_ * head_dim_}));
+    return context.reshape({batch, 1, num_heads_ * head_dim_});
   }
   auto grouped_q = q.reshape({batch, num_kv_heads_, group * steps, head_dim_});
-  auto scores = batched_matmul(grouped_q, k.contiguous().transpose(-2, -1)).view({batch, num_kv_heads_, group, steps, slots});
+  auto scores =
+      batched_matmul(grouped_q, k.contiguous().transpose(-2, -1)).view({batch, num_kv_heads_, group, steps, slots});
   scores = scores.masked_fill(visible.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
   auto weights = torch::softmax(scores, -1).view({batch, num_kv_heads_, group * steps, slots});
   auto context = batched_matmul(weights, v.contiguous()).view({batch, num_heads_, steps, head_dim_});  // [B, H, T, hd]
-  return o_proj(context.transpose(1, 2).reshape({batch, steps, num_heads_ * head_dim_}));
+  return context.transpose(1, 2).reshape({batch, steps, num_heads_ * head_dim_});
+}
+
+torch::Tensor AttentionImpl::forward_paged(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                           const LayerCache& cache) const {
+  // q [1, H, N, hd], k and v [1, KV, N, hd]: the call's tokens, flattened.
+  const auto& call = *cache.call;
+  const int64_t tokens = q.size(2);
+  write_paged(*cache.keys, k, call);
+  write_paged(*cache.values, v, call);
+  const auto q_rows = q[0].transpose(0, 1);  // [N, H, hd]
+  torch::Tensor context;
+  for (const auto& group : call.groups) {
+    const bool whole_call = call.groups.size() == 1;  // the group's tokens are the call's, in order
+    auto group_q = whole_call ? q_rows : q_rows.index_select(0, group.tokens);  // [n, H, hd]
+    if (group.steps > 1) {
+      group_q = torch::zeros({group.rows * group.steps, num_heads_, head_dim_}, q.options())
+                    .index_copy_(0, group.padded_index, group_q);
+    }
+    group_q = group_q.view({group.rows, group.steps, num_heads_, head_dim_}).transpose(1, 2);  // [R, H, T, hd]
+    auto group_context = attend(group_q, gather_paged(*cache.keys, group, q.scalar_type()),
+                                gather_paged(*cache.values, group, q.scalar_type()), group.visible)
+                             .reshape({group.rows * group.steps, num_heads_ * head_dim_});
+    if (group.steps > 1) group_context = group_context.index_select(0, group.padded_index);
+    if (whole_call) return group_context.unsqueeze(0);
+    if (!context.defined()) context = torch::empty({tokens, num_heads_ * head_dim_}, group_context.options());
+    context.index_copy_(0, group.tokens, group_context);
+  }
+  return context.unsqueeze(0);  // [1, N, H * hd]
 }
 
 MLPImpl::MLPImpl(const ModelConfig& config) {
@@ -242,18 +279,20 @@ torch::Tensor BackboneImpl::forward(const torch::Tensor& input_ids) {
 }
 
 torch::Tensor BackboneImpl::forward_paged(const torch::Tensor& input_ids, const PagedAttention& paged) {
-  const int64_t rows = input_ids.size(0), steps = input_ids.size(1);
+  const int64_t tokens = input_ids.numel();
+  int64_t grouped = 0;
+  for (const auto& group : paged.groups) grouped += group.tokens.numel();
   if (paged.keys == nullptr || paged.values == nullptr ||
-      static_cast<int64_t>(paged.keys->size()) != config_.num_hidden_layers ||
-      paged.positions.sizes() != input_ids.sizes() || paged.write_slots.numel() != rows * steps ||
-      paged.read_slots.numel() != rows * paged.keys_per_row) {
-    throw Error("forward_paged: the pool's layers, positions and slot maps do not match input_ids " +
-                std::to_string(rows) + "x" + std::to_string(steps));
+      static_cast<int64_t>(paged.keys->size()) != config_.num_hidden_layers || input_ids.dim() != 2 ||
+      input_ids.size(0) != 1 || paged.positions.sizes() != input_ids.sizes() || paged.write_slots.numel() != tokens ||
+      grouped != tokens) {
+    throw Error("forward_paged: the pool's layers, positions, slots and groups do not match the call's " +
+                std::to_string(tokens) + " tokens");
   }
   if (paged.positions.max().item<int64_t>() >= config_.max_position_embeddings) {
     throw Error("sequence exceeds max_position_embeddings " + std::to_string(config_.max_position_embeddings));
   }
-  return run_layers(embed_tokens(input_ids), paged.positions, paged.visible, &paged);
+  return run_layers(embed_tokens(input_ids), paged.positions, torch::Tensor(), &paged);
 }
 
 CausalLMImpl::CausalLMImpl(const ModelConfig& config) {

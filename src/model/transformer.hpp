@@ -21,17 +21,28 @@ namespace sao::model {
 
 // Where one call of the backbone reads and writes keys and values: the
 // block pool's per-layer storage (paged_kv.hpp owns the pool and builds
-// this). Every row of the call has T new tokens (right-padded) and S keys
-// (its cached tokens, then its new ones, right-padded); slots index the
-// pool's storage, whose last slot takes the padded writes and reads.
+// this). The call's N new tokens are flattened into one row, so every
+// projection, norm and MLP runs once over all of them; only attention is
+// per sequence, in groups of rows that share its shape: rows with one new
+// token (decoding) and rows with several (prompts, observations), the
+// latter right-padded to the longest. Slots index the pool's storage, whose
+// last slot is the padding slot.
+struct PagedGroup {
+  torch::Tensor tokens;        // [n] int64: the group's tokens, as indices into the call's N
+  torch::Tensor padded_index;  // [n] int64: each token's index in the group's padded [rows * steps]
+  int64_t rows = 0;            // R
+  int64_t steps = 0;           // T: new tokens of the group's longest row
+  torch::Tensor read_slots;    // [R * S] int64 pool slot of each key a row attends over
+  torch::Tensor visible;       // [R, 1, T, S] bool: which keys each new token sees
+  int64_t keys_per_row = 0;    // S
+};
+
 struct PagedAttention {
   std::vector<torch::Tensor>* keys = nullptr;    // per layer [pool slots, n_kv_heads, head_dim]
   std::vector<torch::Tensor>* values = nullptr;  // per layer [pool slots, n_kv_heads, head_dim]
-  torch::Tensor positions;    // [R, T] int64 rotary position of each new token
-  torch::Tensor write_slots;  // [R * T] int64 pool slot of each new token
-  torch::Tensor read_slots;   // [R * S] int64 pool slot of each key a row attends over
-  torch::Tensor visible;      // [R, 1, T, S] bool: which keys each new token sees
-  int64_t keys_per_row = 0;   // S
+  torch::Tensor positions;    // [1, N] int64 rotary position of each new token
+  torch::Tensor write_slots;  // [N] int64 pool slot of each new token
+  std::vector<PagedGroup> groups;
 };
 
 // The rotary angles of a call's positions, computed once and shared by
@@ -69,8 +80,9 @@ TORCH_MODULE(RMSNorm);
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
-  // x [B, T, D]; visible [B, 1, T, S] bool; with a cache the new keys are
-  // written to their pool slots and attention covers the row's S keys.
+  // x [B, T, D]; visible [B, 1, T, S] bool. With a cache, x is the call's
+  // flattened tokens [1, N, D]: their keys go to their pool slots and each
+  // attends over its sequence's keys (visible is unused).
   torch::Tensor forward(const torch::Tensor& x, const RotaryAngles& rotary, const torch::Tensor& visible,
                         const LayerCache* cache);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -78,6 +90,12 @@ class AttentionImpl : public torch::nn::Module {
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
+  // softmax(q k^T) v for rows of equal query count: q [B, H, T, hd] (rotated
+  // and scaled), k and v [B, KV, S, hd], visible [B, 1, T, S]. Context [B, T, H * hd].
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const torch::Tensor& visible) const;
+  torch::Tensor forward_paged(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const LayerCache& cache) const;
   int64_t num_heads_, num_kv_heads_, head_dim_;
 };
 TORCH_MODULE(Attention);
@@ -108,8 +126,9 @@ class BackboneImpl : public torch::nn::Module {
   explicit BackboneImpl(const ModelConfig& config);
   // Full causal pass over right-padded sequences (training). input_ids [B, T].
   torch::Tensor forward(const torch::Tensor& input_ids);
-  // Incremental pass over a block pool: input_ids [R, T] are the rows' new
-  // tokens (paged_kv.hpp's forward_paged builds `paged`). Hidden [R, T, D].
+  // Incremental pass over a block pool: input_ids [1, N] are the call's new
+  // tokens, flattened (paged_kv.hpp's forward_paged builds `paged`).
+  // Hidden [1, N, D].
   torch::Tensor forward_paged(const torch::Tensor& input_ids, const PagedAttention& paged);
 
   const ModelConfig& config() const { return config_; }
