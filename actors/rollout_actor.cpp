@@ -371,6 +371,9 @@ void open_episode(RolloutSelf self) {
 
 void fill_slots(RolloutSelf self) {
   auto& state = self->state;
+  // Held weights wait for the running turns; those may have ended without a
+  // decode step after them (every reply path comes through here).
+  apply_pending_weights(self);
   // No env: a cluster rollout waits until the coordinator assigns one.
   if (state.paused || state.version < 0 || !state.config.env) return;
   const auto slots = state.config.rollout.slots;

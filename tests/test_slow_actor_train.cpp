@@ -152,26 +152,33 @@ TEST_CASE("SAO through the actors raises reward on an easy task and writes every
   // machine handed over larger batches and a fast one smaller ones, and the
   // gain below ranged from +0.07 to +0.14. Fixed at 32 it was +0.147, +0.147,
   // +0.159 and +0.166 in four runs on a loaded 2-core machine, 6 standard
-  // deviations above the 0.1 checked (fixed at 16: +0.05 to +0.09, too little
-  // signal; at 16 with lr 1e-3 the policy collapsed).
-  auto config = easy_config(dir.string(), {"train.steps=80", "replay.min_batch=32", "replay.max_batch=32"});
+  // deviations above the 0.1 checked then (fixed at 16: +0.05 to +0.09, too
+  // little signal; at 16 with lr 1e-3 the policy collapsed). With the rollout
+  // engine (continuous batching: episodes overlap more learner steps) the
+  // gain of 80 steps measured +0.034 to +0.10 (first and last 10 steps, 320
+  // episodes each: a standard error of about 0.04 on the difference), too
+  // close to any useful bar; 160 steps compared over their first and last 20
+  // (640 episodes each) gave +0.24 and +0.18 in two runs side by side on a
+  // loaded 2-core machine, 3 to 5 standard errors above the 0.1 checked.
+  // Restoring the old 80-step margin is open work (#45's note).
+  auto config = easy_config(dir.string(), {"train.steps=160", "replay.min_batch=32", "replay.max_batch=32"});
   auto policy = warm_start(config);
   const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
   CHECK(outcome.reason == "budget");
-  CHECK(outcome.steps == 80);
+  CHECK(outcome.steps == 160);
   CHECK(outcome.actors_left_running == 0);
   const auto steps = step_lines(dir.string());
-  REQUIRE(steps.size() == 80);
+  REQUIRE(steps.size() == 160);
   for (const auto& line : steps) {
     for (const char* key : kRequiredKeys) CHECK_MESSAGE(line.contains(key), key);
     CHECK(line["trajectories"] == 32);
   }
   // Critic warm-up: the policy version stays 0 for the first 3 steps, then counts actor updates.
   CHECK(steps[2]["policy_version"] == 0);
-  CHECK(steps.back()["policy_version"] == 77);
-  const double early = mean_reward(steps, 0, 10);
-  const double late = mean_reward(steps, 70, 80);
-  MESSAGE("reward of the first 10 steps " << early << ", of the last 10 " << late);
+  CHECK(steps.back()["policy_version"] == 157);
+  const double early = mean_reward(steps, 0, 20);
+  const double late = mean_reward(steps, 140, 160);
+  MESSAGE("reward of the first 20 steps " << early << ", of the last 20 " << late);
   CHECK(late > early + 0.1);
   // Evaluation lines before the first step and at the end.
   std::vector<nlohmann::json> evals;
@@ -180,7 +187,7 @@ TEST_CASE("SAO through the actors raises reward on an easy task and writes every
   }
   REQUIRE(evals.size() == 2);
   CHECK(evals.front()["step"] == 0);
-  CHECK(evals.back()["step"] == 80);
+  CHECK(evals.back()["step"] == 160);
   // Arithmetic evaluations count worked answers ("w..>"); demonstrations
   // here never show one, so neither does the greedy policy.
   CHECK(evals.front()["worked"] == 0);
