@@ -8,6 +8,8 @@
 #include "model/paged_kv.hpp"
 #include "model/transformer.hpp"
 
+#include "test_tiny_model.hpp"
+
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -23,30 +25,8 @@ using sao::model::SequenceState;
 
 namespace {
 
-ModelConfig tiny_config() {
-  ModelConfig config;
-  config.vocab_size = 32;
-  config.hidden_size = 32;
-  config.intermediate_size = 48;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.max_position_embeddings = 64;
-  config.tie_word_embeddings = false;
-  return config;
-}
-
-CausalLM tiny_policy(uint64_t seed = 7) {
-  CausalLM policy(tiny_config());
-  sao::model::init_weights(*policy, seed);
-  torch::NoGradGuard no_grad;
-  // Larger than the 0.02 default so logits differ noticeably between tokens.
-  for (auto& p : policy->parameters()) {
-    if (p.dim() == 2) p.mul_(10.0);
-  }
-  policy->eval();
-  return policy;
-}
+using sao_test::tiny_config;
+using sao_test::tiny_policy;
 
 // Log-softmax of a full forward pass over `tokens` [T, V].
 torch::Tensor full_log_probs(CausalLM& policy, const std::vector<int64_t>& tokens) {

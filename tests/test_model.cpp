@@ -7,6 +7,8 @@
 #include "model/safetensors.hpp"
 #include "model/transformer.hpp"
 
+#include "test_tiny_model.hpp"
+
 #include <doctest/doctest.h>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -16,29 +18,8 @@ using sao::model::ModelConfig;
 
 namespace {
 
-ModelConfig tiny_config() {
-  ModelConfig config;
-  config.vocab_size = 32;
-  config.hidden_size = 32;
-  config.intermediate_size = 48;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.max_position_embeddings = 64;
-  config.tie_word_embeddings = false;
-  return config;
-}
-
-CausalLM tiny_policy(uint64_t seed = 7) {
-  CausalLM policy(tiny_config());
-  // Larger than the 0.02 default so logits differ noticeably between tokens.
-  sao::model::init_weights(*policy, seed);
-  torch::NoGradGuard no_grad;
-  for (auto& p : policy->parameters()) {
-    if (p.dim() == 2) p.mul_(10.0);
-  }
-  return policy;
-}
+using sao_test::tiny_config;
+using sao_test::tiny_policy;
 
 torch::Tensor ids_tensor(const std::vector<int64_t>& ids) {
   return torch::tensor(ids, torch::kInt64).unsqueeze(0);

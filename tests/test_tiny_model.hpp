@@ -4,6 +4,7 @@
 #pragma once
 
 #include "model/model_config.hpp"
+#include "model/transformer.hpp"
 
 namespace sao_test {
 
@@ -16,6 +17,33 @@ inline sao::model::ModelConfig tiny_byte_model() {
   config.num_key_value_heads = 1;
   config.max_position_embeddings = 64;
   return config;
+}
+
+// Two layers, 32-token vocabulary, 4 query heads over 2 key heads, 64
+// positions, untied head: the model tests' shape.
+inline sao::model::ModelConfig tiny_config() {
+  sao::model::ModelConfig config;
+  config.vocab_size = 32;
+  config.hidden_size = 32;
+  config.intermediate_size = 48;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  config.max_position_embeddings = 64;
+  config.tie_word_embeddings = false;
+  return config;
+}
+
+// tiny_config's policy with its matrices 10x the default initialisation, so
+// logits differ noticeably between tokens.
+inline sao::model::CausalLM tiny_policy(uint64_t seed = 7) {
+  sao::model::CausalLM policy(tiny_config());
+  sao::model::init_weights(*policy, seed);
+  torch::NoGradGuard no_grad;
+  for (auto& p : policy->parameters()) {
+    if (p.dim() == 2) p.mul_(10.0);
+  }
+  return policy;
 }
 
 }  // namespace sao_test
