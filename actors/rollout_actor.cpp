@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <type_traits>
 
 namespace sao::actors {
 
@@ -281,18 +282,23 @@ int64_t env_request_budget_ms(RolloutActorState& state) {
   return rollout.env_timeout_ms * std::max<int64_t>(1, queued * sharers);
 }
 
-void request_step(RolloutSelf self, const rollout::TurnEnd& ended) {
-  auto& state = self->state;
-  const size_t index = ended.row;
-  const auto timeout = env_request_budget_ms(state);
-  self->request(state.config.env, std::chrono::milliseconds(timeout),
-                msg::EnvAction{state.ids.at(index).episode_id, ended.action_text, unix_time_ms() + timeout})
+// Sends a reset or a step for the row at `index` to its env; the answer (or
+// the failure, counted as lost with its cause) goes to the row, unless the
+// row was closed meanwhile, and the rows are reported.
+template <typename Request>
+void ask_env(RolloutSelf self, size_t index, Request request, int64_t timeout_ms) {
+  constexpr bool is_reset = std::is_same<Request, msg::EnvReset>::value;
+  self->request(self->state.config.env, std::chrono::milliseconds(timeout_ms), std::move(request))
       .then(
           [self, index](const msg::EnvReply& reply) {
             auto& st = self->state;
             --st.env_requests_in_flight;
             if (!st.episodes->contains(index)) return;
-            st.episodes->step_done(index, reply.outcome);
+            if (is_reset) {
+              st.episodes->reset_done(index, reply.outcome);
+            } else {
+              st.episodes->step_done(index, reply.outcome);
+            }
             if (st.episodes->has_decode_work()) schedule_decode(self);
             report_rows(self);
           },
@@ -300,11 +306,23 @@ void request_step(RolloutSelf self, const rollout::TurnEnd& ended) {
             auto& st = self->state;
             --st.env_requests_in_flight;
             if (!st.episodes->contains(index)) return;
-            const auto detail = "env step: " + self->system().render(error);
+            const auto detail = std::string(is_reset ? "env reset: " : "env step: ") + self->system().render(error);
             report_lost(self, index, cause_of(error), detail);
-            st.episodes->step_failed(index, detail);
+            if (is_reset) {
+              st.episodes->reset_failed(index, detail);
+            } else {
+              st.episodes->step_failed(index, detail);
+            }
             report_rows(self);
           });
+}
+
+void request_step(RolloutSelf self, const rollout::TurnEnd& ended) {
+  auto& state = self->state;
+  const size_t index = ended.row;
+  const auto timeout = env_request_budget_ms(state);
+  ask_env(self, index, msg::EnvAction{state.ids.at(index).episode_id, ended.action_text, unix_time_ms() + timeout},
+          timeout);
 }
 
 void schedule_decode(RolloutSelf self) {
@@ -347,26 +365,7 @@ void open_episode(RolloutSelf self) {
   const uint64_t seed = base::splitmix64(state.config.seed * 1000003ULL + static_cast<uint64_t>(ids.group_id));
   ids.episode_id = (state.config.index << 40) + state.next_episode++;
   const auto timeout = env_request_budget_ms(state);
-  self->request(state.config.env, std::chrono::milliseconds(timeout),
-                msg::EnvReset{ids.episode_id, seed, unix_time_ms() + timeout})
-      .then(
-          [self, index](const msg::EnvReply& reply) {
-            auto& st = self->state;
-            --st.env_requests_in_flight;
-            if (!st.episodes->contains(index)) return;
-            st.episodes->reset_done(index, reply.outcome);
-            if (st.episodes->has_decode_work()) schedule_decode(self);
-            report_rows(self);
-          },
-          [self, index](const caf::error& error) {
-            auto& st = self->state;
-            --st.env_requests_in_flight;
-            if (!st.episodes->contains(index)) return;
-            const auto detail = "env reset: " + self->system().render(error);
-            report_lost(self, index, cause_of(error), detail);
-            st.episodes->reset_failed(index, detail);
-            report_rows(self);
-          });
+  ask_env(self, index, msg::EnvReset{ids.episode_id, seed, unix_time_ms() + timeout}, timeout);
 }
 
 void fill_slots(RolloutSelf self) {
