@@ -159,8 +159,13 @@ TEST_CASE("SAO through the actors raises reward on an easy task and writes every
   // episodes each: a standard error of about 0.04 on the difference), too
   // close to any useful bar; 160 steps compared over their first and last 20
   // (640 episodes each) gave +0.24 and +0.18 in two runs side by side on a
-  // loaded 2-core machine, 3 to 5 standard errors above the 0.1 checked.
-  // Restoring the old 80-step margin is open work (#45's note).
+  // loaded 2-core machine. Over more runs the gain spreads widely, because an
+  // early dip (the critic is still poor) varies from run to run: +0.13 to
+  // +0.23 in nine runs on an idle or loaded 2-core AMD machine (replay
+  // capacity 32, 64 or 128 alike, so the staleness of 2 that a full replay
+  // gives is not the cause) and +0.09 once in CI. With the policy held still
+  // (actor_lr 1e-9) it was -0.003 and -0.008, the noise of two 640-episode
+  // means being about 0.027. The 0.05 checked sits between the two.
   auto config = easy_config(dir.string(), {"train.steps=160", "replay.min_batch=32", "replay.max_batch=32"});
   auto policy = warm_start(config);
   const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
@@ -179,7 +184,7 @@ TEST_CASE("SAO through the actors raises reward on an easy task and writes every
   const double early = mean_reward(steps, 0, 20);
   const double late = mean_reward(steps, 140, 160);
   MESSAGE("reward of the first 20 steps " << early << ", of the last 20 " << late);
-  CHECK(late > early + 0.1);
+  CHECK(late > early + 0.05);
   // Evaluation lines before the first step and at the end.
   std::vector<nlohmann::json> evals;
   for (auto& line : read_lines(dir.string() + "/metrics.jsonl")) {
