@@ -89,8 +89,8 @@ msg::ActorStatus learner_status(LearnerSelf self) {
 // begins, so the console shows it while the learner's thread (detached) is
 // in it and its mailbox waits.
 ActivityScope post_activity(LearnerSelf self, const char* what) {
-  return ActivityScope(self->address(), {what, self->state.learner->steps(), std::chrono::steady_clock::now(),
-                                         learner_status(self)});
+  return ActivityScope(self->address(),
+                       {what, self->state.learner->steps(), std::chrono::steady_clock::now(), learner_status(self)});
 }
 
 msg::EvalReport evaluate(LearnerSelf self) {
@@ -114,7 +114,7 @@ msg::EvalReport evaluate(LearnerSelf self) {
                                                 &state.eval_environments);
     report.accuracy = result.accuracy;
     report.total = result.total;
-    report.worked = result.worked;
+    report.counts = result.counts;
     report.seconds = result.seconds;
     report.errors = result.errors;
   } catch (const env::EnvironmentDead& error) {

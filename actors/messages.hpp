@@ -101,7 +101,7 @@ typename Inspector::result_type inspect(Inspector& f, EnvOutcome& x) {
   std::memcpy(&accuracy_bits, &x.accuracy, sizeof(accuracy_bits));
   std::memcpy(&regime_bits, &x.regime_index, sizeof(regime_bits));
   return f(caf::meta::type_name("EnvOutcome"), x.observation, x.reward, x.terminated, x.truncated, accuracy_bits,
-           x.success, regime_bits, x.reason, x.role, x.tools, caf::meta::load_callback([&]() -> caf::error {
+           x.success, regime_bits, x.reason, x.role, x.tools, x.counts, caf::meta::load_callback([&]() -> caf::error {
              std::memcpy(&x.accuracy, &accuracy_bits, sizeof(accuracy_bits));
              std::memcpy(&x.regime_index, &regime_bits, sizeof(regime_bits));
              return caf::none;
@@ -238,9 +238,11 @@ struct EvalReport {
   double accuracy = 0.0;
   int64_t total = 0;
   std::string split = "test";
-  int64_t worked = -1;  // arithmetic: answers that showed their work; -1 elsewhere
+  // The environment's own tallies, summed over the held-out episodes (info
+  // "counts"; arithmetic: worked, worked_correct). Empty when it reports none.
+  std::map<std::string, double> counts;
   double seconds = 0.0;  // how long the evaluation took (the progress line's ETA counts evaluations)
-  int64_t errors = 0;   // episodes lost to environment errors: not in `accuracy`
+  int64_t errors = 0;    // episodes lost to environment errors: not in `accuracy`
   // Set when the evaluation found the environment dead
   // (train.max_env_failures_in_a_row): the coordinator ends the run with it.
   std::string env_dead;
@@ -379,8 +381,8 @@ typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalReport& x) {
-  return f(caf::meta::type_name("EvalReport"), x.step, x.policy_version, x.accuracy, x.total, x.split, x.worked,
-                           x.seconds, x.errors, x.env_dead);
+  return f(caf::meta::type_name("EvalReport"), x.step, x.policy_version, x.accuracy, x.total, x.split, x.counts,
+           x.seconds, x.errors, x.env_dead);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RolloutPlacement& x) {
@@ -455,7 +457,7 @@ CAF_ADD_ATOM(sao, sao::atoms, actors_atom, "actors")
 // its rollout and env actors with the coordinator.
 CAF_ADD_ATOM(sao, sao::atoms, join_atom, "join")
 CAF_ADD_ATOM(sao, sao::atoms, rollout_atom, "rollout")
-CAF_ADD_ATOM(sao, sao::atoms, env_atom, "env")  // also: the coordinator gives a rollout its env actor
+CAF_ADD_ATOM(sao, sao::atoms, env_atom, "env")             // also: the coordinator gives a rollout its env actor
 CAF_ADD_ATOM(sao, sao::atoms, reply_due_atom, "replydue")  // self: an env reply held for its latency is due
 CAF_END_TYPE_ID_BLOCK(sao)
 

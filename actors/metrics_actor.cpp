@@ -85,10 +85,7 @@ nlohmann::json summary_of(const MetricsActorState& state) {
     // The heldout_accuracy_last of an evaluation that lost episodes covers
     // only the answered ones: this count goes with it (and the final line says so).
     summary["heldout_errors_last"] = state.evals.back().value("errors", 0);
-    if (state.evals.front().contains("worked") && state.evals.back().contains("worked")) {
-      summary["worked_first"] = state.evals.front()["worked"];
-      summary["worked_last"] = state.evals.back()["worked"];
-    }
+    report::add_summary_counts(summary, state.evals.front(), state.evals.back());
   }
   state.logprob_agreement.add_to_summary(summary);
   return summary;
@@ -284,7 +281,7 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
                                {"split", report.split},
                                {"wall_time_s", st.progress->elapsed_seconds()}};
         if (!std::isfinite(report.accuracy)) line["heldout_accuracy"] = nullptr;
-        if (report.worked >= 0) line["worked"] = report.worked;
+        report::add_counts(line, report.counts);
         line["errors"] = report.errors;
         if (!report.env_dead.empty()) line["env_dead"] = report.env_dead;
         st.writer->write(line);
@@ -294,11 +291,12 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
                        report.env_dead.c_str());
           return;
         }
-        const std::string worked =
-            report.worked >= 0 ? ", " + std::to_string(report.worked) + " answers worked" : std::string();
+        std::string counts;
+        const auto reported = report::counts_of_eval_line(line);
+        for (const auto& [name, value] : reported.items()) counts += ", " + name + " " + base::dump_json(value);
         std::fprintf(stderr, "eval step %lld: held-out accuracy %.4f (%lld problems%s)%s\n",
                      static_cast<long long>(report.step), report.accuracy, static_cast<long long>(report.total),
-                     worked.c_str(), report::heldout_errors_note(report.errors, report.total).c_str());
+                     counts.c_str(), report::heldout_errors_note(report.errors, report.total).c_str());
       },
       [self](const msg::EpisodeLost& lost) {
         ++self->state.counters.handled;

@@ -202,11 +202,13 @@ void print_eval_result(const train::HeldoutResult& result, const std::string& ch
                          {"total", result.total},
                          {"errors", result.errors},
                          {"seconds", result.seconds}};
-  if (result.worked >= 0) {
-    std::printf("worked answers: %lld/%lld (%lld of them correct)\n", static_cast<long long>(result.worked),
-                static_cast<long long>(result.total), static_cast<long long>(result.worked_correct));
-    line["worked"] = result.worked;
-    line["worked_correct"] = result.worked_correct;
+  report::add_counts(line, result.counts);
+  if (!result.counts.empty()) {
+    const auto counts = report::counts_of_eval_line(line);
+    for (const auto& [name, value] : counts.items()) {
+      std::printf("%s: %s of %lld\n", name.c_str(), base::dump_json(value).c_str(),
+                  static_cast<long long>(result.total));
+    }
   }
   std::printf("%s\n", base::dump_json(line).c_str());
   std::fflush(stdout);

@@ -183,9 +183,11 @@ TEST_CASE("every message type round-trips through the binary serializer") {
       round_trip(system, sao::msg::StepReport{4, 3, {{"reward_mean", 0.25}, {"policy_loss", -1.0}}, {1.5, 2.5}});
   CHECK(report.metrics.at("reward_mean") == 0.25);
   CHECK(report.rollout_to_learner_ms == std::vector<double>{1.5, 2.5});
-  const auto eval = round_trip(system, sao::msg::EvalReport{10, 9, 0.375, 400, "test", 120, 12.5, 7, "env dead"});
+  const auto eval = round_trip(
+      system, sao::msg::EvalReport{
+                  10, 9, 0.375, 400, "test", {{"worked", 120}, {"worked_correct", 99.5}}, 12.5, 7, "env dead"});
   CHECK(eval.accuracy == 0.375);
-  CHECK(eval.worked == 120);
+  CHECK(eval.counts == std::map<std::string, double>{{"worked", 120}, {"worked_correct", 99.5}});
   CHECK(eval.seconds == 12.5);
   CHECK(eval.errors == 7);
   CHECK(eval.env_dead == "env dead");

@@ -422,9 +422,9 @@ TEST_CASE("the arithmetic environment says whether an answer was worked") {
   const auto answer = environment.problem().result();
   auto step = environment.step(ArithmeticTask::worked_text(answer));
   CHECK(step.reward == 1.0);
-  CHECK(step.info["worked"] == 1.0);
+  CHECK(step.info["counts"] == nlohmann::json{{"worked", 1}, {"worked_correct", 1}});
   environment.reset(4);
   step = environment.step(std::to_string(environment.problem().result()));
   CHECK(step.reward == 1.0);
-  CHECK(step.info["worked"] == 0.0);
+  CHECK(step.info["counts"] == nlohmann::json{{"worked", 0}, {"worked_correct", 0}});
 }

@@ -33,7 +33,7 @@ std::string error_of(const nlohmann::json& document) {
 TEST_CASE("the embedded default config parses and matches config/default.json") {
   const auto config = parse_run_config(default_config_document(), "embedded");
   CHECK(config.model.vocab_size == 264);
-  CHECK(config.task.max_digits >= config.task.min_digits);
+  CHECK(config.task_document["max_digits"] >= config.task_document["min_digits"]);
   const auto file = sao::config::read_json_file(std::string(SAO_SOURCE_DIR) + "/config/default.json");
   CHECK(file == default_config_document());
 }
@@ -343,7 +343,7 @@ TEST_CASE("the default's SFT curriculum applies to arithmetic's own demonstratio
   REQUIRE(by_default.sft.curriculum.size() == 1);
   CHECK(by_default.sft.curriculum[0].fraction == 0.667);
   CHECK(by_default.sft.curriculum[0].task == nlohmann::json{{"demonstration_worked_rate", 1.0}});
-  CHECK(by_default.task.demonstration_worked_rate == 0.3);
+  CHECK(by_default.task_document["demonstration_worked_rate"] == 0.3);
   // Another environment, or demonstrations from a file: no phases.
   CHECK(load_run_config(dir + "sao_countdown.json", {}).sft.curriculum.empty());
   CHECK(load_run_config(dir + "sao_agentic.json", {}).sft.curriculum.empty());
@@ -359,12 +359,12 @@ TEST_CASE("the default's SFT curriculum applies to arithmetic's own demonstratio
   // The presets that keep earlier runs reproducible turn it off.
   const auto plain = load_run_config(dir + "arith_plain.json", {});
   CHECK(plain.sft.curriculum.empty());
-  CHECK(plain.task.demonstration_worked_rate == 0.0);
+  CHECK(plain.task_document["demonstration_worked_rate"] == 0.0);
   CHECK(plain.eval.max_new_tokens == 8);
   CHECK(plain.train.steps == 600);
   const auto worked = load_run_config(dir + "sao_worked.json", {});
   CHECK(worked.sft.curriculum.empty());
-  CHECK(worked.task.demonstration_worked_rate == 0.5);
+  CHECK(worked.task_document["demonstration_worked_rate"] == 0.5);
   // A config written before curricula existed (as a checkpoint stores it) ran without one.
   auto older = sao::config::default_config_document();
   older["sft"].erase("curriculum");
@@ -375,7 +375,9 @@ TEST_CASE("the default's SFT curriculum applies to arithmetic's own demonstratio
       R"(--set sft.curriculum=null: sft.curriculum: expected an array of phases {"fraction": F, "task": {...}}, got null)");
 }
 
-TEST_CASE("rollout.slots: the old name episodes_per_actor is still read; both at once, or a pool below a block, are refused") {
+TEST_CASE(
+    "rollout.slots: the old name episodes_per_actor is still read; both at once, or a pool below a block, are "
+    "refused") {
   auto document = default_config_document();
   document["rollout"].erase("slots");
   document["rollout"]["episodes_per_actor"] = 8;

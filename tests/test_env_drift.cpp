@@ -210,11 +210,11 @@ TEST_CASE("drift: a worked answer is graded by its answer in every regime, as ar
                                           std::stoll(prompt.substr(op + 1, prompt.size() - op - 2))};
   const auto worked = env.step(sao::env::ArithmeticTask::worked_text(asked.result()));
   CHECK(worked.reward == 1.0);
-  CHECK(worked.info["worked"] == 1.0);
+  CHECK(worked.info["counts"] == nlohmann::json{{"worked", 1}, {"worked_correct", 1}});
   env.reset(0);
   const auto direct = env.step(asked.answer());
   CHECK(direct.reward == 1.0);
-  CHECK(direct.info["worked"] == 0.0);
+  CHECK(direct.info["counts"] == nlohmann::json{{"worked", 0}, {"worked_correct", 0}});
   // Room for the longest worked answer: 2 digits + sign, twice, 'w', '>' and the suffix.
   CHECK(env.limits().max_action_bytes == 5 + 2 + 5 + 1);
 }

@@ -134,14 +134,22 @@ TEST_CASE("progress ETA counts the held-out evaluations left, not only the steps
 
 TEST_CASE("a finished run ends with a few lines for a person, not summary.json's text") {
   const auto summary = nlohmann::json::parse(R"({"steps": 300, "episodes_lost": 2, "heldout_accuracy_first": 0.195,
-      "heldout_accuracy_last": 0.9275, "worked_first": 36, "worked_last": 400,
+      "heldout_accuracy_last": 0.9275, "count_worked_first": 36, "count_worked_last": 400,
       "evals": [{"step": 0, "total": 400}, {"step": 300, "total": 400}]})");
   CHECK(sao::report::describe_run_summary(summary, "runs/default", 497.0) ==
         "held-out accuracy: 0.9275 (before RL: 0.1950), 400 problems\n"
-        "worked answers: 400 of 400 (before RL: 36)\n"
+        "held-out worked: 400 of 400 (before RL: 36)\n"
         "steps: 300, episodes lost 2, wall time 8:17\n"
         "files: runs/default/ (metrics.jsonl, summary.json with every number, checkpoint/policy for sao eval); "
         "curves: sao plot runs/default\n");
+  // A summary written before counts were generic says the same.
+  auto old_run = summary;
+  old_run.erase("count_worked_first");
+  old_run.erase("count_worked_last");
+  old_run["worked_first"] = 36;
+  old_run["worked_last"] = 400;
+  CHECK(sao::report::describe_run_summary(old_run, "runs/default", 497.0) ==
+        sao::report::describe_run_summary(summary, "runs/default", 497.0));
   // A run stopped before any evaluation: no accuracy line, no placeholder.
   CHECK(sao::report::describe_run_summary(nlohmann::json::parse(R"({"steps": 0, "episodes_lost": 0})"), "r", 2.0) ==
         "steps: 0, episodes lost 0, wall time 0:02\n"
@@ -177,9 +185,10 @@ TEST_CASE("the final lines say how well rollout and learner log-probs agreed at 
       "logprob_outside_dis_lag0_frac": 0.0})"));
   nlohmann::json clean = {{"steps", 1}, {"episodes_lost", 0}};
   agreeing.add_to_summary(clean);
-  CHECK(sao::report::describe_run_summary(clean, "r", 2.0).find(
-            "\nlog-prob agreement at lag 0: max |rollout - learner| 3.1e-06 over 1,234,567 tokens; 0 outside DIS's "
-            "band\n") != std::string::npos);
+  CHECK(
+      sao::report::describe_run_summary(clean, "r", 2.0)
+          .find("\nlog-prob agreement at lag 0: max |rollout - learner| 3.1e-06 over 1,234,567 tokens; 0 outside DIS's "
+                "band\n") != std::string::npos);
 
   // Only stale tokens: said so; no step line with the keys: no line, no key.
   sao::report::LogprobAgreement stale_only;
@@ -187,8 +196,8 @@ TEST_CASE("the final lines say how well rollout and learner log-probs agreed at 
   nlohmann::json stale = {{"steps", 1}, {"episodes_lost", 0}};
   stale_only.add_to_summary(stale);
   CHECK(stale == nlohmann::json{{"steps", 1}, {"episodes_lost", 0}, {"lag0_tokens", 0}});
-  CHECK(sao::report::describe_run_summary(stale, "r", 2.0).find(
-            "log-prob agreement at lag 0: not measured (no action token was trained at staleness 0)\n") !=
+  CHECK(sao::report::describe_run_summary(stale, "r", 2.0)
+            .find("log-prob agreement at lag 0: not measured (no action token was trained at staleness 0)\n") !=
         std::string::npos);
   nlohmann::json none = {{"steps", 1}, {"episodes_lost", 0}};
   sao::report::LogprobAgreement().add_to_summary(none);

@@ -2,11 +2,11 @@
 // that round-trip and fail loudly on bad content.
 #include "base/error.hpp"
 #include "config/run_config.hpp"
+#include "env/arithmetic_env.hpp"
 #include "model/checkpoint.hpp"
 #include "model/safetensors.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/episode_sft.hpp"
-#include "train/evaluation.hpp"
 #include "train/pass_at_k.hpp"
 #include "train/sft.hpp"
 #include "train/task_runner.hpp"
@@ -17,6 +17,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <string>
 
@@ -30,10 +31,15 @@ fs::path fresh_dir(const std::string& name) {
 using sao_test::small_config;
 }  // namespace
 
+namespace {
+sao::env::SftEpisode one_turn(const std::string& prompt, const std::string& answer) {
+  return {prompt, {{answer, "", true}}, ""};
+}
+}  // namespace
+
 TEST_CASE("SFT batches mask exactly the answer and EOS targets") {
   const sao::tokenizer::ByteTokenizer tokenizer;
-  const std::vector<sao::env::ArithmeticProblem> problems = {{12, '+', 34}, {3, '-', 10}};
-  const auto batch = sao::train::make_sft_batch(tokenizer, problems);
+  const auto batch = sao::train::make_episode_sft_batch(tokenizer, {one_turn("12+34=", "46"), one_turn("3-10=", "-7")});
   // Row 0: BOS "12+34=" "46" EOS = 10 tokens; row 1: BOS "3-10=" "-7" EOS = 9 tokens + PAD.
   CHECK(batch.input_ids.sizes() == torch::IntArrayRef({2, 10}));
   CHECK(batch.tokens == 19);
@@ -47,15 +53,30 @@ TEST_CASE("SFT batches mask exactly the answer and EOS targets") {
   }
 }
 
-TEST_CASE("SFT batches take given answer texts, one per problem") {
-  const sao::tokenizer::ByteTokenizer tokenizer;
-  const std::vector<sao::env::ArithmeticProblem> problems = {{19, '+', 23}};
-  // A slipped demonstration: "32" is trained as written, not the right "42".
-  const auto batch = sao::train::make_sft_batch(tokenizer, problems, std::vector<std::string>{"32"});
-  CHECK(batch.input_ids[0][7].item<int64_t>() == tokenizer.encode("3")[0]);
-  CHECK(batch.input_ids[0][8].item<int64_t>() == tokenizer.encode("2")[0]);
-  CHECK_THROWS_WITH(sao::train::make_sft_batch(tokenizer, problems, std::vector<std::string>{"32", "42"}),
-                    "make_sft_batch: 2 answers for 1 problems");
+TEST_CASE("arithmetic's demonstrations are its teacher's answers to training problems, the same for the same seed") {
+  sao::env::ArithmeticConfig config;
+  config.demonstration_slip_rate = 1.0;  // every + and - that carries or borrows is answered wrongly
+  const sao::env::ArithmeticEnvironment environment(config);
+  const auto episodes = environment.demonstrations(64, 11);
+  REQUIRE(episodes.size() == 64);
+  CHECK(environment.demonstrations(64, 11).front().turns.front().action == episodes.front().turns.front().action);
+  std::set<std::string> heldout;
+  for (const auto& problem : environment.task().test_set()) heldout.insert(problem.prompt());
+  // The same draw as the teacher's: one generator, problem then answer.
+  std::mt19937_64 rng(11);
+  int64_t slipped = 0;
+  for (const auto& episode : episodes) {
+    const auto problem = environment.task().sample_train(rng);
+    CHECK(episode.prompt == problem.prompt());
+    CHECK(heldout.count(episode.prompt) == 0);
+    REQUIRE(episode.turns.size() == 1);
+    CHECK(episode.turns[0].observation.empty());
+    CHECK(episode.turns[0].train);
+    const auto answer = environment.task().demonstration_text(problem, rng);
+    CHECK(episode.turns[0].action == answer);
+    slipped += answer != problem.answer() ? 1 : 0;
+  }
+  CHECK(slipped > 0);
 }
 
 TEST_CASE("the SFT learning rate warms up linearly and decays to 10%") {
@@ -74,20 +95,25 @@ TEST_CASE("SFT lowers the answer loss of a small model") {
   sao::env::ArithmeticConfig task_config;
   task_config.max_digits = 1;
   task_config.test_size = 10;
-  const sao::env::ArithmeticTask task(task_config);
+  sao::env::ArithmeticEnvironment environment(task_config);
   sao::model::CausalLM policy(small_config());
   sao::model::init_weights(*policy, 1);
   sao::config::SftSection options;
   options.steps = 60;
   options.batch_size = 32;
   options.log_every = 1000;
-  const auto batch = sao::train::make_sft_batch(tokenizer, {task.test_set().begin(), task.test_set().end()});
+  std::vector<sao::env::SftEpisode> heldout;
+  for (int64_t i = 0; i < environment.heldout_size(); ++i) {
+    const auto prompt = environment.reset_heldout(i).observation;
+    heldout.push_back(one_turn(prompt, environment.task().test_set()[static_cast<size_t>(i)].answer()));
+  }
+  const auto batch = sao::train::make_episode_sft_batch(tokenizer, heldout);
   double before = 0;
   {
     torch::NoGradGuard no_grad;
     before = sao::train::sft_loss(policy->forward(batch.input_ids), batch).item<double>();
   }
-  sao::train::run_sft(policy, task, tokenizer, options, 3, nullptr);
+  sao::train::run_episode_sft(policy, environment, tokenizer, options, 3, nullptr);
   torch::NoGradGuard no_grad;
   const double after = sao::train::sft_loss(policy->forward(batch.input_ids), batch).item<double>();
   MESSAGE("held-out answer loss " << before << " -> " << after);
@@ -223,13 +249,6 @@ TEST_CASE("checkpoint swap: every kill point leaves one complete copy that recov
   fs::remove_all(dir.string() + ".previous");
 }
 
-TEST_CASE("answer text stops at EOS and drops specials") {
-  const sao::tokenizer::ByteTokenizer tokenizer;
-  CHECK(sao::train::answer_text(tokenizer, {'4', '6', tokenizer.eos_id(), '9'}) == "46");
-  CHECK(sao::train::answer_text(tokenizer, {'-', '7'}) == "-7");
-  CHECK(sao::train::answer_text(tokenizer, {tokenizer.bos_id(), '1'}) == "1");
-}
-
 TEST_CASE("pass@k estimator: exact values of 1 - C(n-c,k)/C(n,k) and refused arguments") {
   using sao::train::pass_at_k_estimate;
   CHECK(pass_at_k_estimate(8, 2, 1) == doctest::Approx(0.25).epsilon(1e-15));
@@ -250,17 +269,12 @@ TEST_CASE("pass@k estimator: exact values of 1 - C(n-c,k)/C(n,k) and refused arg
 TEST_CASE("pass@k on the arithmetic held-out split: counts per problem, deterministic, and bad arguments refused") {
   auto config = sao::config::load_run_config(
       "", {"task.max_digits=1", "task.test_size=10", "eval.batch_size=4", "model.hidden_size=32",
-           "model.intermediate_size=64", "model.num_hidden_layers=2"});
+           "model.intermediate_size=64", "model.num_hidden_layers=2", "sft.steps=40", "sft.batch_size=32",
+           "sft.log_every=1000", "sft.curriculum=[]"});
   sao::model::CausalLM policy(config.model);
   sao::model::init_weights(*policy, 1);
   // A little SFT so that some sampled answers are right and some wrong.
-  const sao::env::ArithmeticTask task(config.task);
-  const sao::tokenizer::ByteTokenizer tokenizer;
-  sao::config::SftSection options;
-  options.steps = 40;
-  options.batch_size = 32;
-  options.log_every = 1000;
-  sao::train::run_sft(policy, task, tokenizer, options, 3, nullptr);
+  sao::train::run_warm_start(policy, config, nullptr);
 
   const auto result = sao::train::evaluate_pass_at_k(policy, config, 3, 1.0, 0);
   CHECK(result.problems == 10);
@@ -294,16 +308,17 @@ TEST_CASE("an SFT curriculum draws each phase's demonstrations from that phase's
   const sao::tokenizer::ByteTokenizer tokenizer;
   sao::env::ArithmeticConfig worked_config;
   worked_config.demonstration_worked_rate = 1.0;
-  const std::vector<sao::env::ArithmeticTask> phase_tasks{sao::env::ArithmeticTask(worked_config),
-                                                          sao::env::ArithmeticTask(sao::env::ArithmeticConfig{})};
+  const sao::env::ArithmeticEnvironment worked(worked_config);
+  const sao::env::ArithmeticEnvironment plain(sao::env::ArithmeticConfig{});
+  const std::vector<const sao::env::Environment*> phase_environments{&worked, &plain};
   sao::config::SftSection options;
   options.steps = 5;
   options.batch_size = 16;
   options.curriculum = {{0.4, nlohmann::json::object()}};  // 2 of 5 steps
-  const auto next_batch = sao::train::arithmetic_batch_maker(phase_tasks, tokenizer, options, 7);
+  const auto next_batch = sao::train::episode_batch_maker(phase_environments, tokenizer, options, 7, 0);
   for (int64_t step = 0; step < options.steps; ++step) {
     const auto batch = next_batch(step);
-    int64_t worked = 0;
+    int64_t worked_answers = 0;
     for (int64_t row = 0; row < batch.input_ids.size(0); ++row) {
       const auto ids = batch.input_ids[row];
       const auto text =
@@ -311,13 +326,14 @@ TEST_CASE("an SFT curriculum draws each phase's demonstrations from that phase's
                            /*skip_special=*/true);
       const auto answer = text.substr(text.find('=') + 1);
       REQUIRE(!answer.empty());
-      if (answer[0] == 'w') ++worked;
+      if (answer[0] == 'w') ++worked_answers;
     }
     INFO("step " << step);
-    CHECK(worked == (step < 2 ? options.batch_size : 0));
+    CHECK(worked_answers == (step < 2 ? options.batch_size : 0));
   }
-  CHECK_THROWS_WITH(sao::train::arithmetic_batch_maker({phase_tasks[0]}, tokenizer, options, 7),
-                    "sft: 1 arithmetic tasks for a curriculum of 1 phases; expected one per phase and one for the "
+  const std::vector<const sao::env::Environment*> one{&worked};
+  CHECK_THROWS_WITH(sao::train::episode_batch_maker(one, tokenizer, options, 7, 0),
+                    "sft: 1 environments for a curriculum of 1 phases; expected one per phase and one for the "
                     "run's task");
 }
 

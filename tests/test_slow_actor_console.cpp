@@ -12,7 +12,7 @@
 #include "model/transformer.hpp"
 #include "test_process_helpers.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
-#include "train/sft.hpp"
+#include "train/task_runner.hpp"
 
 #include <doctest/doctest.h>
 #include <httplib.h>
@@ -74,8 +74,7 @@ sao::model::CausalLM warm_policy(const sao::config::RunConfig& config) {
     const auto dir = (fs::temp_directory_path() / ("sao_slow_console_sft_" + std::to_string(::getpid()))).string();
     sao::model::CausalLM policy(config.model);
     sao::model::init_weights(*policy, 3);
-    sao::train::run_sft(policy, sao::env::ArithmeticTask(config.task), sao::tokenizer::ByteTokenizer(), config.sft, 1,
-                        nullptr);
+    sao::train::run_warm_start(policy, config, nullptr);
     sao::model::save_policy_checkpoint(dir, policy, {{"tokenizer", "byte"}, {"stage", "sft"}});
     return dir;
   }();
@@ -95,6 +94,7 @@ struct Endpoint {
 nlohmann::json get_json(httplib::Client& client, const std::string& path) {
   auto reply = client.Get(path.c_str());
   REQUIRE(reply);
+  INFO(reply->body);
   REQUIRE(reply->status == 200);
   return nlohmann::json::parse(reply->body);
 }

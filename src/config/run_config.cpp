@@ -31,7 +31,9 @@ RunConfig::RunConfig() {
   // first two thirds of SFT show only worked answers, which is what makes
   // the warm start learn that form on every seed (docs/decisions.md, "A
   // curriculum that teaches the worked form").
+  env::ArithmeticConfig task;
   task.demonstration_worked_rate = 0.3;
+  task_document = env::arithmetic_config_to_json(task);
   sft.curriculum = {SftPhase{0.667, {{"demonstration_worked_rate", 1.0}}}};
   // The longest worked answer, "w891>198", and EOS.
   eval.max_new_tokens = 10;
@@ -165,7 +167,7 @@ void sft_keys(Sft& sft, Visit visit) {
 template <typename Eval, typename Visit>
 void eval_keys(Eval& eval, Visit visit) {
   visit("temperature", eval.temperature, kTemperature);
-  visit("max_new_tokens", eval.max_new_tokens, IntRange{1, kMaxTokens});
+  visit("max_new_tokens", eval.max_new_tokens, IntRange{0, kMaxTokens});
   visit("batch_size", eval.batch_size, IntRange{1, kMaxBatch});
 }
 
@@ -200,7 +202,7 @@ void train_keys(Train& train, Visit visit) {
   visit("scheduler_policy", train.scheduler_policy);
   visit("max_actor_failures", train.max_actor_failures, IntRange{1, 1000000});
   visit("failure_window_s", train.failure_window_s, IntRange{1, 86400});
-  visit("max_lost_in_a_row", train.max_lost_in_a_row, IntRange{0, kMaxSteps});  // 0: no limit
+  visit("max_lost_in_a_row", train.max_lost_in_a_row, IntRange{0, kMaxSteps});                // 0: no limit
   visit("max_env_failures_in_a_row", train.max_env_failures_in_a_row, IntRange{0, 1000000});  // 0: never
 }
 
@@ -371,11 +373,7 @@ void check_sft_curriculum_tasks(const RunConfig& config) {
   for (size_t i = 0; i < config.sft.curriculum.size(); ++i) {
     const auto where = config.where("sft") + ".curriculum[" + std::to_string(i) + "].task";
     const auto task = sft_phase_task(config, i);
-    if (config.is_arithmetic()) {
-      env::arithmetic_config_from_json(task, where);
-    } else {
-      env::make_environment(config.env.name, task, where);
-    }
+    env::make_environment(config.env.name, task, where);
   }
 }
 
@@ -493,13 +491,9 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   // Before the name is looked up: the plugin is what registers it.
   if (!config.env.plugin.empty()) env::load_environment_plugin(config.env.plugin, config.where("env") + ".plugin");
   config.task_document = document.value("task", nlohmann::json::object());
-  if (config.env.name == "arithmetic") {
-    config.task = env::arithmetic_config_from_json(config.task_document, config.where("task"));
-  } else {
-    // Any other environment checks its own section; building one instance here
-    // reports a bad key before a run starts rather than inside an actor.
-    env::make_environment(config.env.name, config.task_document, config.where("task"));
-  }
+  // The environment checks its own section; building one instance here
+  // reports a bad key before a run starts rather than inside an actor.
+  env::make_environment(config.env.name, config.task_document, config.where("task"));
   read_sft(section("sft"), config.sft);
   check_sft_curriculum_tasks(config);
   read_eval(section("eval"), config.eval);
@@ -521,7 +515,7 @@ nlohmann::json run_config_to_json(const RunConfig& config) {
   document["model"] = model::model_config_settings_to_json(config.model);
   if (!config.model_path.empty()) document["model"] = {{"path", config.model_path}};
   if (config.prompt_format != "auto") document["model"]["prompt_format"] = config.prompt_format;
-  document["task"] = config.is_arithmetic() ? env::arithmetic_config_to_json(config.task) : config.task_document;
+  document["task"] = config.task_document;
   env_keys(config.env, base::WriteKeys{document["env"]});
   sft_keys(config.sft, base::WriteKeys{document["sft"]});
   document["sft"]["curriculum"] = nlohmann::json::array();

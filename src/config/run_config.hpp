@@ -7,7 +7,6 @@
 
 #include "algo/learner_config.hpp"
 #include "base/json_reader.hpp"
-#include "env/arithmetic.hpp"
 #include "env/latency.hpp"
 #include "model/decode_engine.hpp"
 #include "model/generation.hpp"
@@ -76,15 +75,15 @@ struct SftSection {
 };
 
 struct EvalSection {
-  double temperature = 0.0;  // greedy held-out accuracy by default
-  int64_t max_new_tokens = 8;
+  double temperature = 0.0;    // greedy held-out accuracy by default
+  int64_t max_new_tokens = 0;  // per turn; 0: rollout.max_new_tokens (RunConfig::eval_max_new_tokens)
   int64_t batch_size = 200;
 };
 
 // How rollout actors sample and talk to environments.
 struct RolloutSection {
-  int64_t num_actors = 1;           // rollout actors (each owns a policy replica)
-  int64_t env_actors = 1;           // env actors; rollout i uses env i % env_actors
+  int64_t num_actors = 1;  // rollout actors (each owns a policy replica)
+  int64_t env_actors = 1;  // env actors; rollout i uses env i % env_actors
   // Episodes in flight per rollout actor: when one ends (or is lost) its
   // slot takes the next prompt at once (continuous batching). In sync mode
   // a round is `slots` episodes per actor at one weight version.
@@ -101,9 +100,9 @@ struct RolloutSection {
   // Prompt and observation tokens prefilled per decode step, across
   // sequences; a longer input is chunked over several steps.
   int64_t prefill_chunk_tokens = 1024;
-  int64_t max_new_tokens = 8;       // per turn
-  int64_t max_turns = 1;            // an episode reaching it is truncated
-  double temperature = 1.0;         // anything but 1/0/1 makes the recorded log-probs a different distribution
+  int64_t max_new_tokens = 8;  // per turn
+  int64_t max_turns = 1;       // an episode reaching it is truncated
+  double temperature = 1.0;    // anything but 1/0/1 makes the recorded log-probs a different distribution
   int64_t top_k = 0;
   double top_p = 1.0;
   std::string weight_switch = "in_flight";  // "in_flight" (between decode steps) | "turn_boundary"
@@ -196,12 +195,15 @@ struct RunConfig {
   // "model.prompt_format": "auto" (the model's chat template when it has
   // one), "chat" (its template, required) or "plain" (BOS + text, EOS).
   std::string prompt_format = "auto";
-  env::ArithmeticConfig task;    // parsed "task" section when env.name is "arithmetic"
-  nlohmann::json task_document;  // the raw "task" section: the environment's config
-  bool is_arithmetic() const { return env.name == "arithmetic"; }
+  // The "task" section: the environment's config, read by its factory
+  // (env::make_environment), whichever environment it is.
+  nlohmann::json task_document;
   SftSection sft;
   EvalSection eval;
   RolloutSection rollout;
+  // New tokens a held-out answer may take: eval.max_new_tokens, or when that
+  // is 0 the rollout's own limit.
+  int64_t eval_max_new_tokens() const { return eval.max_new_tokens > 0 ? eval.max_new_tokens : rollout.max_new_tokens; }
   EnvSection env;
   TrainSection train;
   ConsoleSection console;

@@ -4,17 +4,60 @@
 #include "base/error.hpp"
 #include "base/json_reader.hpp"
 
+#include <algorithm>
+
 namespace sao::env {
 
 ArithmeticEnvironment::ArithmeticEnvironment(ArithmeticConfig config) : task_(std::move(config)) {}
 
-EnvStep ArithmeticEnvironment::reset(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  problem_ = task_.sample_train(rng);
+EnvStep ArithmeticEnvironment::start(const ArithmeticProblem& problem) {
+  problem_ = problem;
   episode_open_ = true;
   EnvStep result;
   result.observation = problem_.prompt();
+  result.info = {{"episode_key", problem_.prompt()}};
   return result;
+}
+
+EnvStep ArithmeticEnvironment::reset(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return start(task_.sample_train(rng));
+}
+
+EnvStep ArithmeticEnvironment::reset_heldout(int64_t index) {
+  if (index < 0 || index >= heldout_size()) {
+    throw Error("arithmetic: held-out index " + std::to_string(index) + " outside [0, " +
+                std::to_string(heldout_size()) + ")");
+  }
+  return start(task_.test_set()[static_cast<size_t>(index)]);
+}
+
+EnvLimits ArithmeticEnvironment::limits() const {
+  const int64_t digits = task_.config().max_digits;
+  EnvLimits limits;
+  limits.max_turns = 1;
+  // A product of two d-digit numbers has up to 2d digits, plus a sign; a
+  // worked answer writes them twice, after 'w' and before '>'.
+  const int64_t answer = 2 * digits + 1;
+  limits.max_action_bytes = answer + 2 + answer;
+  limits.max_observation_bytes = 2 * digits + 4;  // "-a op -b ="
+  return limits;
+}
+
+std::vector<SftEpisode> ArithmeticEnvironment::demonstrations(int64_t count, uint64_t seed) const {
+  std::mt19937_64 rng(seed);
+  std::vector<SftEpisode> episodes;
+  episodes.reserve(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  for (int64_t i = 0; i < count; ++i) {
+    const auto problem = task_.sample_train(rng);
+    episodes.push_back({problem.prompt(), {{task_.demonstration_text(problem, rng), "", true}}, ""});
+  }
+  return episodes;
+}
+
+nlohmann::json worked_answer_counts(std::string_view action, bool correct) {
+  const bool worked = ArithmeticTask::is_worked(action);
+  return {{"worked", worked ? 1 : 0}, {"worked_correct", worked && correct ? 1 : 0}};
 }
 
 EnvStep ArithmeticEnvironment::step(const std::string& action) {
@@ -25,7 +68,7 @@ EnvStep ArithmeticEnvironment::step(const std::string& action) {
   result.reward = correct ? 1.0 : 0.0;
   result.terminated = true;
   result.info = {{"accuracy", correct ? 1.0 : 0.0},
-                 {"worked", ArithmeticTask::is_worked(action) ? 1.0 : 0.0},
+                 {"counts", worked_answer_counts(action, correct)},
                  {"answer", ArithmeticTask::target_text(problem_, task_.config().answer_format)}};
   return result;
 }

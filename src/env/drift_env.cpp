@@ -1,6 +1,8 @@
 // The drifting arithmetic environment and the recovery metric; see drift_env.hpp.
 #include "env/drift_env.hpp"
 
+#include "env/arithmetic_env.hpp"
+
 #include "base/error.hpp"
 #include "base/json_reader.hpp"
 
@@ -140,7 +142,7 @@ EnvStep DriftEnvironment::step(const std::string& action) {
   result.reward = correct ? 1.0 : 0.0;
   result.terminated = true;
   result.info = {{"accuracy", correct ? 1.0 : 0.0},
-                 {"worked", ArithmeticTask::is_worked(action) ? 1.0 : 0.0},
+                 {"counts", worked_answer_counts(action, correct)},
                  {"regime", regime.name},
                  {"regime_index", episode_regime_},
                  {"answer", regime.target(problem_)}};

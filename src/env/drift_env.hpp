@@ -14,7 +14,8 @@
 // rewards. One turn, reward 1 for an exact answer in the active style, else 0;
 // a worked answer ("w24>42", see ArithmeticConfig::demonstration_worked_rate)
 // is graded by the text after its last '>', as arithmetic grades it;
-// info {"accuracy", "worked", "regime", "regime_index", "answer"} on the step.
+// info {"accuracy", "counts" (worked_answer_counts), "regime", "regime_index",
+// "answer"} on the step.
 //
 // Config keys: name ("drift"), switch_every (50), regimes (["plain",
 // "reversed"]), demonstration_regimes ("current": SFT demonstrations answer in

@@ -1,6 +1,7 @@
 // Human summary of a finished run; see run_summary.hpp.
 #include "report/run_summary.hpp"
 
+#include "base/json_parse.hpp"
 #include "report/progress.hpp"
 #include "report/time_accounting.hpp"
 
@@ -45,7 +46,8 @@ std::string describe_logprob_agreement(const nlohmann::json& summary) {
                      with_thousands_separators(tokens) + " tokens; " + with_thousands_separators(outside);
   if (outside > 0) {
     char share[32];
-    std::snprintf(share, sizeof(share), " (%.2g%%)", 100.0 * static_cast<double>(outside) / static_cast<double>(tokens));
+    std::snprintf(share, sizeof(share), " (%.2g%%)",
+                  100.0 * static_cast<double>(outside) / static_cast<double>(tokens));
     text += share;
   }
   return text + " outside DIS's band\n";
@@ -73,6 +75,40 @@ void LogprobAgreement::add_to_summary(nlohmann::json& summary) const {
   summary["logprob_outside_dis_lag0_tokens"] = outside_;
 }
 
+void add_counts(nlohmann::json& eval_line, const std::map<std::string, double>& counts) {
+  for (const auto& [name, value] : counts) {
+    const bool whole = std::isfinite(value) && std::fabs(value) < 9.0e15 && value == std::floor(value);
+    auto& slot = eval_line[kCountPrefix + name];
+    if (whole) {
+      slot = static_cast<int64_t>(value);
+    } else {
+      slot = value;
+    }
+  }
+}
+
+void add_summary_counts(nlohmann::json& summary, const nlohmann::json& first_eval, const nlohmann::json& last_eval) {
+  const auto first = counts_of_eval_line(first_eval);
+  const auto lasts = counts_of_eval_line(last_eval);  // named: items() of a temporary would dangle
+  for (const auto& [name, last] : lasts.items()) {
+    if (!first.contains(name)) continue;
+    summary[kCountPrefix + name + "_first"] = first[name];
+    summary[kCountPrefix + name + "_last"] = last;
+  }
+}
+
+nlohmann::json counts_of_eval_line(const nlohmann::json& eval_line) {
+  nlohmann::json counts = nlohmann::json::object();
+  if (!eval_line.is_object()) return counts;
+  const std::string prefix = kCountPrefix;
+  for (const auto& [key, value] : eval_line.items()) {
+    if (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0 && value.is_number()) {
+      counts[key.substr(prefix.size())] = value;
+    }
+  }
+  return counts;
+}
+
 std::string heldout_errors_note(int64_t errors, int64_t total) {
   if (errors <= 0) return "";
   return " -- WARNING: " + std::to_string(errors) + " of " + std::to_string(total) +
@@ -92,19 +128,33 @@ std::string describe_run_summary(const nlohmann::json& summary, const std::strin
     if (total > 0) text += ", " + std::to_string(total) + " problems";
     text += heldout_errors_note(summary.value("heldout_errors_last", int64_t{0}), total) + "\n";
   }
-  if (summary.value("worked_last", nlohmann::json()).is_number_integer() &&
-      summary.value("worked_first", nlohmann::json()).is_number_integer()) {
-    text += "worked answers: " + std::to_string(summary["worked_last"].get<long long>());
+  // The environment's held-out counts, last and before RL: count_NAME_last
+  // and count_NAME_first (a run from before counts were generic wrote
+  // arithmetic's as worked_last / worked_first).
+  const std::string prefix = kCountPrefix;
+  const std::string last_suffix = "_last";
+  for (const auto& [key, last] : summary.items()) {
+    const bool old_worked = key == "worked_last";
+    const bool count = key.size() > prefix.size() + last_suffix.size() && key.compare(0, prefix.size(), prefix) == 0 &&
+                       key.compare(key.size() - last_suffix.size(), last_suffix.size(), last_suffix) == 0;
+    if (!old_worked && !count) continue;
+    const auto stem = key.substr(0, key.size() - last_suffix.size());
+    const auto first = stem + "_first";
+    if (!last.is_number() || !has_number(summary, first.c_str())) continue;
+    const auto name = old_worked ? std::string("worked") : stem.substr(prefix.size());
+    text += "held-out " + name + ": " + base::dump_json(last);
     if (total > 0) text += " of " + std::to_string(total);
-    text += " (before RL: " + std::to_string(summary["worked_first"].get<long long>()) + ")\n";
+    text += " (before RL: " + base::dump_json(summary[first]) + ")\n";
   }
   text += "steps: " + std::to_string(summary.value("steps", 0LL)) + ", episodes lost " +
           std::to_string(summary.value("episodes_lost", 0LL)) + ", wall time " + format_duration(wall_s) + "\n";
   text += describe_logprob_agreement(summary);
   if (summary.contains("time_accounting") && summary["time_accounting"].is_object())
     text += describe_time_accounting(summary["time_accounting"]) + "\n";
-  text += "files: " + run_dir + "/ (metrics.jsonl, summary.json with every number, checkpoint/policy for sao eval); "
-          "curves: sao plot " + run_dir + "\n";
+  text += "files: " + run_dir +
+          "/ (metrics.jsonl, summary.json with every number, checkpoint/policy for sao eval); "
+          "curves: sao plot " +
+          run_dir + "\n";
   return text;
 }
 

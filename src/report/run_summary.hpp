@@ -1,5 +1,6 @@
 // The few lines a person reads when a training run ends: held-out accuracy
-// before and after, worked answers where the task counts them, evaluation
+// before and after, the environment's own held-out counts (arithmetic's
+// worked answers), evaluation
 // errors, where the time went and where the files are. Everything else
 // stays in RUN_DIR/summary.json.
 #pragma once
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace sao::report {
@@ -15,6 +17,17 @@ namespace sao::report {
 // for an evaluation that lost episodes (its accuracy covers only the
 // answered ones), "" when none was lost.
 std::string heldout_errors_note(int64_t errors, int64_t total);
+
+// An environment's held-out counts (info "counts", summed) go into an eval
+// line as flat keys "count_NAME" (a metrics line holds scalars only): a
+// whole number as an integer, anything else as a number.
+constexpr const char* kCountPrefix = "count_";
+void add_counts(nlohmann::json& eval_line, const std::map<std::string, double>& counts);
+// The counts of an eval line, {"NAME": value}; {} when it has none.
+nlohmann::json counts_of_eval_line(const nlohmann::json& eval_line);
+// summary.json's count_NAME_first and count_NAME_last (flat keys: the
+// summary is a metrics line too), for each count both evaluations have.
+void add_summary_counts(nlohmann::json& summary, const nlohmann::json& first_eval, const nlohmann::json& last_eval);
 
 // The run's log-prob agreement at lag 0, gathered from the step lines'
 // lag0_tokens, logprob_gap_lag0_max and logprob_outside_dis_lag0_frac (the

@@ -37,6 +37,14 @@ EnvOutcome outcome_of(std::string observation, double reward, bool terminated, b
     outcome.role = it->is_string() ? it->get<std::string>() : base::dump_json(*it);
   }
   if (const auto it = info.find("tools"); it != info.end()) outcome.tools = base::dump_json(*it);
+  if (const auto it = info.find("counts"); it != info.end() && it->is_object()) {
+    for (const auto& [name, value] : it->items()) {
+      if (outcome.counts.size() == kMaxCounts) break;
+      if (name.size() > 64 || !value.is_number()) continue;
+      const auto number = value.get<double>();
+      if (std::isfinite(number)) outcome.counts[name] = number;
+    }
+  }
   return outcome;
 }
 
@@ -229,6 +237,7 @@ void EpisodeEngine::finish_row(EpisodeRow& row, const EnvOutcome& outcome, bool 
   // An episode cut by the turn limit or the context did not succeed, whatever its last step said.
   row.success = outcome.done() && episode_succeeded(outcome);
   row.accuracy = episode_accuracy(outcome);
+  row.counts = outcome.counts;
   row.state = RowState::kFinished;
   if (settings_.keep_transcripts) {
     row.transcript += row.success ? " => success" : " => failure";
@@ -258,7 +267,8 @@ int64_t EpisodeEngine::current_turn() const {
 
 algo::Trajectory EpisodeEngine::trajectory(size_t index, int64_t group_id) const {
   const auto& row = this->row(index);
-  if (row.state != RowState::kFinished) throw Error("episode engine: row " + std::to_string(index) + " is not finished");
+  if (row.state != RowState::kFinished)
+    throw Error("episode engine: row " + std::to_string(index) + " is not finished");
   auto trajectory = algo::make_trajectory(row.prompt, row.turns, /*outcome_reward=*/0.0, row.terminated, group_id);
   trajectory.accuracy = row.accuracy;
   return trajectory;

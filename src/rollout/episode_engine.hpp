@@ -65,9 +65,15 @@ struct EnvOutcome {
   // info "tools" at reset, as JSON text ("" when absent): the tool schemas a
   // chat template shows the policy (Tokenizer::first_turn).
   std::string tools;
+  // info "counts": tallies the environment reports for the episode's final
+  // step ({"worked": 1}); held-out evaluation sums each over its episodes.
+  // Finite numbers only, at most kMaxCounts names of at most 64 bytes; other
+  // entries count as absent.
+  std::map<std::string, double> counts;
 
   bool done() const { return terminated || truncated; }
 };
+constexpr size_t kMaxCounts = 32;
 
 // Reads an environment step's info (anything that is not an object, or a
 // field of the wrong type, counts as absent).
@@ -98,6 +104,7 @@ struct EpisodeRow {
   bool success = false;
   double accuracy = std::numeric_limits<double>::quiet_NaN();
   double regime_index = std::numeric_limits<double>::quiet_NaN();
+  std::map<std::string, double> counts;  // the final step's info "counts"
   std::string lost_reason;
   bool env_error = false;  // lost because the environment failed (threw, timed out, crashed)
   std::string transcript;

@@ -102,6 +102,7 @@ EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::To
       result.successes += row.success ? 1 : 0;
       solved[problem] = row.success ? 1 : 0;
       reward_sum += row.reward_sum;
+      for (const auto& [name, value] : row.counts) result.counts[name] += value;
       // A turn whose env step failed was still played.
       turn_sum += static_cast<int64_t>(row.turns.size()) + (row.current.action_tokens.empty() ? 0 : 1);
       if (problem < transcripts.size()) transcripts[problem] = row.transcript;
@@ -118,7 +119,8 @@ EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::To
     if (!engine.has_decode_work()) {
       collect();
       if (engine.open_rows() > 0 && !engine.has_decode_work()) {
-        throw Error("evaluate_episodes: " + std::to_string(engine.open_rows()) + " episodes wait with nothing to decode");
+        throw Error("evaluate_episodes: " + std::to_string(engine.open_rows()) +
+                    " episodes wait with nothing to decode");
       }
       continue;
     }

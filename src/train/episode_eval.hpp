@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ struct EpisodeEvalResult {
   double mean_reward = 0.0;  // mean over episodes of the summed per-turn rewards
   double mean_turns = 0.0;
   double seconds = 0.0;
+  // Each name the environment reported in info "counts", summed over the
+  // finished episodes (arithmetic: "worked", "worked_correct").
+  std::map<std::string, double> counts;
   std::vector<uint8_t> solved;       // 1 where held-out episode i succeeded
   std::vector<std::string> samples;  // "obs0 | action -> obs1 | ... => success" for the first few
 };
@@ -70,6 +74,5 @@ struct EnvironmentPool {
 EpisodeEvalResult evaluate_episodes(model::CausalLM& policy, const tokenizer::Tokenizer& tokenizer,
                                     const EnvironmentMaker& make_environment, const EpisodeEvalOptions& options,
                                     uint64_t seed, EnvironmentPool* pool = nullptr);
-
 
 }  // namespace sao::train

@@ -69,24 +69,28 @@ SftResult run_episode_sft(model::CausalLM& policy, const env::Environment& envir
 SftResult run_episode_sft(model::CausalLM& policy, const std::vector<const env::Environment*>& phase_environments,
                           const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
                           report::JsonlWriter* metrics) {
+  const auto next_batch =
+      episode_batch_maker(phase_environments, tokenizer, options, seed, policy->config().max_position_embeddings);
+  return run_sft_loop(policy, options, "sft " + phase_environments.back()->name(), next_batch, metrics);
+}
+
+SftBatchMaker episode_batch_maker(const std::vector<const env::Environment*>& phase_environments,
+                                  const tokenizer::Tokenizer& tokenizer, const config::SftSection& options,
+                                  uint64_t seed, int64_t max_length) {
   check_phase_count(options, phase_environments.size(), "environments");
-  const int64_t max_length = policy->config().max_position_embeddings;
-  return run_sft_loop(
-      policy, options, "sft " + phase_environments.back()->name(),
-      [&](int64_t step) {
-        const auto& environment = *phase_environments[config::sft_phase_of_step(options, step)];
-        const auto episodes = environment.demonstrations(options.batch_size, seed + static_cast<uint64_t>(step) * 7919);
-        // The three ways on, since an environment that cannot show answers
-        // (an external program, most OpenEnv servers) is a normal setup.
-        if (episodes.empty()) {
-          throw Error("sft: environment '" + environment.name() +
-                      "' has no demonstrations; give a file of them with sft.data=FILE (or sao sft --data FILE), "
-                      "start from a trained policy with train.init_checkpoint=DIR, or skip the warm start with "
-                      "sft.steps=0");
-        }
-        return make_episode_sft_batch(tokenizer, episodes, max_length);
-      },
-      metrics);
+  return [&phase_environments, &tokenizer, &options, seed, max_length](int64_t step) {
+    const auto& environment = *phase_environments[config::sft_phase_of_step(options, step)];
+    const auto episodes = environment.demonstrations(options.batch_size, seed + static_cast<uint64_t>(step) * 7919);
+    // The three ways on, since an environment that cannot show answers
+    // (an external program, most OpenEnv servers) is a normal setup.
+    if (episodes.empty()) {
+      throw Error("sft: environment '" + environment.name() +
+                  "' has no demonstrations; give a file of them with sft.data=FILE (or sao sft --data FILE), "
+                  "start from a trained policy with train.init_checkpoint=DIR, or skip the warm start with "
+                  "sft.steps=0");
+    }
+    return make_episode_sft_batch(tokenizer, episodes, max_length);
+  };
 }
 
 SftResult run_demonstration_sft(model::CausalLM& policy, const std::vector<env::SftEpisode>& episodes,

@@ -34,6 +34,16 @@ TokenizedEpisode tokenize_episode(const tokenizer::Tokenizer& tokenizer, const e
 SftBatch make_episode_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::SftEpisode>& episodes,
                                 int64_t max_length = 0);
 
+// The batches of a warm start on environments: step s draws batch_size
+// demonstrations from phase_environments[config::sft_phase_of_step(s)]
+// (.back() after the curriculum's phases), seeded by `seed` and s. Throws
+// sao::Error unless there is one environment per phase plus one, and when
+// the environment has no demonstrations (naming the three ways on). Keeps
+// references to its arguments.
+SftBatchMaker episode_batch_maker(const std::vector<const env::Environment*>& phase_environments,
+                                  const tokenizer::Tokenizer& tokenizer, const config::SftSection& options,
+                                  uint64_t seed, int64_t max_length);
+
 // Trains `policy` in place on environment.demonstrations(batch_size, ...)
 // drawn fresh every step (AdamW, warm-up then cosine, as run_sft). Throws
 // sao::Error when the environment has no demonstrations. Writes one JSON line

@@ -6,7 +6,6 @@
 #include "model/device.hpp"
 
 #include "tokenizer/load_tokenizer.hpp"
-#include "train/evaluation.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -14,51 +13,6 @@
 #include <random>
 
 namespace sao::train {
-
-SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems,
-                        const std::string& answer_format) {
-  std::vector<std::string> answers;
-  answers.reserve(problems.size());
-  for (const auto& problem : problems) answers.push_back(env::ArithmeticTask::target_text(problem, answer_format));
-  return make_sft_batch(tokenizer, problems, answers);
-}
-
-SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems,
-                        const std::vector<std::string>& answers) {
-  if (answers.size() != problems.size()) {
-    throw Error("make_sft_batch: " + std::to_string(answers.size()) + " answers for " +
-                std::to_string(problems.size()) + " problems");
-  }
-  std::vector<std::vector<int64_t>> sequences;
-  std::vector<size_t> prompt_lengths;
-  size_t width = 0;
-  for (size_t i = 0; i < problems.size(); ++i) {
-    auto ids = encode_prompt(tokenizer, problems[i]);
-    prompt_lengths.push_back(ids.size());
-    const auto answer = tokenizer.encode(answers[i]);
-    ids.insert(ids.end(), answer.begin(), answer.end());
-    const auto end = tokenizer.action_end();
-    ids.insert(ids.end(), end.begin(), end.end());
-    width = std::max(width, ids.size());
-    sequences.push_back(std::move(ids));
-  }
-  const auto batch = static_cast<int64_t>(sequences.size());
-  SftBatch result;
-  result.input_ids = torch::full({batch, static_cast<int64_t>(width)}, tokenizer::padding_id(tokenizer), torch::kInt64);
-  result.target_mask = torch::zeros({batch, static_cast<int64_t>(width) - 1}, torch::kBool);
-  auto ids = result.input_ids.accessor<int64_t, 2>();
-  auto mask = result.target_mask.accessor<bool, 2>();
-  for (int64_t row = 0; row < batch; ++row) {
-    const auto& sequence = sequences[static_cast<size_t>(row)];
-    for (size_t t = 0; t < sequence.size(); ++t) ids[row][static_cast<int64_t>(t)] = sequence[t];
-    // Target t+1 is predicted at position t; answer targets start at the prompt's end.
-    for (size_t t = prompt_lengths[static_cast<size_t>(row)]; t < sequence.size(); ++t) {
-      mask[row][static_cast<int64_t>(t) - 1] = true;
-    }
-    result.tokens += static_cast<int64_t>(sequence.size());
-  }
-  return result;
-}
 
 torch::Tensor sft_loss(const torch::Tensor& logits, const SftBatch& batch) {
   const int64_t steps = batch.input_ids.size(1) - 1;
@@ -166,36 +120,6 @@ SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& option
   result.seconds = progress.elapsed_seconds();
   result.tokens_per_second = static_cast<double>(total_tokens) / std::max(result.seconds, 1e-9);
   return result;
-}
-
-SftBatchMaker arithmetic_batch_maker(const std::vector<env::ArithmeticTask>& phase_tasks,
-                                     const tokenizer::Tokenizer& tokenizer, const config::SftSection& options,
-                                     uint64_t seed) {
-  check_phase_count(options, phase_tasks.size(), "arithmetic tasks");
-  // One generator across phases: a curriculum changes what is drawn, not the stream.
-  auto rng = std::make_shared<std::mt19937_64>(seed);
-  return [rng, &phase_tasks, &tokenizer, &options](int64_t step) {
-    const auto& task = phase_tasks[config::sft_phase_of_step(options, step)];
-    std::vector<env::ArithmeticProblem> problems;
-    std::vector<std::string> answers;
-    for (int64_t i = 0; i < options.batch_size; ++i) {
-      problems.push_back(task.sample_train(*rng));
-      answers.push_back(task.demonstration_text(problems.back(), *rng));
-    }
-    return make_sft_batch(tokenizer, problems, answers);
-  };
-}
-
-SftResult run_sft(model::CausalLM& policy, const std::vector<env::ArithmeticTask>& phase_tasks,
-                  const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
-                  report::JsonlWriter* metrics) {
-  return run_sft_loop(policy, options, "sft", arithmetic_batch_maker(phase_tasks, tokenizer, options, seed), metrics);
-}
-
-SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
-                  const config::SftSection& options, uint64_t seed, report::JsonlWriter* metrics) {
-  const std::vector<env::ArithmeticTask> phase_tasks{task};
-  return run_sft(policy, phase_tasks, tokenizer, options, seed, metrics);
 }
 
 }  // namespace sao::train

@@ -1,12 +1,13 @@
 // Supervised warm start. Reinforcement learning from a random model earns no
-// reward and so learns nothing; SFT on synthetic answers gives the policy a
+// reward and so learns nothing; SFT on demonstrations gives the policy a
 // starting point that is imperfect but not hopeless, which is where RL helps.
+// The loop is here; its batches come from an environment's demonstrations or
+// a file of them (train/episode_sft.hpp).
 #pragma once
 
-#include "env/arithmetic.hpp"
+#include "config/run_config.hpp"
 #include "model/transformer.hpp"
 #include "report/progress.hpp"
-#include "config/run_config.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 #include <torch/torch.h>
@@ -23,11 +24,6 @@ struct SftBatch {
   int64_t tokens = 0;         // real tokens in the batch
 };
 
-SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems,
-                        const std::string& answer_format = "plain");
-// The same with each problem's answer text given (answers[i] for problems[i]).
-SftBatch make_sft_batch(const tokenizer::Tokenizer& tokenizer, const std::vector<env::ArithmeticProblem>& problems,
-                        const std::vector<std::string>& answers);
 // Mean cross-entropy of the answer tokens; logits [B, T, V].
 torch::Tensor sft_loss(const torch::Tensor& logits, const SftBatch& batch);
 // Linear warm-up, then cosine decay to 10% of the peak.
@@ -50,21 +46,5 @@ SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& option
 // Throws unless `given` (the tasks or environments a warm start was handed)
 // is one per curriculum phase plus one for the run's task.
 void check_phase_count(const config::SftSection& options, size_t given, const char* what);
-
-// Arithmetic demonstrations for each step: phase_tasks[k] supplies curriculum
-// phase k (config::sft_phase_of_step), phase_tasks.back() the steps after
-// the phases. Keeps references to its arguments.
-SftBatchMaker arithmetic_batch_maker(const std::vector<env::ArithmeticTask>& phase_tasks,
-                                     const tokenizer::Tokenizer& tokenizer, const config::SftSection& options,
-                                     uint64_t seed);
-
-// Trains `policy` in place on arithmetic, one task per curriculum phase as
-// above. Writes one JSON line per logged step to `metrics`.
-SftResult run_sft(model::CausalLM& policy, const std::vector<env::ArithmeticTask>& phase_tasks,
-                  const tokenizer::Tokenizer& tokenizer, const config::SftSection& options, uint64_t seed,
-                  report::JsonlWriter* metrics);
-// The same with one task and no curriculum.
-SftResult run_sft(model::CausalLM& policy, const env::ArithmeticTask& task, const tokenizer::Tokenizer& tokenizer,
-                  const config::SftSection& options, uint64_t seed, report::JsonlWriter* metrics);
 
 }  // namespace sao::train

@@ -2,13 +2,11 @@
 #include "train/task_runner.hpp"
 
 #include "base/error.hpp"
-#include "env/arithmetic_env.hpp"
 #include "env/data_file.hpp"
 #include "env/environment.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 #include "train/episode_eval.hpp"
 #include "train/episode_sft.hpp"
-#include "train/evaluation.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -28,22 +26,9 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
   const auto& tokenizer = *loaded_tokenizer;
   const auto seed = static_cast<uint64_t>(config.run.seed);
   HeldoutResult result;
-  if (config.is_arithmetic()) {
-    const env::ArithmeticTask task(config.task);
-    const auto eval = evaluate_arithmetic(policy, tokenizer, task, config.eval, seed);
-    result.accuracy = eval.accuracy;
-    result.total = eval.total;
-    result.correct = eval.correct;
-    result.seconds = eval.seconds;
-    result.worked = eval.worked;
-    result.worked_correct = eval.worked_correct;
-    result.samples = eval.sample_outputs;
-    result.solved = eval.solved;
-    return result;
-  }
   EpisodeEvalOptions options;
   options.temperature = config.eval.temperature;
-  options.max_new_tokens = config.rollout.max_new_tokens;
+  options.max_new_tokens = config.eval_max_new_tokens();
   options.max_turns = config.rollout.max_turns;
   options.batch_size = config.eval.batch_size;
   options.learner_step = learner_step;
@@ -74,6 +59,7 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
   result.seconds = eval.seconds;
   result.samples = eval.samples;
   result.solved = eval.solved;
+  result.counts = eval.counts;
   return result;
 }
 
@@ -114,15 +100,6 @@ SftResult run_warm_start(model::CausalLM& policy, const config::RunConfig& confi
   auto phase_where = [&](size_t phase) {
     return config.where("sft") + ".curriculum[" + std::to_string(phase) + "].task";
   };
-  if (config.is_arithmetic()) {
-    std::vector<env::ArithmeticTask> phase_tasks;
-    for (size_t phase = 0; phase < phases; ++phase) {
-      phase_tasks.emplace_back(
-          env::arithmetic_config_from_json(config::sft_phase_task(config, phase), phase_where(phase)));
-    }
-    phase_tasks.emplace_back(config.task);
-    return run_sft(policy, phase_tasks, tokenizer, config.sft, seed, metrics);
-  }
   std::vector<std::unique_ptr<env::Environment>> owned;
   std::vector<const env::Environment*> phase_environments;
   for (size_t phase = 0; phase <= phases; ++phase) {

@@ -1,7 +1,7 @@
 // The task-independent face of warm start and held-out evaluation: sft,
-// eval and the learner call these, and they dispatch to the arithmetic
-// task or to any registered multi-turn environment (demonstrations for SFT,
-// its held-out split for evaluation).
+// eval and the learner call these, for every environment alike (its
+// demonstrations, or sft.data's, for SFT; its held-out split for
+// evaluation). No environment has a door of its own.
 #pragma once
 
 #include "config/run_config.hpp"
@@ -11,22 +11,22 @@
 #include "train/episode_eval.hpp"
 #include "train/sft.hpp"
 
+#include <map>
 #include <string>
 #include <vector>
 
 namespace sao::train {
 
 struct HeldoutResult {
-  // Arithmetic: exact match; environments: the success rate over the
-  // episodes the environment answered (total - errors).
+  // The success rate over the episodes the environment answered (total - errors).
   double accuracy = 0.0;
   int64_t total = 0;
   int64_t correct = 0;
   int64_t errors = 0;  // episodes lost to an environment error: not scored, reported with the accuracy
   double seconds = 0.0;
-  // Arithmetic: how many answers showed their work ("w..>"); -1 elsewhere.
-  int64_t worked = -1;
-  int64_t worked_correct = 0;        // of those, how many were right
+  // The environment's own tallies, summed over the episodes (info "counts";
+  // arithmetic: "worked", "worked_correct"). Empty when it reports none.
+  std::map<std::string, double> counts;
   std::vector<uint8_t> solved;       // 1 where held-out item i was solved, in split order
   std::vector<std::string> samples;  // a few transcripts for humans
 };
