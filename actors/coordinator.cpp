@@ -120,11 +120,16 @@ void start(CoordinatorSelf self) {
   state.introspection = spawn_introspection_actor(self->system(), caf::actor_cast<CoordinatorActor>(self));
   state.weight_sync =
       spawn_weight_sync_actor(self->system(), run.rollout.weight_delay_versions, state.config.bulk_server);
+  // Watched like the learner: a run that lost one of these would wait forever.
+  self->monitor(state.metrics);
+  self->monitor(state.introspection);
+  self->monitor(state.weight_sync);
   state.learner =
       spawn_learner_actor(self->system(), LearnerActorConfig{run, state.config.policy, state.config.resume_from});
   state.config.policy = model::CausalLM{nullptr};  // the learner owns the weights now
   self->monitor(state.learner);
   state.replay = spawn_replay_actor(self->system(), run.replay, state.learner);
+  self->monitor(state.replay);
   for (int64_t i = 0; i < run.rollout.env_actors; ++i) {
     state.envs.push_back(spawn_env(self, static_cast<size_t>(i)));
     state.env_started.push_back(std::chrono::steady_clock::time_point{});
@@ -248,6 +253,21 @@ void on_down(CoordinatorSelf self, const caf::down_msg& down) {
     return;
   }
   if (on_remote_down(self, down, why)) return;
+  // The run's single actors have no restart (their state is the run's): one
+  // that exits (a metrics file that cannot be written, a bug) ends the run
+  // through its normal finish, so the learner still saves its checkpoint.
+  const std::pair<caf::actor_addr, const char*> singles[] = {{state.metrics.address(), "metrics"},
+                                                             {state.replay.address(), "replay"},
+                                                             {state.weight_sync.address(), "weight-sync"},
+                                                             {state.introspection.address(), "introspection"}};
+  for (const auto& [address, name] : singles) {
+    if (address != down.source) continue;
+    state.end_detail = std::string("the ") + name + " actor exited (" + why + ")";
+    state.counters.last_error = state.end_detail;
+    std::fprintf(stderr, "coordinator: giving up: %s\n", state.end_detail.c_str());
+    finish(self, msg::RunEnd::kGaveUp);
+    return;
+  }
   if (state.learner.address() == down.source) {
     std::fprintf(stderr, "coordinator: the learner exited (%s); ending the run\n", why.c_str());
     state.stopping = true;

@@ -281,6 +281,25 @@ TEST_CASE("SAO in sync mode trains through its critic warm-up, one round of one 
 // A rollout used to start its next session before replay had answered for
 // the last one, so it saw an old "not full" and queued a session past the
 // capacity: trajectories then waited two learner steps instead of one.
+TEST_CASE("a metrics file that cannot be written ends the run through its finish, checkpoint saved") {
+  // A full disk: every write to metrics.jsonl fails, so the metrics actor's
+  // first line throws and the actor exits. Before the coordinator watched it,
+  // the run waited forever for it (the console test hung 600 s).
+  const auto dir = fresh_dir("disk_full");
+  fs::create_directories(dir);
+  fs::create_symlink("/dev/full", dir / "metrics.jsonl");
+  auto config = easy_config(dir.string(), {"train.steps=1000000", "train.checkpoint_every=0"});
+  auto policy = warm_start(config);
+  const auto outcome = sao::actors::run_training(config, policy, "", nullptr);
+  CHECK(outcome.failed);
+  CHECK(outcome.reason.find("the metrics actor exited") != std::string::npos);
+  CHECK(outcome.steps < 1000000);
+  CHECK(outcome.actors_left_running == 0);
+  // The learner's finish still ran: the final checkpoint is there.
+  CHECK(fs::exists(dir / "checkpoint" / "policy" / "model.safetensors"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("one rollout never queues past the replay's capacity") {
   const auto dir = fresh_dir("replay_room");
   auto config = easy_config(dir.string(), {"train.steps=30", "rollout.slots=16", "replay.capacity=32",
