@@ -203,12 +203,9 @@ void print_eval_result(const train::HeldoutResult& result, const std::string& ch
                          {"errors", result.errors},
                          {"seconds", result.seconds}};
   report::add_counts(line, result.counts);
-  if (!result.counts.empty()) {
-    const auto counts = report::counts_of_eval_line(line);
-    for (const auto& [name, value] : counts.items()) {
-      std::printf("%s: %s of %lld\n", name.c_str(), base::dump_json(value).c_str(),
-                  static_cast<long long>(result.total));
-    }
+  const auto counts = report::counts_of_eval_line(line);
+  for (const auto& [name, value] : counts.items()) {
+    std::printf("%s: %s of %lld\n", name.c_str(), base::dump_json(value).c_str(), static_cast<long long>(result.total));
   }
   std::printf("%s\n", base::dump_json(line).c_str());
   std::fflush(stdout);

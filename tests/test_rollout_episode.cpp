@@ -9,9 +9,9 @@
 #include "base/error.hpp"
 #include "env/environment.hpp"
 #include "model/transformer.hpp"
+#include "report/run_summary.hpp"
 #include "test_tiny_model.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
-#include "report/run_summary.hpp"
 #include "train/episode_eval.hpp"
 
 #include <doctest/doctest.h>
@@ -87,6 +87,23 @@ TEST_CASE("the env's info is read into typed signals; anything malformed counts 
   CHECK(bad.success == -1);
   CHECK(std::isnan(bad.regime_index));
   CHECK(std::isnan(sao::rollout::outcome_of("", 0, false, false, nlohmann::json::array()).accuracy));
+  // Counts: finite numbers under names of at most 64 bytes, at most 32 of them.
+  nlohmann::json counts = {{"worked", 1},
+                           {"half", 0.5},
+                           {"text", "3"},
+                           {"flag", true},
+                           {"nan", nullptr},
+                           {std::string(65, 'n'), 1},
+                           {std::string(64, 'm'), 2}};
+  auto counted = sao::rollout::outcome_of("", 0, true, false, nlohmann::json{{"counts", counts}});
+  CHECK(counted.counts == std::map<std::string, double>{{"worked", 1.0}, {"half", 0.5}, {std::string(64, 'm'), 2.0}});
+  CHECK(sao::rollout::outcome_of("", 0, true, false, nlohmann::json{{"counts", 7}}).counts.empty());
+  nlohmann::json many = nlohmann::json::object();
+  for (int i = 0; i < 40; ++i) many["c" + std::to_string(100 + i)] = i;
+  const auto capped = sao::rollout::outcome_of("", 0, true, false, nlohmann::json{{"counts", many}}).counts;
+  REQUIRE(capped.size() == sao::rollout::kMaxCounts);
+  CHECK(capped.begin()->first == "c100");
+  CHECK(capped.rbegin()->second == 31.0);
 }
 
 TEST_CASE("success and accuracy of a final step follow one rule") {

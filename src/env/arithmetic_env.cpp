@@ -33,14 +33,17 @@ EnvStep ArithmeticEnvironment::reset_heldout(int64_t index) {
 }
 
 EnvLimits ArithmeticEnvironment::limits() const {
-  const int64_t digits = task_.config().max_digits;
+  return arithmetic_limits(task_.config().max_digits, 0);
+}
+
+EnvLimits arithmetic_limits(int64_t max_digits, int64_t suffix_bytes) {
   EnvLimits limits;
   limits.max_turns = 1;
   // A product of two d-digit numbers has up to 2d digits, plus a sign; a
   // worked answer writes them twice, after 'w' and before '>'.
-  const int64_t answer = 2 * digits + 1;
-  limits.max_action_bytes = answer + 2 + answer;
-  limits.max_observation_bytes = 2 * digits + 4;  // "-a op -b ="
+  const int64_t value = 2 * max_digits + 1;
+  limits.max_action_bytes = value + suffix_bytes + 2 + value;
+  limits.max_observation_bytes = 2 * max_digits + 4;  // "-a op -b ="
   return limits;
 }
 

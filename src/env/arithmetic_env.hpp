@@ -41,12 +41,15 @@ class ArithmeticEnvironment final : public Environment {
   bool episode_open_ = false;
 };
 
-// Reads the task section (name, min_digits, max_digits, operators,
-// test_fraction, test_size, answer_format); unknown keys are errors.
 // The tallies an arithmetic answer adds to info "counts": whether it showed
 // its work, and whether it did and was right. Drift grades the same answers.
 nlohmann::json worked_answer_counts(std::string_view action, bool correct);
+// One turn; room for the longest worked answer of max_digits-digit operands
+// followed by `suffix_bytes` (drift's required suffix), and the longest prompt.
+EnvLimits arithmetic_limits(int64_t max_digits, int64_t suffix_bytes);
 
+// Reads the task section (name, min_digits, max_digits, operators,
+// test_fraction, test_size, answer_format); unknown keys are errors.
 ArithmeticConfig arithmetic_config_from_json(const nlohmann::json& config, const std::string& where);
 // The task section arithmetic_config_from_json reads back, every key included.
 nlohmann::json arithmetic_config_to_json(const ArithmeticConfig& config);

@@ -152,15 +152,7 @@ EnvStep DriftEnvironment::step(const std::string& action) {
 EnvLimits DriftEnvironment::limits() const {
   size_t suffix = 0;
   for (const auto& regime : regimes_) suffix = std::max(suffix, regime.suffix.size());
-  const int64_t digits = config_.task.max_digits;
-  EnvLimits limits;
-  limits.max_turns = 1;
-  // A product of two d-digit numbers has up to 2d digits, plus a sign; a
-  // worked answer writes them twice, after 'w' and before '>'.
-  const int64_t answer = 2 * digits + 1 + static_cast<int64_t>(suffix);
-  limits.max_action_bytes = answer + 2 + (2 * digits + 1);
-  limits.max_observation_bytes = 2 * digits + 4;  // "-a op -b ="
-  return limits;
+  return arithmetic_limits(config_.task.max_digits, static_cast<int64_t>(suffix));
 }
 
 std::vector<SftEpisode> DriftEnvironment::demonstrations(int64_t count, uint64_t seed) const {

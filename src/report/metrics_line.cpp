@@ -28,7 +28,6 @@ MetricsLine metrics_line_from_json(const nlohmann::json& line, const std::string
   return result;
 }
 
-namespace {
 nlohmann::json number_to_json(double value) {
   if (!std::isfinite(value)) return nullptr;
   // Counts and steps come back as integers, as the sink wrote them.
@@ -36,7 +35,6 @@ nlohmann::json number_to_json(double value) {
   if (value == std::floor(value) && std::fabs(value) < kExactIntegers) return static_cast<int64_t>(value);
   return value;
 }
-}  // namespace
 
 nlohmann::json to_json(const MetricsLine& line) {
   nlohmann::json result = nlohmann::json::object();

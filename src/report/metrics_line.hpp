@@ -23,6 +23,9 @@ struct MetricsLine {
 // Throws sao::Error naming `where` and the key when `line` is not a flat
 // object of numbers, strings, booleans and nulls.
 MetricsLine metrics_line_from_json(const nlohmann::json& line, const std::string& where);
+// A number as a metrics line writes it: a whole one (below 2^53) as an
+// integer, a non-finite one as null.
+nlohmann::json number_to_json(double value);
 nlohmann::json to_json(const MetricsLine& line);
 
 // The console's view of a run (GET /api/metrics): step lines after a step,

@@ -2,6 +2,7 @@
 #include "report/run_summary.hpp"
 
 #include "base/json_parse.hpp"
+#include "report/metrics_line.hpp"
 #include "report/progress.hpp"
 #include "report/time_accounting.hpp"
 
@@ -76,15 +77,7 @@ void LogprobAgreement::add_to_summary(nlohmann::json& summary) const {
 }
 
 void add_counts(nlohmann::json& eval_line, const std::map<std::string, double>& counts) {
-  for (const auto& [name, value] : counts) {
-    const bool whole = std::isfinite(value) && std::fabs(value) < 9.0e15 && value == std::floor(value);
-    auto& slot = eval_line[kCountPrefix + name];
-    if (whole) {
-      slot = static_cast<int64_t>(value);
-    } else {
-      slot = value;
-    }
-  }
+  for (const auto& [name, value] : counts) eval_line[kCountPrefix + name] = number_to_json(value);
 }
 
 void add_summary_counts(nlohmann::json& summary, const nlohmann::json& first_eval, const nlohmann::json& last_eval) {
