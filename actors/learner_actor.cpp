@@ -6,7 +6,7 @@
 
 #include "algo/learner.hpp"
 #include "base/error.hpp"
-#include "gpu/transport.hpp"
+#include "gpu/device_weights.hpp"
 #include "model/checkpoint.hpp"
 #include "model/device.hpp"
 #include "model/tensor_blob.hpp"
@@ -50,23 +50,20 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
   return std::chrono::duration<double>(b - a).count();
 }
 
-msg::PolicyWeights current_weights(LearnerActorState& state) {
+weights::Packet current_weights(LearnerActorState& state) {
   report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
   const auto& run = state.config.run;
   const auto learner_device = model::parse_device(run.learner.device, "learner.device");
   const auto rollout_device = model::parse_device(run.rollout.device, "rollout.device");
-  msg::PolicyWeights weights;
-  weights.version = state.learner->policy_version();
+  const int64_t version = state.learner->policy_version();
   if (learner_device.is_cuda() && rollout_device.is_cuda()) {
     // GPU to GPU: one device buffer per version, no host round trip; the
-    // weight-sync actor hands rollouts of other processes a CUDA IPC handle
-    // to it (same GPU) or host bytes (gpu/transport.hpp).
-    weights.on_device = std::make_shared<const model::DevicePackedTensors>(
-        gpu::pack_for_rollouts(*state.learner->policy(), learner_device));
-  } else {
-    weights.tensors = model::pack_module(*state.learner->policy());
+    // weight-sync actor chooses each rollout's route from it
+    // (weights/sender.hpp).
+    return weights::device_packet(version, std::make_shared<const model::DevicePackedTensors>(
+                                               gpu::pack_for_rollouts(*state.learner->policy(), learner_device)));
   }
-  return weights;
+  return weights::host_packet(version, model::pack_module(*state.learner->policy()));
 }
 
 msg::ActorStatus learner_status(LearnerSelf self) {

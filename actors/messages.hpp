@@ -10,6 +10,7 @@
 #include "model/tensor_blob.hpp"
 #include "report/metrics_line.hpp"
 #include "rollout/episode_engine.hpp"
+#include "weights/packet.hpp"
 
 #include <caf/all.hpp>
 
@@ -53,6 +54,16 @@ typename Inspector::result_type inspect(Inspector& f, PackedTensors& x) {
   }
 }
 }  // namespace sao::model
+
+namespace sao::weights {
+// The route travels as its number (a peer's unknown value is refused by
+// weights::check_packet); the device buffer never travels.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Packet& x) {
+  return f(caf::meta::type_name("WeightPacket"), x.version, x.route, x.checksum, x.tensors, x.ipc_handle, x.bulk_port,
+           x.bulk_bytes);
+}
+}  // namespace sao::weights
 
 namespace sao::algo {
 template <class Inspector>
@@ -157,27 +168,9 @@ inline std::string error_text(caf::actor_system& system, const caf::error& error
   return system.render(error);
 }
 
-// A full set of policy weights at one version, in one of three forms
-// (gpu/transport.hpp says which goes where):
-// - host bytes: `tensors` (index and bytes); what crosses processes;
-// - a device buffer in the learner's process (`on_device`), which rollouts
-//   of that process copy from GPU to GPU; inspect() never writes it, and
-//   the weight-sync actor sends other processes one of the other forms;
-// - a CUDA IPC handle (`ipc_handle`, its text) to the learner's buffer, for
-//   a rollout process on the learner's GPU: `tensors` then holds the index
-//   and no bytes;
-// - a bulk-channel notice (`bulk_port` > 0) for a rollout in another
-//   process: `tensors` holds the index and no bytes, and the rollout reads
-//   the `bulk_bytes` bytes of this version from the learner's bulk server
-//   on that port (net/bulk_transfer.hpp), beside CAF.
-struct PolicyWeights {
-  int64_t version = 0;
-  model::PackedTensors tensors;
-  std::shared_ptr<const model::DevicePackedTensors> on_device;
-  std::string ipc_handle;
-  uint16_t bulk_port = 0;
-  uint64_t bulk_bytes = 0;
-};
+// A full set of policy weights at one version travels as one
+// weights::Packet (weights/packet.hpp); its route says which fields hold
+// the weights. inspect() below never writes the in-process device buffer.
 
 // Env actor protocol. Episodes are addressed by id so one env actor can run
 // several episodes of a rollout batch at once.
@@ -261,9 +254,16 @@ struct RolloutPlacement {
 struct VersionAck {
   std::string rollout;
   int64_t version = 0;
-  // Set when reading a bulk-channel notice failed (the version was not
-  // applied): weight-sync then sends this rollout the bytes in CAF messages.
-  std::string bulk_error;
+  // Set when the last packet could not be used (a failed bulk read, a
+  // refused CUDA IPC handle; the version was not applied): its route and
+  // why. Weight-sync then sends this rollout by the next route.
+  weights::Route failed_route = weights::Route::kCafBytes;
+  std::string error;
+  // What the rollout's model holds after loading, checked against the
+  // version's checksum. A mismatch is counted; the version is sent again by
+  // the next route (CAF bytes last).
+  uint64_t checksum = 0;
+  bool verified = true;
 };
 
 // Why an episode was lost. The coordinator acts on the cause (an env that
@@ -352,10 +352,6 @@ struct RunFinished {
 };
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, PolicyWeights& x) {
-  return f(caf::meta::type_name("PolicyWeights"), x.version, x.tensors, x.ipc_handle, x.bulk_port, x.bulk_bytes);
-}
-template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EnvReset& x) {
   return f(caf::meta::type_name("EnvReset"), x.episode_id, x.seed, x.deadline_unix_ms);
 }
@@ -390,7 +386,7 @@ typename Inspector::result_type inspect(Inspector& f, RolloutPlacement& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, VersionAck& x) {
-  return f(caf::meta::type_name("VersionAck"), x.rollout, x.version, x.bulk_error);
+  return f(caf::meta::type_name("VersionAck"), x.rollout, x.version, x.failed_route, x.error, x.checksum, x.verified);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EpisodeLost& x) {
@@ -420,7 +416,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(sao, caf::first_custom_type_id)
 CAF_ADD_TYPE_ID(sao, (sao::algo::Trajectory))
 CAF_ADD_TYPE_ID(sao, (sao::rollout::EnvOutcome))
 CAF_ADD_TYPE_ID(sao, (sao::report::MetricsHistory))
-CAF_ADD_TYPE_ID(sao, (sao::msg::PolicyWeights))
+CAF_ADD_TYPE_ID(sao, (sao::weights::Packet))
 CAF_ADD_TYPE_ID(sao, (sao::msg::EnvReset))
 CAF_ADD_TYPE_ID(sao, (sao::msg::EnvAction))
 CAF_ADD_TYPE_ID(sao, (sao::msg::EnvReply))

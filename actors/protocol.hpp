@@ -31,7 +31,7 @@ using EnvActor = caf::typed_actor<caf::replies_to<msg::EnvReset>::with<msg::EnvR
                                   caf::reacts_to<atoms::reply_due_atom, int64_t>,  // self: env latency
                                   caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
-using RolloutActor = caf::typed_actor<caf::reacts_to<msg::PolicyWeights>,
+using RolloutActor = caf::typed_actor<caf::reacts_to<weights::Packet>,
                                       caf::reacts_to<atoms::decode_atom>,  // self: one decode step
                                       caf::reacts_to<atoms::start_atom>,   // self: try to start a session
                                       caf::reacts_to<atoms::pause_atom>, caf::reacts_to<atoms::resume_atom>,
@@ -41,13 +41,13 @@ using RolloutActor = caf::typed_actor<caf::reacts_to<msg::PolicyWeights>,
                                       caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using ReplayActor = caf::typed_actor<caf::replies_to<algo::Trajectory>::with<msg::ReplayAck>,
-                                      caf::replies_to<atoms::room_atom>::with<msg::ReplayAck>,
-                                      caf::reacts_to<atoms::learner_idle_atom, int64_t>,
-                                      caf::replies_to<atoms::set_atom, std::string, double>::with<std::string>,
-                                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+                                     caf::replies_to<atoms::room_atom>::with<msg::ReplayAck>,
+                                     caf::reacts_to<atoms::learner_idle_atom, int64_t>,
+                                     caf::replies_to<atoms::set_atom, std::string, double>::with<std::string>,
+                                     caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using WeightSyncActor =
-    caf::typed_actor<caf::reacts_to<msg::PolicyWeights>,
+    caf::typed_actor<caf::reacts_to<weights::Packet>,
                      caf::reacts_to<atoms::register_atom, std::string, RolloutActor, msg::RolloutPlacement>,
                      caf::reacts_to<msg::VersionAck>, caf::replies_to<atoms::versions_atom>::with<msg::ActorStatus>,
                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
@@ -62,9 +62,8 @@ using MetricsActor =
                      caf::replies_to<atoms::stop_atom, std::vector<msg::ActorStatus>>::with<std::string>,
                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
-using IntrospectionActor =
-    caf::typed_actor<caf::replies_to<atoms::snapshot_atom>::with<std::vector<msg::ActorStatus>>,
-                     caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+using IntrospectionActor = caf::typed_actor<caf::replies_to<atoms::snapshot_atom>::with<std::vector<msg::ActorStatus>>,
+                                            caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using CoordinatorActor = caf::typed_actor<
     // From the learner and the rollouts (an EvalReport only when it found the environment dead).
@@ -92,8 +91,7 @@ using CoordinatorActor = caf::typed_actor<
 
 using LearnerActor =
     caf::typed_actor<caf::reacts_to<atoms::start_atom, ReplayActor, WeightSyncActor, MetricsActor, CoordinatorActor>,
-                     caf::reacts_to<msg::TrainBatch>,
-                     caf::replies_to<atoms::checkpoint_atom>::with<std::string>,
+                     caf::reacts_to<msg::TrainBatch>, caf::replies_to<atoms::checkpoint_atom>::with<std::string>,
                      caf::replies_to<atoms::set_atom, std::string, double>::with<std::string>,
                      caf::replies_to<atoms::stop_atom>::with<msg::EvalReport>,
                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;

@@ -6,14 +6,14 @@
 #include "algo/trajectory.hpp"
 #include "base/error.hpp"
 #include "base/hash.hpp"
-#include "gpu/transport.hpp"
+#include "gpu/device_weights.hpp"
 #include "model/device.hpp"
 #include "model/generation.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
-#include "net/bulk_transfer.hpp"
 #include "rollout/episode_engine.hpp"
 #include "tokenizer/load_tokenizer.hpp"
+#include "weights/receiver.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -44,17 +44,14 @@ struct RolloutActorState {
   RolloutActorConfig config;
   model::CausalLM policy{nullptr};
   torch::Device device = torch::kCPU;
-  bool cuda_ipc_failed = false;  // then weight-sync is asked for host bytes
   int64_t version = -1;
-  // The received message itself (a msg::PolicyWeights), kept by reference:
+  // Takes each weight packet by its route and checks what was loaded
+  // (weights/receiver.hpp); holds a bulk read until it is applied.
+  std::unique_ptr<weights::Receiver> receiver;
+  // The received message itself (a weights::Packet), kept by reference:
   // CAF shares one copy of the weights between every in-process rollout, and
   // holding the message instead of the struct keeps it that way.
   caf::message pending_weights;
-  // The weights a bulk-channel notice named, read by receive_bulk and
-  // applied by apply_weights (the buffer is shared with this process's
-  // other rollouts and never written while held).
-  std::vector<model::PackedTensor> bulk_index;
-  std::shared_ptr<const std::vector<char>> bulk_bytes;
   // The episodes in flight, decoded together with continuous batching: a
   // row that ends is reported and closed, and its slot opens the next.
   std::unique_ptr<rollout::EpisodeEngine> episodes;
@@ -121,74 +118,84 @@ bool turns_running(const RolloutActorState& state) {
   return state.episodes->engine().stats().running > 0;
 }
 
-// Registers with weight-sync, saying where this rollout runs. Without the
-// GPU's UUID (on the CPU, or after CUDA IPC failed here) it is sent host bytes.
+// Registers with weight-sync, saying where this rollout runs (weight-sync
+// chooses the route from it).
 void register_with_weight_sync(RolloutSelf self) {
   auto& state = self->state;
   msg::RolloutPlacement placement;
   placement.device = model::device_name(state.device);
-  if (!state.cuda_ipc_failed) placement.gpu_uuid = gpu::gpu_uuid_of(state.device);
+  placement.gpu_uuid = gpu::gpu_uuid_of(state.device);
   self->send(state.config.weight_sync, atoms::register_atom_v, state.config.name, caf::actor_cast<RolloutActor>(self),
              placement);
 }
 
-void apply_weights(RolloutSelf self, const msg::PolicyWeights& weights) {
-  auto& state = self->state;
-  {
-    report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
-    const auto where = state.config.name + ": weights v" + std::to_string(weights.version);
-    if (weights.on_device) {
-      model::load_device_packed_into_module(*state.policy, *weights.on_device, where);
-    } else if (!weights.ipc_handle.empty()) {
-      try {
-        gpu::load_ipc_into_module(*state.policy, weights.ipc_handle, weights.tensors.index, state.device, where);
-      } catch (const Error& error) {
-        // CUDA IPC can be refused where the GPU is shared but the processes
-        // are not (containers without a shared IPC namespace): register
-        // again without the GPU's UUID and take host bytes from now on.
-        // No ack: weight-sync resends the latest version on registration.
-        state.cuda_ipc_failed = true;
-        state.counters.last_error = error.what();
-        std::fprintf(stderr, "%s; asking for host bytes instead\n", error.what());
-        register_with_weight_sync(self);
-        return;
-      }
-    } else if (weights.bulk_port > 0) {
-      // Read by receive_bulk; released once applied, so the buffer can be reused.
-      model::load_packed_into_module(*state.policy, state.bulk_index, state.bulk_bytes->data(),
-                                     state.bulk_bytes->size(), where);
-      state.bulk_bytes.reset();
-    } else {
-      model::load_packed_into_module(*state.policy, weights.tensors, where);
-    }
-  }
-  state.version = weights.version;
-  ++state.weight_switches;
-  self->send(state.config.weight_sync, msg::VersionAck{state.config.name, state.version, ""});
+std::string weights_where(const RolloutActorState& state, const weights::Packet& packet) {
+  return state.config.name + ": weights v" + std::to_string(packet.version);
 }
 
-// Reads the bytes a bulk-channel notice names (or takes the copy another
-// rollout of this process read). False when they did not come: the ack then
-// tells weight-sync to send the newest version again (the server had moved
-// past this one) or, after an error, to send this rollout bytes in CAF
-// messages.
-bool receive_bulk(RolloutSelf self, const msg::PolicyWeights& notice) {
+// Tells weight-sync that a packet's route failed here (the version was not
+// applied): it sends the newest version by the next route.
+void refuse_route(RolloutSelf self, const weights::Packet& packet, const std::string& error) {
+  auto& state = self->state;
+  state.counters.last_error = error;
+  msg::VersionAck ack;
+  ack.rollout = state.config.name;
+  ack.version = state.version;
+  ack.failed_route = packet.route;
+  ack.error = error;
+  self->send(state.config.weight_sync, ack);
+}
+
+void apply_weights(RolloutSelf self, const weights::Packet& packet) {
+  auto& state = self->state;
+  weights::Applied applied;
+  {
+    report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
+    try {
+      applied = state.receiver->apply(packet, *state.policy, weights_where(state, packet));
+    } catch (const Error& error) {
+      // CUDA IPC can be refused where the GPU is shared but the processes
+      // are not (containers without a shared IPC namespace).
+      std::fprintf(stderr, "%s; asking for the next route\n", error.what());
+      refuse_route(self, packet, error.what());
+      return;
+    }
+  }
+  msg::VersionAck ack;
+  ack.rollout = state.config.name;
+  ack.checksum = applied.checksum;
+  ack.verified = applied.verified;
+  // A mismatch by any route but CAF bytes keeps the old version number:
+  // weight-sync sends the full version by the next route. By CAF bytes, the
+  // last route, the version stands and the mismatch is on record.
+  if (applied.verified || packet.route == weights::Route::kCafBytes) {
+    state.version = packet.version;
+    ++state.weight_switches;
+  }
+  if (!applied.verified) {
+    state.counters.last_error = weights_where(state, packet) + ": loaded weights do not match the version's checksum";
+    std::fprintf(stderr, "%s\n", state.counters.last_error.c_str());
+  }
+  ack.version = state.version;
+  self->send(state.config.weight_sync, ack);
+}
+
+// Takes what a packet's route cannot leave for later (a bulk read, while the
+// server still holds the version). False when the packet cannot be applied:
+// the ack then tells weight-sync to send the newest version again (the
+// server had moved past this one) or, after an error, by the next route.
+bool take_weights(RolloutSelf self, const weights::Packet& packet) {
   auto& state = self->state;
   report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
-  std::string error;
   try {
-    if (!state.config.bulk_reader) throw Error("this rollout has no reader for the bulk channel");
-    state.bulk_bytes = state.config.bulk_reader->read(notice.bulk_port, notice.version, notice.bulk_bytes);
-    if (state.bulk_bytes) {
-      state.bulk_index = notice.tensors.index;
-      return true;
-    }
-  } catch (const Error& failure) {
-    error =
-        std::string(failure.what()) + " (" + state.config.name + ", weights v" + std::to_string(notice.version) + ")";
-    state.counters.last_error = error;
+    if (state.receiver->take(packet, weights_where(state, packet))) return true;
+    msg::VersionAck ack;  // the version was not there any more: send the newest again
+    ack.rollout = state.config.name;
+    ack.version = state.version;
+    self->send(state.config.weight_sync, ack);
+  } catch (const Error& error) {
+    refuse_route(self, packet, error.what());
   }
-  self->send(state.config.weight_sync, msg::VersionAck{state.config.name, state.version, error});
   return false;
 }
 
@@ -199,7 +206,7 @@ void apply_pending_weights(RolloutSelf self) {
   if (state.pending_weights.empty() || turns_running(state)) return;
   const auto pending = std::move(state.pending_weights);
   state.pending_weights = caf::message{};
-  apply_weights(self, pending.get_as<msg::PolicyWeights>(0));
+  apply_weights(self, pending.get_as<weights::Packet>(0));
   state.episodes->engine().set_admission_open(true);
   if (state.episodes->has_decode_work()) schedule_decode(self);
 }
@@ -442,6 +449,7 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
   state.policy->eval();
   const uint64_t sampling_seed =
       base::splitmix64(state.config.seed ^ (static_cast<uint64_t>(state.config.index) << 20) ^ 0x5a0ULL);
+  state.receiver = std::make_unique<weights::Receiver>(state.device, state.config.bulk_reader);
   state.episodes = std::make_unique<rollout::EpisodeEngine>(
       *state.config.tokenizer, state.config.rollout.episode_settings(), state.config.model,
       state.config.rollout.engine_limits(state.config.model.max_position_embeddings), sampling_seed);
@@ -450,13 +458,13 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
   return {
       // By const reference: a mutable one would make CAF copy the shared
       // weights for this rollout (copy-on-write).
-      [self](const msg::PolicyWeights& weights) {
+      [self](const weights::Packet& weights) {
         auto& st = self->state;
         ++st.counters.handled;
         if (weights.version <= st.version) return;
         // A notice's bytes are read at once, while the server still holds
         // this version; applying them may wait for a turn boundary.
-        if (weights.bulk_port > 0 && !receive_bulk(self, weights)) return;
+        if (!take_weights(self, weights)) return;
         if (st.config.rollout.weight_switch == "turn_boundary" && turns_running(st)) {
           // Held until the running turns end; no queued turn starts meanwhile.
           st.pending_weights = self->current_mailbox_element()->copy_content_to_message();

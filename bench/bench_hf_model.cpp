@@ -10,6 +10,7 @@
 #include "algo/learner.hpp"
 #include "algo/trajectory.hpp"
 #include "base/allocator.hpp"
+#include "bench_models.hpp"
 #include "config/run_config.hpp"
 #include "model/checkpoint.hpp"
 #include "model/generation.hpp"
@@ -43,22 +44,6 @@ double peak_rss_gb() {
   return static_cast<double>(usage.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KiB on Linux
 }
 
-sao::model::ModelConfig smollm2_135m_shape() {
-  sao::model::ModelConfig config;
-  config.model_type = "llama";
-  config.vocab_size = 49152;
-  config.hidden_size = 576;
-  config.intermediate_size = 1536;
-  config.num_hidden_layers = 30;
-  config.num_attention_heads = 9;
-  config.num_key_value_heads = 3;
-  config.max_position_embeddings = 8192;
-  config.rope_theta = 100000.0;
-  config.rms_norm_eps = 1e-5;
-  config.tie_word_embeddings = true;
-  return config;
-}
-
 std::string flag(int argc, char** argv, const std::string& name, const std::string& fallback) {
   for (int i = 1; i + 1 < argc; ++i)
     if (argv[i] == name) return argv[i + 1];
@@ -82,7 +67,7 @@ int main(int argc, char** argv) {
     const std::string keep = flag(argc, argv, "--keep", "");
     made = keep.empty() ? fs::temp_directory_path() / ("sao_bench_hf_model_" + std::to_string(::getpid()))
                         : fs::path(keep);
-    sao::model::CausalLM policy(smollm2_135m_shape());
+    sao::model::CausalLM policy(sao::bench::smollm2_135m_shape());
     sao::model::init_weights(*policy, 1);
     sao::model::HfExportOptions options;
     options.dtype = torch::kBFloat16;

@@ -5,6 +5,7 @@
 #include "algo/learner.hpp"
 #include "algo/trajectory.hpp"
 #include "base/allocator.hpp"
+#include "bench_models.hpp"
 #include "config/run_config.hpp"
 #include "model/generation.hpp"
 #include "model/transformer.hpp"
@@ -69,12 +70,7 @@ std::vector<sao::algo::Trajectory> mixed_length_batch(sao::model::CausalLM& poli
       turns[k].versions.assign(3, 0);
     }
     auto trajectory = sao::algo::make_trajectory(prompt, turns, static_cast<double>(random() % 2), true, i);
-    torch::NoGradGuard no_grad;
-    const auto logprobs =
-        sao::algo::policy_outputs(policy, torch::tensor(trajectory.tokens, torch::kInt64).unsqueeze(0)).logprobs[0];
-    for (size_t t = 0; t < trajectory.size(); ++t) {
-      if (trajectory.action_mask[t]) trajectory.behaviour_logprobs[t] = logprobs[static_cast<int64_t>(t)].item<float>();
-    }
+    sao::bench::use_own_logprobs(policy, trajectory);
     trajectories.push_back(std::move(trajectory));
   }
   return trajectories;

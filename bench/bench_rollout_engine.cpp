@@ -24,8 +24,8 @@
 //   bench_rollout_engine --config config/sao_agentic.json [--checkpoint DIR]
 //                        [--label maze] [--episodes 256] [--slots 32] [--rounds 3] [--seed 1]
 //                        [--latency-ms 0] [--set KEY=VALUE ...]
-#include "config/run_config.hpp"
 #include "base/hash.hpp"
+#include "config/run_config.hpp"
 #include "env/environment.hpp"
 #include "env/latency.hpp"
 #include "model/checkpoint.hpp"
@@ -69,8 +69,8 @@ struct RunResult {
   int64_t decode_steps = 0;
   int64_t paged_peak_bytes = 0;
   int64_t paged_peak_blocks_bytes = 0;  // the blocks in use at their peak (the storage covers at least these)
-  int64_t dense_bytes = 0;        // the lockstep DecodeSession's cache (lockstep runs)
-  int64_t dense_floor_bytes = 0;  // rows x the longest row's context (lockstep runs)
+  int64_t dense_bytes = 0;              // the lockstep DecodeSession's cache (lockstep runs)
+  int64_t dense_floor_bytes = 0;        // rows x the longest row's context (lockstep runs)
 };
 
 sao::rollout::EnvOutcome outcome(const sao::env::EnvStep& step) {
@@ -118,7 +118,8 @@ RunResult play(sao::model::CausalLM& policy, const sao::tokenizer::Tokenizer& to
     if (latency.enabled()) {
       // The same delay for the same episode and turn in both modes.
       const auto turn = static_cast<uint64_t>(engine.row(row).turns.size()) + (is_reset ? 0 : 1);
-      std::mt19937_64 rng(sao::base::splitmix64(options.seed ^ (static_cast<uint64_t>(episode_of_row.at(row)) << 16) ^ turn));
+      std::mt19937_64 rng(
+          sao::base::splitmix64(options.seed ^ (static_cast<uint64_t>(episode_of_row.at(row)) << 16) ^ turn));
       reply.due += std::chrono::microseconds(static_cast<int64_t>(1000.0 * latency.draw_ms(rng)));
     }
     replies.push(std::move(reply));
@@ -278,24 +279,24 @@ int main(int argc, char** argv) {
       lockstep = play(policy, *tokenizer, config, options, /*lockstep=*/true);
       continuous_rate.push_back(static_cast<double>(continuous.finished) / continuous.seconds);
       lockstep_rate.push_back(static_cast<double>(lockstep.finished) / lockstep.seconds);
-      std::printf("round %lld: continuous %lld trajectories (%lld lost, %lld tokens, %lld steps) in %.2f s; "
-                  "lockstep %lld (%lld lost, %lld tokens, %lld steps) in %.2f s\n",
-                  static_cast<long long>(round), static_cast<long long>(continuous.finished),
-                  static_cast<long long>(continuous.lost), static_cast<long long>(continuous.tokens),
-                  static_cast<long long>(continuous.decode_steps), continuous.seconds,
-                  static_cast<long long>(lockstep.finished), static_cast<long long>(lockstep.lost),
-                  static_cast<long long>(lockstep.tokens), static_cast<long long>(lockstep.decode_steps),
-                  lockstep.seconds);
+      std::printf(
+          "round %lld: continuous %lld trajectories (%lld lost, %lld tokens, %lld steps) in %.2f s; "
+          "lockstep %lld (%lld lost, %lld tokens, %lld steps) in %.2f s\n",
+          static_cast<long long>(round), static_cast<long long>(continuous.finished),
+          static_cast<long long>(continuous.lost), static_cast<long long>(continuous.tokens),
+          static_cast<long long>(continuous.decode_steps), continuous.seconds,
+          static_cast<long long>(lockstep.finished), static_cast<long long>(lockstep.lost),
+          static_cast<long long>(lockstep.tokens), static_cast<long long>(lockstep.decode_steps), lockstep.seconds);
     }
     const double c = median(continuous_rate), l = median(lockstep_rate);
     std::printf("%s, %lld slots, env latency %.0f ms: continuous %.1f trajectories/s, lockstep %.1f trajectories/s\n",
                 options.label.c_str(), static_cast<long long>(options.slots), options.latency_ms, c, l);
-    std::printf("%s kv memory: paged storage peak %.1f KiB (blocks in use at most %.1f KiB); dense, rows x the "
-                "longest row's context per lockstep session, %.1f KiB; the lockstep DecodeSession's own cache %.1f KiB\n",
-                options.label.c_str(), static_cast<double>(continuous.paged_peak_bytes) / 1024.0,
-                static_cast<double>(continuous.paged_peak_blocks_bytes) / 1024.0,
-                static_cast<double>(lockstep.dense_floor_bytes) / 1024.0,
-                static_cast<double>(lockstep.dense_bytes) / 1024.0);
+    std::printf(
+        "%s kv memory: paged storage peak %.1f KiB (blocks in use at most %.1f KiB); dense, rows x the "
+        "longest row's context per lockstep session, %.1f KiB; the lockstep DecodeSession's own cache %.1f KiB\n",
+        options.label.c_str(), static_cast<double>(continuous.paged_peak_bytes) / 1024.0,
+        static_cast<double>(continuous.paged_peak_blocks_bytes) / 1024.0,
+        static_cast<double>(lockstep.dense_floor_bytes) / 1024.0, static_cast<double>(lockstep.dense_bytes) / 1024.0);
     std::printf("continuous/lockstep trajectories/s, %s: %.2fx\n", options.label.c_str(), c / l);
     std::printf("kv memory, paged/dense at equal trajectories, %s: %.2fx\n", options.label.c_str(),
                 static_cast<double>(continuous.paged_peak_bytes) / static_cast<double>(lockstep.dense_floor_bytes));

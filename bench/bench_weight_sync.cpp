@@ -1,4 +1,4 @@
-// Weight sync across processes: how long one msg::PolicyWeights takes from a
+// Weight sync across processes: how long one weights::Packet takes from a
 // learner-side actor to an actor in another process over CAF's middleman
 // (serialise, TCP over loopback, deserialise, reply), for the default model
 // and a ~100M-parameter one, next to the raw loopback TCP bandwidth measured
@@ -10,17 +10,29 @@
 // learner's bulk server into a buffer the receiver keeps, the reply.
 //
 // Usage: bench_weight_sync [REPEATS] [CERTS]   (default 3; the median is printed)
+//        bench_weight_sync --delta [STEPS]      (default 20)
+// --delta: what a bf16 replica of the SmolLM2-135M shape would be sent over
+// STEPS real SAO learner steps at the default config's learning rates
+// (weights/delta.hpp): per version the changed elements, delta/full bytes,
+// the time to encode and to apply the delta against copying the full bf16
+// image, and whether the rebuilt image matched the version's checksum.
 // CERTS: a directory made by `deploy/cluster-certs CERTS learner node-1`; the
 // bulk channel then runs over TLS with those certificates, as in a cluster
 // started with --certs.
 #include "actors/cluster.hpp"
 #include "actors/protocol.hpp"
+#include "algo/learner.hpp"
+#include "algo/trajectory.hpp"
 #include "base/allocator.hpp"
+#include "base/error.hpp"
+#include "bench_models.hpp"
 #include "config/run_config.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
 #include "net/bulk_transfer.hpp"
 #include "report/system_info.hpp"
+#include "weights/checksum.hpp"
+#include "weights/delta.hpp"
 
 #include <caf/io/all.hpp>
 
@@ -34,6 +46,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -106,7 +121,7 @@ sao::net::TlsFiles tls_files(const std::string& certs, const std::string& node) 
   return {certs + "/" + node + "/ca.crt", certs + "/" + node + "/node.crt", certs + "/" + node + "/node.key"};
 }
 
-// The receiving process: publishes an actor that answers each PolicyWeights
+// The receiving process: publishes an actor that answers each weight packet
 // (already deserialised by CAF when the handler runs) with its byte count;
 // a bulk-channel notice is answered once its bytes are read, as a rollout
 // reads them, into a buffer kept from version to version.
@@ -117,8 +132,8 @@ sao::net::TlsFiles tls_files(const std::string& certs, const std::string& node) 
   auto receiver = system.spawn([certs]() -> caf::behavior {
     auto client = std::make_shared<std::unique_ptr<sao::net::BulkClient>>();
     auto staging = std::make_shared<std::vector<char>>();
-    return {[client, staging, certs](const sao::msg::PolicyWeights& weights) {
-      if (weights.bulk_port == 0) return static_cast<int64_t>(weights.tensors.bytes.size());
+    return {[client, staging, certs](const sao::weights::Packet& weights) {
+      if (weights.route != sao::weights::Route::kBulkChannel) return static_cast<int64_t>(weights.tensors.bytes.size());
       if (!*client)
         *client = std::make_unique<sao::net::BulkClient>("127.0.0.1", weights.bulk_port, kBulkSecret, 60000,
                                                          tls_files(certs, "node-1"));
@@ -135,6 +150,106 @@ sao::net::TlsFiles tls_files(const std::string& certs, const std::string& node) 
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
 }
 
+// A batch like a short RL step's: random prompts and answers over the whole
+// vocabulary, the policy's own log-probs as behaviour, a 0/1 outcome.
+std::vector<sao::algo::Trajectory> random_batch(sao::model::CausalLM& policy, int64_t batch, int64_t version,
+                                                std::mt19937_64& random) {
+  const auto vocab = static_cast<uint64_t>(policy->config().vocab_size);
+  std::vector<sao::algo::Trajectory> trajectories;
+  for (int64_t i = 0; i < batch; ++i) {
+    std::vector<int64_t> prompt;
+    for (int k = 0; k < 16; ++k) prompt.push_back(static_cast<int64_t>(random() % vocab));
+    sao::algo::Turn turn;
+    for (int k = 0; k < 32; ++k) turn.action_tokens.push_back(static_cast<int64_t>(random() % vocab));
+    turn.logprobs.assign(turn.action_tokens.size(), 0.0f);
+    turn.versions.assign(turn.action_tokens.size(), version);
+    auto trajectory = sao::algo::make_trajectory(prompt, {turn}, static_cast<double>(random() % 2), true, i);
+    sao::bench::use_own_logprobs(policy, trajectory);
+    trajectories.push_back(std::move(trajectory));
+  }
+  return trajectories;
+}
+
+int bench_delta(int steps) {
+  sao::report::configure_threads(1);
+  const auto config = sao::config::load_run_config("", {});
+  const auto shape = sao::bench::smollm2_135m_shape();
+  sao::model::CausalLM policy(shape);
+  sao::model::init_weights(*policy, 1);
+  sao::model::ValueModel critic(shape);
+  auto learner_config = config.learner;
+  learner_config.critic_warmup_steps = 0;  // every step updates the policy
+  sao::algo::Learner learner(learner_config, policy, critic);
+  const int64_t batch = 4;
+  std::printf(
+      "delta: SmolLM2-135M shape (%lld parameters), %d SAO steps of %lld trajectories x 48 tokens, "
+      "actor_lr %g, critic_lr %g (the default config's), critic warm-up off\n",
+      static_cast<long long>(shape.parameter_count()), steps, static_cast<long long>(batch), learner_config.actor_lr,
+      learner_config.critic_lr);
+  std::printf("%8s %12s %9s %10s %10s %10s %9s %9s %11s %9s\n", "version", "changed", "changed%", "delta_MB", "full_MB",
+              "delta/full", "encode_s", "apply_s", "full_copy_s", "checksum");
+  std::mt19937_64 random(1);
+  auto held = sao::weights::bf16_image(sao::model::pack_module(*policy), learner.policy_version());
+  auto receiver = held;  // the replica's own image, rebuilt from deltas only
+  std::vector<double> ratios, apply_seconds, copy_seconds;
+  bool all_verified = true;
+  for (int step = 0; step < steps; ++step) {
+    const auto result = learner.step(random_batch(policy, batch, learner.policy_version(), random));
+    if (!result.policy_updated) {
+      std::printf("step %d did not update the policy\n", step + 1);
+      continue;
+    }
+    auto next = sao::weights::bf16_image(sao::model::pack_module(*policy), learner.policy_version());
+    auto start = Clock::now();
+    const auto delta = sao::weights::encode_delta(held, next);
+    const double encode_seconds = seconds_since(start);
+    start = Clock::now();
+    bool verified = true;
+    try {
+      sao::weights::apply_delta(receiver, delta);
+    } catch (const sao::Error& error) {
+      std::printf("%s\n", error.what());
+      verified = false;
+    }
+    const double apply = seconds_since(start);
+    // The full version's cost on the receiving side: copying the whole image.
+    std::vector<uint16_t> copy(next.values.size());
+    start = Clock::now();
+    std::memcpy(copy.data(), next.values.data(), copy.size() * sizeof(uint16_t));
+    const double full_copy = seconds_since(start);
+    verified = verified && receiver.values == next.values;
+    all_verified = all_verified && verified;
+    const double full_bytes = static_cast<double>(next.values.size() * sizeof(uint16_t));
+    const double ratio = static_cast<double>(delta.wire_bytes()) / full_bytes;
+    ratios.push_back(ratio);
+    apply_seconds.push_back(apply);
+    copy_seconds.push_back(full_copy);
+    std::printf("%8lld %12llu %8.3f%% %10.2f %10.2f %10.4f %9.3f %9.3f %11.3f %9s\n",
+                static_cast<long long>(next.version), static_cast<unsigned long long>(delta.changed),
+                100.0 * static_cast<double>(delta.changed) / static_cast<double>(next.values.size()),
+                static_cast<double>(delta.wire_bytes()) / 1e6, full_bytes / 1e6, ratio, encode_seconds, apply,
+                full_copy, verified ? "matched" : "MISMATCH");
+    std::fflush(stdout);
+    held = std::move(next);
+  }
+  if (ratios.empty()) return 1;
+  double sum = 0;
+  for (const double ratio : ratios) sum += ratio;
+  const double mean = sum / static_cast<double>(ratios.size());
+  std::printf("delta/full bytes per version: %.4f mean, %.4f to %.4f, over %zu versions (target <= 0.10)\n", mean,
+              *std::min_element(ratios.begin(), ratios.end()), *std::max_element(ratios.begin(), ratios.end()),
+              ratios.size());
+  for (const int64_t anchor_every : {16, 32}) {
+    // One version in `anchor_every` goes out in full.
+    const double k = static_cast<double>(anchor_every);
+    std::printf("with a full anchor every %lld versions: %.4f of the full bytes per version\n",
+                static_cast<long long>(anchor_every), (1.0 + (k - 1.0) * mean) / k);
+  }
+  std::printf("apply: delta %.3f s (median) vs copying the full bf16 image %.3f s per version; checksums %s\n",
+              median(apply_seconds), median(copy_seconds), all_verified ? "all matched" : "DID NOT all match");
+  return all_verified ? 0 : 1;
+}
+
 struct ModelCase {
   const char* label;
   sao::model::ModelConfig config;
@@ -144,6 +259,8 @@ struct ModelCase {
 
 int main(int argc, char** argv) {
   sao::base::keep_freed_memory_for_reuse();  // as sao itself runs
+  if (argc > 1 && std::string(argv[1]) == "--delta")
+    return bench_delta(argc > 2 ? std::max(1, std::atoi(argv[2])) : 20);
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
   const std::string certs = argc > 2 ? argv[2] : "";
   // Fork first, before LibTorch or CAF start threads in this process.
@@ -202,9 +319,7 @@ int main(int argc, char** argv) {
   };
   for (const auto& item : cases) {
     sao::model::CausalLM policy(item.config);
-    sao::msg::PolicyWeights weights;
-    weights.version = 1;
-    weights.tensors = sao::model::pack_module(*policy);
+    auto weights = sao::weights::host_packet(1, sao::model::pack_module(*policy));
     const auto bytes = static_cast<double>(weights.tensors.bytes.size());
 
     std::vector<double> pack, serialise, sync, load, bulk;
@@ -236,9 +351,10 @@ int main(int argc, char** argv) {
       // The same version through the bulk channel, as weight-sync sends it
       // to a rollout in another process: published once, a notice sent.
       // The server owns this round's weights now (the next round packs anew).
-      const auto owner = std::make_shared<sao::msg::PolicyWeights>(std::move(weights));
-      sao::msg::PolicyWeights notice;
+      const auto owner = std::make_shared<sao::weights::Packet>(std::move(weights));
+      sao::weights::Packet notice;
       notice.version = ++version;
+      notice.route = sao::weights::Route::kBulkChannel;
       notice.tensors.index = owner->tensors.index;
       notice.bulk_port = bulk_server.port();
       notice.bulk_bytes = owner->tensors.bytes.size();

@@ -186,7 +186,7 @@ TEST_CASE("weights reach a rollout of another node through the bulk channel; one
   caf::scoped_actor driver{*learner.system};
   sao::model::CausalLM policy(sao_test::tiny_byte_model());
   sao::model::init_weights(*policy, 1);
-  driver->send(weight_sync, sao::msg::PolicyWeights{0, sao::model::pack_module(*policy), {}, {}, 0, 0});
+  driver->send(weight_sync, sao::weights::host_packet(0, sao::model::pack_module(*policy)));
   const uint16_t port = *published;
   REQUIRE(::write(port_pipe[1], &port, sizeof(port)) == sizeof(port));
   ::close(port_pipe[1]);
@@ -208,7 +208,7 @@ TEST_CASE("weights reach a rollout of another node through the bulk channel; one
   };
   const bool first = all_at(0);
   sao::model::init_weights(*policy, 2);
-  driver->send(weight_sync, sao::msg::PolicyWeights{1, sao::model::pack_module(*policy), {}, {}, 0, 0});
+  driver->send(weight_sync, sao::weights::host_packet(1, sao::model::pack_module(*policy)));
   const bool second = first && all_at(1);
   const auto numbers = status_numbers(driver, weight_sync);
   ::kill(node_pid, SIGKILL);
@@ -223,9 +223,12 @@ TEST_CASE("weights reach a rollout of another node through the bulk channel; one
   // CAF bytes.
   CHECK(numbers.at("bulk_served") == 2);
   CHECK(numbers.at("bulk_refused") == 1);
-  CHECK(numbers.at("bulk_failed_rollouts") == 1);
+  CHECK(numbers.at("route_refusals") == 1);
+  // Every applied version matched its checksum (3 rollouts x 2 versions).
+  CHECK(numbers.at("checksums_verified") == 6);
+  CHECK(numbers.at("checksum_mismatches") == 0);
   CHECK(numbers.at("pushes_bulk_channel") == 5);
-  CHECK(numbers.at("pushes_host_bytes") == 2);
+  CHECK(numbers.at("pushes_caf_bytes") == 2);
   CHECK(bulk_server->stats().bytes_sent == 2 * sao::model::pack_module(*policy).bytes.size());
   caf::anon_send_exit(weight_sync, caf::exit_reason::user_shutdown);
 }

@@ -2,6 +2,7 @@
 // inside a caf::message (which also proves the type-ID block is registered):
 // the wire format used between processes.
 #include "actors/protocol.hpp"
+#include "weights/checksum.hpp"
 
 #include <doctest/doctest.h>
 
@@ -49,12 +50,10 @@ T round_trip(caf::actor_system& system, T value) {
 }
 
 // Two tensors: 12 bytes of F32 at offset 0, 16 bytes of I64 at offset 64.
-sao::msg::PolicyWeights sample_weights(int64_t version) {
-  sao::msg::PolicyWeights weights;
-  weights.version = version;
-  weights.tensors = sao::model::pack_tensors(
-      {{"model.norm.weight", torch::tensor({1.5f, -2.0f, 3.25f})}, {"ids", torch::tensor({1, 2}, torch::kInt64)}});
-  return weights;
+sao::weights::Packet sample_weights(int64_t version) {
+  return sao::weights::host_packet(version,
+                                   sao::model::pack_tensors({{"model.norm.weight", torch::tensor({1.5f, -2.0f, 3.25f})},
+                                                             {"ids", torch::tensor({1, 2}, torch::kInt64)}}));
 }
 
 sao::algo::Trajectory sample_trajectory() {
@@ -83,7 +82,7 @@ TEST_CASE("a weight message that promises more bytes than it holds is refused be
   // length byte, the bulk port (2) and the bulk byte count (8), so the raw
   // block loses 9 of its 80 bytes; the count still says 80.
   bytes.resize(bytes.size() - 20);
-  sao::msg::PolicyWeights restored;
+  sao::weights::Packet restored;
   caf::binary_deserializer source{system, bytes};
   const auto error = source(restored);
   REQUIRE(error);
@@ -99,6 +98,9 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   const auto weights = sample_weights(12);
   auto weights_back = round_trip(system, weights);
   CHECK(weights_back.version == 12);
+  CHECK(weights_back.route == sao::weights::Route::kCafBytes);
+  CHECK(weights_back.checksum == weights.checksum);
+  CHECK(weights_back.checksum == sao::weights::checksum_of(weights_back.tensors));
   REQUIRE(weights_back.tensors.index.size() == 2);
   CHECK(weights_back.tensors.bytes == weights.tensors.bytes);
   CHECK(torch::equal(sao::model::unpack_tensor(weights_back.tensors, 0), torch::tensor({1.5f, -2.0f, 3.25f})));
@@ -110,12 +112,14 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(weights_back.on_device == nullptr);
   CHECK(weights_back.bulk_port == 0);
   // The bulk-channel notice: the index, no bytes, the port and the size.
-  sao::msg::PolicyWeights notice;
+  sao::weights::Packet notice;
   notice.version = 13;
+  notice.route = sao::weights::Route::kBulkChannel;
   notice.tensors.index = weights.tensors.index;
   notice.bulk_port = 40123;
   notice.bulk_bytes = 80;
   const auto notice_back = round_trip(system, notice);
+  CHECK(notice_back.route == sao::weights::Route::kBulkChannel);
   CHECK(notice_back.bulk_port == 40123);
   CHECK(notice_back.bulk_bytes == 80);
   CHECK(notice_back.tensors.bytes.empty());
@@ -124,9 +128,12 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   // buffer never travels: inspect() does not write `on_device`.
   auto ipc = sample_weights(13);
   ipc.tensors.bytes.clear();
+  ipc.route = sao::weights::Route::kCudaIpc;
   ipc.ipc_handle = std::string(128, 'a') + ":80:GPU-0000";
   ipc.on_device = std::make_shared<const sao::model::DevicePackedTensors>();
   const auto ipc_back = round_trip(system, ipc);
+  CHECK(ipc_back.route == sao::weights::Route::kCudaIpc);
+  CHECK(ipc_back.checksum == ipc.checksum);
   CHECK(ipc_back.ipc_handle == ipc.ipc_handle);
   CHECK(ipc_back.tensors.index.size() == 2);
   CHECK(ipc_back.tensors.bytes.empty());
@@ -191,9 +198,13 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(eval.seconds == 12.5);
   CHECK(eval.errors == 7);
   CHECK(eval.env_dead == "env dead");
-  const auto ack = round_trip(system, sao::msg::VersionAck{"rollout-1", 44, "bulk: refused"});
+  const auto ack = round_trip(system, sao::msg::VersionAck{"rollout-1", 44, sao::weights::Route::kBulkChannel,
+                                                           "bulk: refused", 0x0123456789abcdefULL, false});
   CHECK(ack.version == 44);
-  CHECK(ack.bulk_error == "bulk: refused");
+  CHECK(ack.failed_route == sao::weights::Route::kBulkChannel);
+  CHECK(ack.error == "bulk: refused");
+  CHECK(ack.checksum == 0x0123456789abcdefULL);
+  CHECK_FALSE(ack.verified);
   auto lost = round_trip(system, sao::msg::EpisodeLost{"rollout-1", sao::msg::LossCause::kEnvTimeout, "env step"});
   CHECK(lost.cause == sao::msg::LossCause::kEnvTimeout);
   CHECK(lost.detail == "env step");

@@ -17,6 +17,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,9 +54,52 @@ sao::algo::Trajectory trajectory_at_version(int64_t version) {
   return message;
 }
 
-sao::msg::PolicyWeights weights_of(const sao::model::CausalLM& policy, int64_t version) {
-  return {version, sao::model::pack_module(*policy), {}, {}};
+sao::weights::Packet weights_of(const sao::model::CausalLM& policy, int64_t version) {
+  return sao::weights::host_packet(version, sao::model::pack_module(*policy));
 }
+
+// What a rollout actor needs around it: a replay (whose learner is a
+// scoped actor), a weight-sync actor, an arithmetic env actor, a driver, and
+// a policy to send weights of. The actors are stopped on destruction.
+struct RolloutRig {
+  System s;
+  caf::scoped_actor fake_learner{*s.system};
+  caf::scoped_actor driver{*s.system};
+  sao::actors::ReplayActor replay;
+  sao::actors::WeightSyncActor weight_sync;
+  sao::actors::EnvActor env;
+  sao::model::CausalLM policy{sao_test::tiny_byte_model()};
+  std::vector<sao::actors::RolloutActor> rollouts;
+
+  RolloutRig() {
+    replay = sao::actors::spawn_replay_actor(*s.system, sao::replay::ReplayConfig{},
+                                             caf::actor_cast<sao::actors::LearnerActor>(fake_learner));
+    weight_sync = sao::actors::spawn_weight_sync_actor(*s.system);
+    env = sao::actors::spawn_env_actor(*s.system, {"env-0", "arithmetic", nlohmann::json::object()});
+    sao::model::init_weights(*policy, 1);
+  }
+  ~RolloutRig() {
+    for (auto& actor : rollouts) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    for (const auto& actor : {replay.address(), weight_sync.address(), env.address()}) {
+      caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    }
+  }
+  sao::actors::RolloutActor spawn_rollout(int index, int64_t slots, const std::string& weight_switch) {
+    sao::actors::RolloutActorConfig config;
+    config.name = "rollout-" + std::to_string(index);
+    config.index = index;
+    config.model = sao_test::tiny_byte_model();
+    config.rollout.slots = slots;
+    config.rollout.max_new_tokens = 4;
+    config.rollout.weight_switch = weight_switch;
+    config.env = env;
+    config.replay = replay;
+    config.weight_sync = weight_sync;
+    config.coordinator = caf::actor_cast<sao::actors::CoordinatorActor>(driver);
+    rollouts.push_back(sao::actors::spawn_rollout_actor(*s.system, config));
+    return rollouts.back();
+  }
+};
 
 }  // namespace
 
@@ -129,33 +174,12 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
   SUBCASE("turn_boundary") {
     weight_switch = "turn_boundary";
   }
-  System s;
-  auto& system = *s.system;
-  caf::scoped_actor fake_learner{system};
-  caf::scoped_actor driver{system};
-  sao::replay::ReplayConfig replay_config;
-  auto replay =
-      sao::actors::spawn_replay_actor(system, replay_config, caf::actor_cast<sao::actors::LearnerActor>(fake_learner));
-  auto weight_sync = sao::actors::spawn_weight_sync_actor(system);
-  auto env = sao::actors::spawn_env_actor(system, {"env-0", "arithmetic", nlohmann::json::object()});
-  sao::model::CausalLM policy(sao_test::tiny_byte_model());
-  sao::model::init_weights(*policy, 1);
+  RolloutRig rig;
+  auto& driver = rig.driver;
+  auto& weight_sync = rig.weight_sync;
+  auto& policy = rig.policy;
   driver->send(weight_sync, weights_of(policy, 0));
-  std::vector<sao::actors::RolloutActor> rollouts;
-  for (int i = 0; i < 3; ++i) {
-    sao::actors::RolloutActorConfig config;
-    config.name = "rollout-" + std::to_string(i);
-    config.index = i;
-    config.model = sao_test::tiny_byte_model();
-    config.rollout.slots = 4;
-    config.rollout.max_new_tokens = 4;
-    config.rollout.weight_switch = weight_switch;
-    config.env = env;
-    config.replay = caf::actor_cast<sao::actors::ReplayActor>(replay);
-    config.weight_sync = weight_sync;
-    config.coordinator = caf::actor_cast<sao::actors::CoordinatorActor>(driver);
-    rollouts.push_back(sao::actors::spawn_rollout_actor(system, config));
-  }
+  for (int i = 0; i < 3; ++i) rig.spawn_rollout(i, 4, weight_switch);
   auto versions_converged_to = [&](int64_t version) {
     const auto give_up_at = std::chrono::steady_clock::now() + kHangGuard;
     while (std::chrono::steady_clock::now() < give_up_at) {
@@ -174,15 +198,69 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
   driver->send(weight_sync, weights_of(policy, 1));
   CHECK(versions_converged_to(1));
   // Each rollout reports the version it runs in its own status too.
-  for (auto& rollout : rollouts) {
+  for (auto& rollout : rig.rollouts) {
     driver->request(rollout, kHangGuard, sao::atoms::status_atom_v)
         .receive([&](const sao::msg::ActorStatus& status) { CHECK(status.numbers.at("policy_version") == 1); },
                  [](const caf::error&) {});
   }
-  for (auto& actor : rollouts) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  for (const auto& actor : {replay.address(), weight_sync.address(), env.address()}) {
-    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  }
+}
+
+TEST_CASE("weights that do not match their checksum are counted and sent again by the next route") {
+  RolloutRig rig;
+  auto& driver = rig.driver;
+  auto& weight_sync = rig.weight_sync;
+  auto& policy = rig.policy;
+  // A device pack (on the CPU here): an in-process rollout copies it in
+  // place. Its checksum is off by one bit, as if the buffer had changed.
+  const auto device_version = [&](int64_t version, bool corrupt) {
+    auto packet = sao::weights::device_packet(version, std::make_shared<const sao::model::DevicePackedTensors>(
+                                                           sao::model::pack_module_on_device(*policy, torch::kCPU)));
+    if (corrupt) packet.checksum ^= 1;
+    return packet;
+  };
+  driver->send(weight_sync, device_version(0, false));
+  auto rollout = rig.spawn_rollout(0, 2, "in_flight");
+  auto numbers_when = [&](const std::function<bool(const std::map<std::string, double>&)>& done) {
+    const auto give_up_at = std::chrono::steady_clock::now() + kHangGuard;
+    std::map<std::string, double> numbers;
+    while (std::chrono::steady_clock::now() < give_up_at) {
+      driver->request(weight_sync, kHangGuard, sao::atoms::status_atom_v)
+          .receive([&](const sao::msg::ActorStatus& status) { numbers = status.numbers; }, [](const caf::error&) {});
+      if (done(numbers)) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    return numbers;
+  };
+  const auto at_version = [](int64_t version) {
+    return [version](const std::map<std::string, double>& numbers) {
+      return numbers.count("version.rollout-0") > 0 && numbers.at("version.rollout-0") == version;
+    };
+  };
+  auto numbers = numbers_when(at_version(0));
+  CHECK(numbers.at("pushes_device_copy") == 1);
+  CHECK(numbers.at("checksums_verified") == 1);
+  CHECK(numbers.at("checksum_mismatches") == 0);
+  // v1 by the device copy does not match: the rollout keeps v0, the device
+  // copy is refused for it, and v1 comes again as CAF bytes (downloaded),
+  // which still carry the wrong checksum: the last route's version stands
+  // and the second mismatch is on record too.
+  sao::model::init_weights(*policy, 2);
+  driver->send(weight_sync, device_version(1, true));
+  numbers = numbers_when(at_version(1));
+  CHECK(numbers.at("version.rollout-0") == 1);
+  CHECK(numbers.at("checksum_mismatches") == 2);
+  CHECK(numbers.at("route_refusals") == 1);
+  CHECK(numbers.at("pushes_device_copy") == 2);
+  CHECK(numbers.at("pushes_caf_bytes") == 1);
+  // An honest v2 goes by CAF bytes from now on, and checks out.
+  driver->send(weight_sync, device_version(2, false));
+  numbers = numbers_when(at_version(2));
+  CHECK(numbers.at("pushes_caf_bytes") == 2);
+  CHECK(numbers.at("checksums_verified") == 2);
+  CHECK(numbers.at("checksum_mismatches") == 2);
+  driver->request(rollout, kHangGuard, sao::atoms::status_atom_v)
+      .receive([&](const sao::msg::ActorStatus& status) { CHECK(status.numbers.at("policy_version") == 2); },
+               [](const caf::error&) {});
 }
 
 TEST_CASE("with rollout.weight_delay_versions = 2 the weight-sync actor publishes the version two behind") {

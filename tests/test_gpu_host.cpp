@@ -7,7 +7,6 @@
 #include "config/run_config.hpp"
 #include "gpu/bucket_plan.hpp"
 #include "gpu/ipc_handle.hpp"
-#include "gpu/transport.hpp"
 #include "model/device.hpp"
 #include "model/generation.hpp"
 #include "model/safetensors.hpp"
@@ -272,27 +271,4 @@ TEST_CASE("the GPU sampler picks the token whose CDF step holds the uniform, nev
         std::vector<int64_t>{1, 0});
   CHECK(ids_of(sao::model::sample_on_device(
             masked.narrow(0, 0, 1), torch::tensor({0.5}, torch::kFloat64).view({1, 1}))) == std::vector<int64_t>{2});
-}
-
-TEST_CASE("each rollout gets the weights the cheapest way its place allows") {
-  using sao::gpu::choose_transport;
-  using sao::gpu::WeightTransport;
-  const std::string gpu_a = "GPU-aaaaaaaa-0000-0000-0000-000000000000";
-  const std::string gpu_b = "GPU-bbbbbbbb-0000-0000-0000-000000000000";
-  // Weights on the host travel as host bytes whatever the rollout.
-  CHECK(choose_transport(false, true, gpu_a, gpu_a, true) == WeightTransport::kHostBytes);
-  CHECK(choose_transport(false, false, gpu_a, gpu_a, true) == WeightTransport::kHostBytes);
-  // In the learner's process: the device buffer, on a GPU or on the CPU.
-  CHECK(choose_transport(true, true, gpu_a, gpu_a, true) == WeightTransport::kDeviceCopy);
-  CHECK(choose_transport(true, true, gpu_a, "", false) == WeightTransport::kDeviceCopy);
-  // Another process on the learner's GPU: CUDA IPC, when built.
-  CHECK(choose_transport(true, false, gpu_a, gpu_a, true) == WeightTransport::kCudaIpc);
-  CHECK(choose_transport(true, false, gpu_a, gpu_a, false) == WeightTransport::kHostBytes);
-  // Another GPU, a CPU rollout, or an unknown GPU: host bytes.
-  CHECK(choose_transport(true, false, gpu_a, gpu_b, true) == WeightTransport::kHostBytes);
-  CHECK(choose_transport(true, false, gpu_a, "", true) == WeightTransport::kHostBytes);
-  CHECK(choose_transport(true, false, "", "", true) == WeightTransport::kHostBytes);
-  CHECK(std::string(sao::gpu::transport_name(WeightTransport::kCudaIpc)) == "cuda_ipc");
-  CHECK(std::string(sao::gpu::transport_name(WeightTransport::kDeviceCopy)) == "device_copy");
-  CHECK(std::string(sao::gpu::transport_name(WeightTransport::kHostBytes)) == "host_bytes");
 }

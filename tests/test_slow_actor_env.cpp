@@ -189,7 +189,7 @@ TEST_CASE("maze episodes through env, rollout and weight-sync actors are multi-t
   caf::scoped_actor driver{system};  // ... and the coordinator
   auto weight_sync = sao::actors::spawn_weight_sync_actor(system);
   auto env = sao::actors::spawn_env_actor(system, {"env-0", "recording_maze", config.task_document});
-  driver->send(weight_sync, sao::msg::PolicyWeights{0, sao::model::pack_module(*policy), {}, {}, 0, 0});
+  driver->send(weight_sync, sao::weights::host_packet(0, sao::model::pack_module(*policy)));
   sao::actors::RolloutActorConfig rollout_config;
   rollout_config.name = "rollout-0";
   rollout_config.model = config.model;

@@ -16,7 +16,7 @@ LAYERS = [
     ["sao", "base"],                    # error, json reading, stats; generated build facts
     ["tokenizer", "model", "env", "report", "net"],  # net: the bulk weight channel (sockets, OpenSSL)
     ["algo", "gpu"],                    # the learner's maths; GPU weight transports (CUDA IPC, NCCL)
-    ["replay"],
+    ["replay", "weights"],              # weights: packets, checksums, deltas, transports
     ["rollout"],                        # the one episode state machine
     ["config"],                         # run config and live knobs: sees every module below
     ["train"],                          # SFT and held-out evaluation

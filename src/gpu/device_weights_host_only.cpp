@@ -1,7 +1,7 @@
-// transport.hpp's CUDA calls in a sao built without the CUDA transports
+// device_weights.hpp's CUDA calls in a sao built without the CUDA transports
 // (-DSAO_WITH_CUDA=OFF, or no CUDA runtime/NCCL found): CUDA IPC is never
 // chosen (no GPU UUID is known), and asking for it is an error that says why.
-#include "gpu/transport.hpp"
+#include "gpu/device_weights.hpp"
 
 #include "base/error.hpp"
 

@@ -1,7 +1,7 @@
-// Which way one weight version travels from the learner to a rollout, and
-// the calls the actors use for it whether or not this sao was built with
-// the CUDA transports (-DSAO_WITH_CUDA): without them, CUDA IPC is never
-// chosen and its calls throw sao::Error saying so.
+// The GPU calls weight sync uses (weights/transports.cpp), whether or not
+// this sao was built with the CUDA transports (-DSAO_WITH_CUDA): without
+// them no GPU UUID is known, so CUDA IPC is never chosen, and its calls
+// throw sao::Error saying so.
 #pragma once
 
 #include "model/tensor_blob.hpp"
@@ -9,20 +9,6 @@
 #include <string>
 
 namespace sao::gpu {
-
-enum class WeightTransport {
-  kHostBytes,   // packed on the host; what CAF carries between processes
-  kDeviceCopy,  // one device buffer shared within the process, copied GPU to GPU
-  kCudaIpc,     // a CUDA IPC handle to the learner's buffer: same GPU, another process
-};
-const char* transport_name(WeightTransport transport);
-
-// The rule (docs/decisions.md): weights on the host go as host bytes; a
-// rollout in the learner's process takes the device buffer; a rollout in
-// another process on the learner's GPU (same UUID) takes a CUDA IPC handle
-// when the transports were built; anything else gets host bytes.
-WeightTransport choose_transport(bool weights_on_device, bool same_process, const std::string& learner_gpu_uuid,
-                                 const std::string& rollout_gpu_uuid, bool cuda_ipc_built);
 
 // Whether this sao has the CUDA IPC and NCCL transports (sao_gpu).
 bool cuda_transports_built();

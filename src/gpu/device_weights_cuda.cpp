@@ -1,6 +1,6 @@
-// transport.hpp's CUDA calls, with the CUDA transports built (sao_gpu).
+// device_weights.hpp's CUDA calls, with the CUDA transports built (sao_gpu).
 #include "gpu/cuda_ipc.hpp"
-#include "gpu/transport.hpp"
+#include "gpu/device_weights.hpp"
 
 #include "base/error.hpp"
 #include "model/device.hpp"

@@ -1,0 +1,53 @@
+// One weight version on its way from the learner to a rollout: the one
+// message form every transport uses. The route says how the tensor bytes
+// travel and so which fields are filled (weights/transport.hpp has the
+// transports; weights/sender.hpp chooses among them).
+#pragma once
+
+#include "model/tensor_blob.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace sao::weights {
+
+enum class Route : uint8_t {
+  kCafBytes = 0,     // the bytes inside the message; CAF carries them between processes
+  kBulkChannel = 1,  // a notice: the bytes are read from the learner's bulk server (net/bulk_transfer.hpp)
+  kDeviceCopy = 2,   // one device buffer shared within the process, copied GPU to GPU
+  kCudaIpc = 3,      // a CUDA IPC handle to the learner's buffer: same GPU, another process
+};
+constexpr uint8_t kRouteCount = 4;
+const char* route_name(Route route);
+// A route as a peer sent it (untrusted): nullopt for a value no route has.
+std::optional<Route> route_from_value(uint8_t value);
+
+struct Packet {
+  int64_t version = 0;
+  Route route = Route::kCafBytes;
+  // weights::checksum_of the version as the learner packed it; the receiver
+  // checks what it loaded against it.
+  uint64_t checksum = 0;
+  model::PackedTensors tensors;  // the index always; the bytes on kCafBytes only
+  std::string ipc_handle;        // kCudaIpc: the handle as text
+  uint16_t bulk_port = 0;        // kBulkChannel: the learner's bulk server
+  uint64_t bulk_bytes = 0;       // kBulkChannel: the version's size there
+  // kDeviceCopy (and the learner's own device pack): never serialised.
+  std::shared_ptr<const model::DevicePackedTensors> on_device;
+};
+
+// The learner's packet of one version packed on the host (route kCafBytes,
+// checksum set).
+Packet host_packet(int64_t version, model::PackedTensors tensors);
+// Of one version packed on a device (route kDeviceCopy, checksum set).
+Packet device_packet(int64_t version, std::shared_ptr<const model::DevicePackedTensors> packed);
+
+// Checks that a packet's fields agree with its route (bytes only on
+// kCafBytes, a handle on kCudaIpc, a port and size on kBulkChannel, a
+// device buffer on kDeviceCopy). Throws sao::Error naming `where` and what
+// is wrong: a peer's packet is untrusted.
+void check_packet(const Packet& packet, const std::string& where);
+
+}  // namespace sao::weights

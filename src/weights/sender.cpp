@@ -1,0 +1,49 @@
+// Route choice; see sender.hpp.
+#include "weights/sender.hpp"
+
+#include "base/error.hpp"
+
+namespace sao::weights {
+
+Sender::Sender(std::shared_ptr<net::BulkServer> bulk_server) : transports_(make_transports(std::move(bulk_server))) {}
+
+const Transport& Sender::transport(Route route) const {
+  for (const auto& candidate : transports_) {
+    if (candidate->route() == route) return *candidate;
+  }
+  throw Error(std::string("weights: no transport for route ") + route_name(route));
+}
+
+Route Sender::choose(const Packet& source, const std::string& receiver, const Placement& placement) const {
+  const auto refused = refused_.find(receiver);
+  for (const auto& candidate : transports_) {
+    if (refused != refused_.end() && refused->second.count(candidate->route()) > 0) continue;
+    if (candidate->reaches(source, placement)) return candidate->route();
+  }
+  return Route::kCafBytes;
+}
+
+Packet Sender::carry(Route route, const Packet& source, const std::shared_ptr<const void>& source_owner) const {
+  return transport(route).carry(source, source_owner);
+}
+
+bool Sender::reads_source_in_place(Route route) const {
+  return transport(route).reads_source_in_place();
+}
+
+bool Sender::refuse(const std::string& receiver, Route route) {
+  if (route == Route::kCafBytes) return false;
+  return refused_[receiver].insert(route).second;
+}
+
+void Sender::forget(const std::string& receiver) {
+  refused_.erase(receiver);
+}
+
+size_t Sender::refusals() const {
+  size_t count = 0;
+  for (const auto& item : refused_) count += item.second.size();
+  return count;
+}
+
+}  // namespace sao::weights

@@ -1,0 +1,68 @@
+// The ways one weight version travels from the learner to a rollout, behind
+// one interface. A transport is used on both sides: the sender asks whether
+// it reaches a receiver and has it make the packet (weights/sender.hpp); the
+// receiver has it take what cannot wait and load the weights
+// (weights/receiver.hpp). A new transport is a class here, a Route, its
+// place in make_transports(), and its test (CONTRIBUTING.md).
+#pragma once
+
+#include "weights/packet.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sao::net {
+class BulkServer;
+class SharedBulkReader;
+}  // namespace sao::net
+
+namespace sao::weights {
+
+// Where a receiver runs, as the sender needs it to choose a route.
+struct Placement {
+  std::string device = "cpu";  // e.g. "cuda:1"
+  std::string gpu_uuid;        // "" on the CPU, or where CUDA IPC was refused
+  bool same_process = false;   // the receiver is in the learner's process
+};
+
+// What a receiver's routes need beside the packet.
+struct ReceiverContext {
+  torch::Device device = torch::kCPU;
+  std::shared_ptr<net::SharedBulkReader> bulk_reader;  // null where no bulk channel is reachable
+  // The bulk channel's bytes, read on arrival and kept until applied (the
+  // buffer is shared with this process's other receivers, never written).
+  std::shared_ptr<const std::vector<char>> taken_bytes;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual Route route() const = 0;
+  // Sender: whether this route can carry `source` (the learner's own packet)
+  // to a receiver placed so.
+  virtual bool reaches(const Packet& source, const Placement& receiver) const = 0;
+  // Sender: the packet that carries `source` this way; `source_owner` keeps
+  // the source's buffers alive while the route serves them. Throws
+  // sao::Error when it cannot (a buffer CUDA cannot share).
+  virtual Packet carry(const Packet& source, const std::shared_ptr<const void>& source_owner) const = 0;
+  // Sender: the learner's buffer must live until the receiver acknowledges
+  // (the receiver reads it in place).
+  virtual bool reads_source_in_place() const { return false; }
+  // Receiver, on arrival: what cannot wait (the bulk channel reads its bytes
+  // while the server still holds the version). False when they were not
+  // there any more: the receiver asks for the newest version again.
+  virtual bool take(const Packet&, ReceiverContext&) const { return true; }
+  // Receiver: loads the weights into `module`. Throws sao::Error naming
+  // `where`; a packet whose index does not fit leaves the module unchanged.
+  virtual void load(const Packet& packet, ReceiverContext& context, torch::nn::Module& module,
+                    const std::string& where) const = 0;
+};
+
+// Every transport, in the order the sender prefers them: the device copy,
+// CUDA IPC, the bulk channel (it reaches receivers only when `bulk_server`
+// is given: a cluster learner's; a receiver needs none), and CAF bytes,
+// which reach everyone.
+std::vector<std::unique_ptr<Transport>> make_transports(std::shared_ptr<net::BulkServer> bulk_server = nullptr);
+
+}  // namespace sao::weights

@@ -1,0 +1,143 @@
+// The four transports; see transport.hpp.
+#include "weights/transport.hpp"
+
+#include "base/error.hpp"
+#include "gpu/device_weights.hpp"
+#include "net/bulk_transfer.hpp"
+
+namespace sao::weights {
+
+namespace {
+
+// The bytes inside the message: reaches every receiver.
+class CafBytes final : public Transport {
+ public:
+  Route route() const override { return Route::kCafBytes; }
+  bool reaches(const Packet&, const Placement&) const override { return true; }
+  Packet carry(const Packet& source, const std::shared_ptr<const void>&) const override {
+    Packet packet;
+    packet.version = source.version;
+    packet.checksum = source.checksum;
+    packet.route = Route::kCafBytes;
+    packet.tensors = source.on_device ? model::download(*source.on_device) : source.tensors;
+    return packet;
+  }
+  void load(const Packet& packet, ReceiverContext&, torch::nn::Module& module,
+            const std::string& where) const override {
+    model::load_packed_into_module(module, packet.tensors, where);
+  }
+};
+
+// A notice through CAF; the bytes from the learner's bulk server.
+class BulkChannel final : public Transport {
+ public:
+  explicit BulkChannel(std::shared_ptr<net::BulkServer> server) : server_(std::move(server)) {}
+  Route route() const override { return Route::kBulkChannel; }
+  bool reaches(const Packet&, const Placement& receiver) const override {
+    return server_ != nullptr && !receiver.same_process;
+  }
+  Packet carry(const Packet& source, const std::shared_ptr<const void>& source_owner) const override {
+    if (!server_) throw Error("bulk channel: this sender has no bulk server");
+    // The server serves host bytes: a device version is downloaded once here
+    // and that copy is what the server keeps alive.
+    std::shared_ptr<const void> owner = source_owner;
+    const model::PackedTensors* host = &source.tensors;
+    if (source.on_device) {
+      auto downloaded = std::make_shared<const model::PackedTensors>(model::download(*source.on_device));
+      host = downloaded.get();
+      owner = downloaded;
+    }
+    server_->publish(source.version, host->bytes.data(), host->bytes.size(), owner);
+    Packet notice;
+    notice.version = source.version;
+    notice.checksum = source.checksum;
+    notice.route = Route::kBulkChannel;
+    notice.tensors.index = host->index;
+    notice.bulk_port = server_->port();
+    notice.bulk_bytes = host->bytes.size();
+    return notice;
+  }
+  bool take(const Packet& packet, ReceiverContext& context) const override {
+    if (!context.bulk_reader) throw Error("this receiver has no reader for the bulk channel");
+    context.taken_bytes = context.bulk_reader->read(packet.bulk_port, packet.version, packet.bulk_bytes);
+    return context.taken_bytes != nullptr;
+  }
+  void load(const Packet& packet, ReceiverContext& context, torch::nn::Module& module,
+            const std::string& where) const override {
+    if (!context.taken_bytes) throw Error(where + ": the bulk channel's bytes were not read");
+    // Released once applied, so the reader can reuse the buffer.
+    const auto bytes = std::move(context.taken_bytes);
+    model::load_packed_into_module(module, packet.tensors.index, bytes->data(), bytes->size(), where);
+  }
+
+ private:
+  std::shared_ptr<net::BulkServer> server_;
+};
+
+// The learner's device buffer, read in this process.
+class DeviceCopy final : public Transport {
+ public:
+  Route route() const override { return Route::kDeviceCopy; }
+  bool reaches(const Packet& source, const Placement& receiver) const override {
+    return source.on_device != nullptr && receiver.same_process;
+  }
+  Packet carry(const Packet& source, const std::shared_ptr<const void>&) const override {
+    if (!source.on_device) throw Error("device copy: the version is not on a device");
+    return device_packet_of(source);
+  }
+  bool reads_source_in_place() const override { return true; }
+  void load(const Packet& packet, ReceiverContext&, torch::nn::Module& module,
+            const std::string& where) const override {
+    model::load_device_packed_into_module(module, *packet.on_device, where);
+  }
+
+ private:
+  static Packet device_packet_of(const Packet& source) {
+    Packet packet;
+    packet.version = source.version;
+    packet.checksum = source.checksum;
+    packet.route = Route::kDeviceCopy;
+    packet.tensors.index = source.tensors.index;
+    packet.on_device = source.on_device;
+    return packet;
+  }
+};
+
+// A CUDA IPC handle to the learner's buffer: another process on its GPU.
+class CudaIpc final : public Transport {
+ public:
+  Route route() const override { return Route::kCudaIpc; }
+  bool reaches(const Packet& source, const Placement& receiver) const override {
+    if (!source.on_device || receiver.same_process || !gpu::cuda_transports_built()) return false;
+    if (receiver.gpu_uuid.empty()) return false;
+    return gpu::gpu_uuid_of(source.on_device->buffer.device()) == receiver.gpu_uuid;
+  }
+  Packet carry(const Packet& source, const std::shared_ptr<const void>&) const override {
+    if (!source.on_device) throw Error("CUDA IPC: the version is not on a device");
+    Packet packet;
+    packet.version = source.version;
+    packet.checksum = source.checksum;
+    packet.route = Route::kCudaIpc;
+    packet.tensors.index = source.on_device->index;
+    packet.ipc_handle = gpu::export_ipc(*source.on_device);
+    return packet;
+  }
+  bool reads_source_in_place() const override { return true; }
+  void load(const Packet& packet, ReceiverContext& context, torch::nn::Module& module,
+            const std::string& where) const override {
+    gpu::load_ipc_into_module(module, packet.ipc_handle, packet.tensors.index, context.device, where);
+  }
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Transport>> make_transports(std::shared_ptr<net::BulkServer> bulk_server) {
+  std::vector<std::unique_ptr<Transport>> transports;
+  transports.push_back(std::make_unique<DeviceCopy>());
+  transports.push_back(std::make_unique<CudaIpc>());
+  transports.push_back(std::make_unique<BulkChannel>(std::move(bulk_server)));
+  transports.push_back(std::make_unique<CafBytes>());
+  return transports;
+}
+
+}  // namespace sao::weights
