@@ -13,7 +13,7 @@ cd .gpu-deps
 packages=(
   libcaf-dev libcaf-core0.17 libcaf-io0.17 libcaf-openssl0.17
   libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1 zlib1g-dev
-  libssl-dev libssl3 libutf8proc-dev libutf8proc2
+  libssl-dev libssl3 libutf8proc-dev libutf8proc2 libxxhash-dev libxxhash0
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
   doctest-dev nlohmann-json3-dev libwebsocketpp-dev libasio-dev
   pkgconf pkgconf-bin libpkgconf3
