@@ -180,16 +180,20 @@ struct ConsoleServer::Impl {
   nlohmann::json knobs_json() {
     const auto recent = history(std::numeric_limits<int64_t>::max());
     nlohmann::json values = recent["knobs"];
+    // The learner's knobs are in its status, under their names.
     for (const auto& status : snapshot()) {
       if (status.kind != "learner") continue;
-      for (const char* key : {"actor_lr", "critic_lr"}) {
-        auto it = status.numbers.find(key);
-        if (it != status.numbers.end()) values[key] = number_or_null(it->second);
+      for (const auto& spec : config::knob_table()) {
+        if (spec.owner != config::KnobOwner::kLearner) continue;
+        auto it = status.numbers.find(spec.name);
+        if (it != status.numbers.end()) values[spec.name] = number_or_null(it->second);
       }
     }
     nlohmann::json knobs = nlohmann::json::array();
-    for (const auto& [name, description] : config::live_knobs()) {
-      knobs.push_back({{"key", name}, {"description", description}, {"value", values.value(name, nlohmann::json())}});
+    for (const auto& spec : config::knob_table()) {
+      knobs.push_back({{"key", spec.name},
+                       {"description", spec.description},
+                       {"value", values.value(spec.name, nlohmann::json())}});
     }
     return knobs;
   }

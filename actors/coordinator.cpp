@@ -201,7 +201,7 @@ bool env_exited(CoordinatorSelf self, const caf::actor_addr& source) {
 
 void stop_metrics(CoordinatorSelf self, msg::RunEnd end, const std::vector<msg::ActorStatus>& statuses) {
   // The summary (RUN_DIR/summary.json) is written before the run is reported finished.
-  self->request(self->state.metrics, std::chrono::seconds(30), atoms::stop_atom_v, statuses)
+  self->request(self->state.metrics, std::chrono::seconds(30), atoms::summary_atom_v, statuses)
       .then([self, end](const std::string&) { end_run(self, end); },
             [self, end](const caf::error&) { end_run(self, end); });
 }
@@ -211,7 +211,7 @@ void finish(CoordinatorSelf self, msg::RunEnd reason) {
   if (state.stopping) return;
   state.stopping = true;
   for (auto& rollout : all_rollouts(state)) self->send(rollout, atoms::pause_atom_v);
-  self->request(state.learner, caf::infinite, atoms::stop_atom_v)
+  self->request(state.learner, caf::infinite, atoms::final_eval_atom_v)
       .then(
           [self, reason](const msg::EvalReport&) {
             // Every actor's time accounting goes into summary.json; when the
@@ -293,14 +293,13 @@ std::pair<std::vector<StatusActor>, std::vector<std::string>> list_actors(Coordi
     names.push_back("env-" + std::to_string(i));
   }
   // Cluster nodes' actors, named "<node>/rollout-<i>", "<node>/env-<i>".
-  auto display_name = [](const std::string& key) { return key.substr(key.find(' ') + 1); };
-  for (const auto& [key, actor] : state.remote_rollouts) {
+  for (const auto& [name, actor] : state.remote_rollouts) {
     actors.push_back(actor);
-    names.push_back(display_name(key));
+    names.push_back(name);
   }
-  for (const auto& [key, actor] : state.remote_envs) {
+  for (const auto& [name, actor] : state.remote_envs) {
     actors.push_back(actor);
-    names.push_back(display_name(key));
+    names.push_back(name);
   }
   return {actors, names};
 }
@@ -319,12 +318,12 @@ void set_rollouts_paused(CoordinatorSelf self, bool paused, const std::string& o
       self->send(rollout, atoms::resume_atom_v);
     }
   }
-  record_control(self, msg::ControlEvent{paused ? "pause" : "resume", "rollouts", "", origin});
+  record_control(self, msg::ControlEvent{paused ? "pause" : "resume", "rollouts", "", origin, 0.0});
 }
 
-// Applies a live knob: replay first (it validates against the rest of the
-// replay config), then the learner, then logs it. The reply names what
-// changed, or the error of the first part that refused.
+// Applies a live knob through its one owner (the replay validates against
+// the rest of the replay config), then logs it. The reply names what
+// changed, or the owner's refusal.
 caf::typed_response_promise<std::string> set_knob(CoordinatorSelf self, const std::string& key, const std::string& text,
                                                   const std::string& origin) {
   auto promise = self->make_response_promise<std::string>();
@@ -336,23 +335,18 @@ caf::typed_response_promise<std::string> set_knob(CoordinatorSelf self, const st
     promise.deliver(msg::make_error(msg::Errc::kRefused, error.what()));
     return promise;
   }
-  auto on_learner = [self, promise, change, text, origin]() mutable {
-    auto finish = [self, promise, change, text, origin]() mutable {
-      record_control(self, msg::ControlEvent{"set", change.key, text, origin});
-      promise.deliver(std::string("set " + change.key + " = " + text));
-    };
-    if (!change.for_learner) return finish();
-    self->request(self->state.learner, std::chrono::seconds(30), atoms::set_atom_v, change.key, change.value)
-        .then([finish](const std::string&) mutable { finish(); },
-              [promise](const caf::error& error) mutable { promise.deliver(error); });
+  // Exactly one actor owns each knob (config::knob_table()).
+  auto applied = [self, promise, change, key, text, origin](const std::string&) mutable {
+    record_control(self, msg::ControlEvent{"set", key, text, origin, change.value});
+    promise.deliver(std::string("set " + key + " = " + text));
   };
-  if (!change.for_replay) {
-    on_learner();
-    return promise;
+  auto refused = [promise](const caf::error& error) mutable { promise.deliver(error); };
+  const msg::SetKnob message{change.knob, change.value};
+  if (config::spec_of(change.knob).owner == config::KnobOwner::kLearner) {
+    self->request(self->state.learner, std::chrono::seconds(30), message).then(applied, refused);
+  } else {
+    self->request(self->state.replay, std::chrono::seconds(5), message).then(applied, refused);
   }
-  self->request(self->state.replay, std::chrono::seconds(5), atoms::set_atom_v, change.key, change.value)
-      .then([on_learner](const std::string&) mutable { on_learner(); },
-            [promise](const caf::error& error) mutable { promise.deliver(error); });
   return promise;
 }
 }  // namespace
@@ -363,9 +357,9 @@ CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, Coord
   start(self);
   // A resumed run whose checkpoint is at (or past) the budget trains nothing more.
   if (self->state.resume_step >= self->state.config.run.train.steps) finish(self, msg::RunEnd::kBudget);
-  return {
+  return counted_behavior<CoordinatorActor::behavior_type>(
+      self,
       [self](const msg::StepReport& report) {
-        ++self->state.counters.handled;
         self->state.steps = report.step;
         self->state.policy_version = report.policy_version;
         self->state.lost_in_a_row = 0;
@@ -378,20 +372,17 @@ CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, Coord
         }
         // Sync mode: rollouts start a round when new weights arrive; a step
         // that made none (critic warm-up, a skipped step) releases it here.
-        const auto updated = report.metrics.find("policy_updated");
-        if (self->state.config.run.replay.synchronous && updated != report.metrics.end() && updated->second == 0.0) {
+        if (self->state.config.run.replay.synchronous && !report.policy_updated) {
           for (auto& rollout : all_rollouts(self->state)) {
             self->send(rollout, atoms::learner_idle_atom_v, report.policy_version);
           }
         }
       },
       [self](const msg::EvalReport& report) {
-        ++self->state.counters.handled;
         if (!report.env_dead.empty()) give_up_on_env(self, "held-out evaluation", report.env_dead);
       },
       [self](const msg::EpisodeLost& lost) {
         auto& state = self->state;
-        ++state.counters.handled;
         ++state.episodes_lost;
         self->send(state.metrics, lost);
         if (lost.cause == msg::LossCause::kEnvDead) {
@@ -416,67 +407,47 @@ CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, Coord
           if (state.rollout_configs[i].name == lost.rollout) restart_env(self, i % state.envs.size(), lost.detail);
         }
       },
-      [self](atoms::stop_atom) {
-        ++self->state.counters.handled;
-        finish(self, msg::RunEnd::kStopped);
-      },
-      [self](atoms::pause_atom) {
-        ++self->state.counters.handled;
-        set_rollouts_paused(self, true, "local");
-      },
-      [self](atoms::resume_atom) {
-        ++self->state.counters.handled;
-        set_rollouts_paused(self, false, "local");
-      },
+      [self](atoms::stop_atom) { finish(self, msg::RunEnd::kStopped); },
+      [self](atoms::pause_atom) { set_rollouts_paused(self, true, "local"); },
+      [self](atoms::resume_atom) { set_rollouts_paused(self, false, "local"); },
       // Operator commands (console, HTTP): the origin goes into control.log.
       [self](atoms::pause_atom, const std::string& origin) {
-        ++self->state.counters.handled;
         set_rollouts_paused(self, true, origin);
         return std::string("rollouts paused (episodes in flight finish first)");
       },
       [self](atoms::resume_atom, const std::string& origin) {
-        ++self->state.counters.handled;
         set_rollouts_paused(self, false, origin);
         return std::string("rollouts resumed");
       },
       [self](atoms::stop_atom, const std::string& origin) {
-        ++self->state.counters.handled;
-        record_control(self, msg::ControlEvent{"stop", "", "", origin});
+        record_control(self, msg::ControlEvent{"stop", "", "", origin, 0.0});
         finish(self, msg::RunEnd::kStopped);
         return std::string("stopping: final evaluation and checkpoint, then exit");
       },
       [self](atoms::checkpoint_atom, const std::string& origin) {
-        ++self->state.counters.handled;
         auto promise = self->make_response_promise<std::string>();
         self->request(self->state.learner, std::chrono::minutes(5), atoms::checkpoint_atom_v)
             .then(
                 [self, promise, origin](const std::string& dir) mutable {
-                  record_control(self, msg::ControlEvent{"checkpoint", "", dir, origin});
+                  record_control(self, msg::ControlEvent{"checkpoint", "", dir, origin, 0.0});
                   promise.deliver(std::string("checkpoint written to ") + dir);
                 },
                 [promise](const caf::error& error) mutable { promise.deliver(error); });
         return promise;
       },
       [self](atoms::set_atom, const std::string& key, const std::string& value, const std::string& origin) {
-        ++self->state.counters.handled;
         return set_knob(self, key, value, origin);
       },
       [self](atoms::actors_atom) -> caf::result<std::vector<StatusActor>, std::vector<std::string>> {
-        ++self->state.counters.handled;
         auto [actors, names] = list_actors(self);
         return {std::move(actors), std::move(names)};
       },
-      [self](atoms::snapshot_atom) {
-        ++self->state.counters.handled;
-        return self->delegate(self->state.introspection, atoms::snapshot_atom_v);
-      },
+      [self](atoms::snapshot_atom) { return self->delegate(self->state.introspection, atoms::snapshot_atom_v); },
       [self](atoms::history_atom, int64_t since_step) {
-        ++self->state.counters.handled;
         return self->delegate(self->state.metrics, atoms::history_atom_v, since_step);
       },
       [self](atoms::status_atom) {
         auto& state = self->state;
-        ++state.counters.handled;
         return describe_actor(self, "coordinator", "coordinator", state.stopping ? "stopping" : "running",
                               state.counters,
                               {{"steps", static_cast<double>(state.steps)},
@@ -490,29 +461,17 @@ CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, Coord
       },
       [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); },
       // Cluster membership (coordinator_cluster.cpp).
-      [self](atoms::join_atom, atoms::status_atom) {
-        ++self->state.counters.handled;
-        return cluster_status(self);
-      },
+      [self](atoms::join_atom, atoms::status_atom) { return cluster_status(self); },
       // The actors a joining node talks to.
       [self](atoms::join_atom) -> caf::result<ReplayActor, WeightSyncActor> {
-        ++self->state.counters.handled;
         return {self->state.replay, self->state.weight_sync};
       },
-      [self](atoms::join_atom, const std::string& node_name) {
-        ++self->state.counters.handled;
-        return node_using_name(self, node_name);
-      },
+      [self](atoms::join_atom, const std::string& node_name) { return node_using_name(self, node_name); },
       [self](atoms::join_atom, atoms::rollout_atom, const std::string& name, const RolloutActor& rollout,
-             bool needs_env) {
-        ++self->state.counters.handled;
-        rollout_joined(self, name, rollout, needs_env);
-      },
+             bool needs_env) { rollout_joined(self, name, rollout, needs_env); },
       [self](atoms::join_atom, atoms::env_atom, const std::string& name, const EnvActor& env, bool from_env_node) {
-        ++self->state.counters.handled;
         env_joined(self, name, env, from_env_node);
-      },
-  };
+      });
 }
 
 CoordinatorActor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) {

@@ -5,8 +5,8 @@
 #pragma once
 
 #include "actors/protocol.hpp"
-#include "model/transformer.hpp"
 #include "config/run_config.hpp"
+#include "model/transformer.hpp"
 
 #include <memory>
 #include <string>

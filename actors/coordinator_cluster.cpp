@@ -25,14 +25,14 @@ void assign_env_node_env(CoordinatorSelf self, const std::string& rollout) {
 }
 
 template <class Handle>
-void register_remote(CoordinatorSelf self, std::map<std::string, Handle>& registry, const std::string& name,
-                     const Handle& actor) {
+void register_remote(CoordinatorSelf self, std::map<std::string, Handle>& registry, const char* kind,
+                     const std::string& name, const Handle& actor) {
   // A node that rejoins under its old name replaces its previous actor.
   auto it = registry.find(name);
   if (it != registry.end()) self->demonitor(it->second.address());
   registry[name] = actor;
   self->monitor(actor);
-  std::fprintf(stderr, "coordinator: remote %s joined\n", name.c_str());
+  std::fprintf(stderr, "coordinator: remote %s %s joined\n", kind, name.c_str());
 }
 
 }  // namespace
@@ -43,7 +43,7 @@ bool on_remote_down(CoordinatorSelf self, const caf::down_msg& down, const std::
   auto& state = self->state;
   for (auto it = state.remote_envs.begin(); it != state.remote_envs.end(); ++it) {
     if (it->second.address() != down.source) continue;
-    std::fprintf(stderr, "coordinator: remote %s left (%s)\n", it->first.c_str(), why.c_str());
+    std::fprintf(stderr, "coordinator: remote env %s left (%s)\n", it->first.c_str(), why.c_str());
     const std::string env = it->first;
     state.remote_envs.erase(it);
     if (state.env_node_envs.erase(env) > 0) {
@@ -56,7 +56,7 @@ bool on_remote_down(CoordinatorSelf self, const caf::down_msg& down, const std::
   for (auto it = state.remote_rollouts.begin(); it != state.remote_rollouts.end(); ++it) {
     if (it->second.address() != down.source) continue;
     const int64_t in_flight = state.config.run.rollout.slots;
-    std::fprintf(stderr, "coordinator: remote %s left (%s); counting its %lld in-flight episodes as lost\n",
+    std::fprintf(stderr, "coordinator: remote rollout %s left (%s); counting its %lld in-flight episodes as lost\n",
                  it->first.c_str(), why.c_str(), static_cast<long long>(in_flight));
     ++state.remote_rollouts_lost;
     state.episodes_lost += in_flight;
@@ -79,32 +79,30 @@ msg::ActorStatus cluster_status(CoordinatorSelf self) {
                          {"env_node_envs", static_cast<double>(state.env_node_envs.size())}});
 }
 
-// Registry keys are "rollout NAME/rollout-i", "env NAME/env-i".
+// Remote actors are named "NODE/rollout-i" and "NODE/env-i".
 caf::node_id node_using_name(CoordinatorSelf self, const std::string& node_name) {
-  const std::string infix = " " + node_name + "/";
-  for (const auto& [key, actor] : self->state.remote_rollouts) {
-    if (key.find(infix) == key.find(' ')) return actor.node();
+  const std::string prefix = node_name + "/";
+  for (const auto& [name, actor] : self->state.remote_rollouts) {
+    if (name.rfind(prefix, 0) == 0) return actor.node();
   }
-  for (const auto& [key, actor] : self->state.remote_envs) {
-    if (key.find(infix) == key.find(' ')) return actor.node();
+  for (const auto& [name, actor] : self->state.remote_envs) {
+    if (name.rfind(prefix, 0) == 0) return actor.node();
   }
   return caf::node_id{};
 }
 
 void rollout_joined(CoordinatorSelf self, const std::string& name, const RolloutActor& rollout, bool needs_env) {
-  const std::string key = "rollout " + name;
-  register_remote(self, self->state.remote_rollouts, key, rollout);
+  register_remote(self, self->state.remote_rollouts, "rollout", name, rollout);
   if (self->state.stopping || self->state.rollouts_paused) self->send(rollout, atoms::pause_atom_v);
-  if (needs_env) assign_env_node_env(self, key);
+  if (needs_env) assign_env_node_env(self, name);
 }
 
 void env_joined(CoordinatorSelf self, const std::string& name, const EnvActor& env, bool from_env_node) {
   auto& state = self->state;
-  const std::string key = "env " + name;
-  register_remote(self, state.remote_envs, key, env);
+  register_remote(self, state.remote_envs, "env", name, env);
   self->send(env, atoms::train_step_atom_v, state.steps);
   if (!from_env_node) return;
-  state.env_node_envs.insert(key);
+  state.env_node_envs.insert(name);
   for (auto& [rollout, assigned] : state.env_of_rollout) {
     if (assigned.empty()) assign_env_node_env(self, rollout);
   }

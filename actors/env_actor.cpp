@@ -96,10 +96,10 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
   self->state.config = std::move(config);
   self->state.latency_rng.seed(self->state.config.latency_seed);
   self->state.streak = env::FailureStreak(self->state.config.max_failures_in_a_row, self->state.config.environment);
-  return {
+  return counted_behavior<EnvActor::behavior_type>(
+      self,
       [self](const msg::EnvReset& request) -> caf::result<msg::EnvReply> {
         auto& state = self->state;
-        ++state.counters.handled;
         if (expired(request.deadline_unix_ms))
           return env_error(state, msg::Errc::kRequestExpired, "reset request expired before it was served");
         if (state.streak.dead()) return env_dead(state);
@@ -117,10 +117,10 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
       },
       [self](const msg::EnvAction& request) -> caf::result<msg::EnvReply> {
         auto& state = self->state;
-        ++state.counters.handled;
         auto it = state.episodes.find(request.episode_id);
         if (it == state.episodes.end()) {
-          return env_error(state, msg::Errc::kUnknownEpisode, "step for unknown episode " + std::to_string(request.episode_id));
+          return env_error(state, msg::Errc::kUnknownEpisode,
+                           "step for unknown episode " + std::to_string(request.episode_id));
         }
         if (expired(request.deadline_unix_ms)) {
           state.episodes.erase(it);
@@ -143,7 +143,6 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
       },
       [self](atoms::train_step_atom, int64_t learner_step) {
         auto& state = self->state;
-        ++state.counters.handled;
         state.learner_step = learner_step;
         for (auto& environment : state.idle) environment->on_training_step(learner_step);
         for (auto& item : state.episodes) item.second->on_training_step(learner_step);
@@ -157,7 +156,6 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
       },
       [self](atoms::status_atom) {
         auto& state = self->state;
-        ++state.counters.handled;
         return describe_actor(self, state.config.name, "env", state.episodes.empty() ? "idle" : "serving",
                               state.counters,
                               {{"open_episodes", static_cast<double>(state.episodes.size())},
@@ -165,8 +163,7 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
                                {"replies_held", static_cast<double>(state.held.size())},
                                {"errors", static_cast<double>(state.errors)},
                                {"failures_in_a_row", static_cast<double>(state.streak.length())}});
-      },
-  };
+      });
 }
 
 EnvActor spawn_env_actor(caf::actor_system& system, EnvActorConfig config) {

@@ -23,6 +23,31 @@ struct ActorCounters {
   double process_cpu_at_start_s = report::process_cpu_seconds();
 };
 
+namespace detail {
+// A handler with the signature of `F` that counts the message, then runs `f`.
+template <class Self, class F, class R, class... Ts>
+auto counted_handler(Self self, F f, R (F::*)(Ts...) const) {
+  return [self, f](Ts... xs) -> R {
+    ++self->state.counters.handled;
+    return f(std::forward<Ts>(xs)...);
+  };
+}
+template <class Self, class F, class R, class... Ts>
+auto counted_handler(Self self, F f, R (F::*)(Ts...)) {
+  return [self, f](Ts... xs) mutable -> R {
+    ++self->state.counters.handled;
+    return f(std::forward<Ts>(xs)...);
+  };
+}
+}  // namespace detail
+
+// An actor's behaviour whose every handler counts the message in
+// `self->state.counters.handled`: the one place messages are counted.
+template <class Behavior, class Self, class... Handlers>
+Behavior counted_behavior(Self self, Handlers... handlers) {
+  return Behavior{detail::counted_handler(self, std::move(handlers), &Handlers::operator())...};
+}
+
 // `self` must be the actor itself (its mailbox is read without locking).
 template <class SelfPointer>
 msg::ActorStatus describe_actor(SelfPointer self, std::string name, std::string kind, std::string state,
@@ -33,8 +58,8 @@ msg::ActorStatus describe_actor(SelfPointer self, std::string name, std::string 
   status.state = std::move(state);
   status.numbers = std::move(numbers);
   const double alive_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - counters.started).count();
-  for (auto& item : report::time_numbers(alive_s, counters.process_cpu_at_start_s, counters.work))
-    status.numbers.insert(std::move(item));
+  status.time = report::time_account_now(alive_s, counters.process_cpu_at_start_s, counters.work);
+  for (auto& item : report::time_numbers(status.time)) status.numbers.insert(std::move(item));
   status.mailbox_depth = static_cast<int64_t>(self->mailbox().size());
   status.messages_handled = counters.handled;
   status.last_error = counters.last_error;

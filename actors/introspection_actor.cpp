@@ -84,10 +84,10 @@ void gather(IntrospectionSelf self, const std::vector<StatusActor>& actors, cons
 
 IntrospectionActor::behavior_type introspection_behavior(IntrospectionSelf self, CoordinatorActor coordinator) {
   self->state.coordinator = std::move(coordinator);
-  return {
+  return counted_behavior<IntrospectionActor::behavior_type>(
+      self,
       [self](atoms::snapshot_atom) {
         auto& state = self->state;
-        ++state.counters.handled;
         ++state.snapshots;
         auto promise = self->make_response_promise<std::vector<msg::ActorStatus>>();
         self->request(state.coordinator, kStatusTimeout, atoms::actors_atom_v)
@@ -102,11 +102,9 @@ IntrospectionActor::behavior_type introspection_behavior(IntrospectionSelf self,
       },
       [self](atoms::status_atom) {
         auto& state = self->state;
-        ++state.counters.handled;
         return describe_actor(self, "introspection", "introspection", "idle", state.counters,
                               {{"snapshots", static_cast<double>(state.snapshots)}});
-      },
-  };
+      });
 }
 
 IntrospectionActor spawn_introspection_actor(caf::actor_system& system, CoordinatorActor coordinator) {

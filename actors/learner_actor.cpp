@@ -69,8 +69,8 @@ weights::Packet current_weights(LearnerActorState& state) {
 msg::ActorStatus learner_status(LearnerSelf self) {
   auto& st = self->state;
   auto status = describe_actor(self, "learner", "learner", st.state, st.counters, {});
-  status.numbers["actor_lr"] = st.learner->config().actor_lr;
-  status.numbers["critic_lr"] = st.learner->config().critic_lr;
+  status.numbers[config::knob_name(config::Knob::kActorLr)] = st.learner->config().actor_lr;
+  status.numbers[config::knob_name(config::Knob::kCriticLr)] = st.learner->config().critic_lr;
   status.numbers["step"] = static_cast<double>(st.learner->steps());
   status.numbers["policy_version"] = static_cast<double>(st.learner->policy_version());
   status.numbers["last_step_ms"] = st.last_step_seconds * 1e3;
@@ -227,13 +227,12 @@ void run_step(LearnerSelf self, msg::TrainBatch& batch) {
   for (const char* key : report::kStepMetricKeys) metrics.emplace(key, std::numeric_limits<double>::quiet_NaN());
   if (result.policy_updated) self->send(state.weight_sync, current_weights(state));
   state.last_metrics = metrics;
-  msg::StepReport report{state.learner->steps(), state.learner->policy_version(), metrics, latencies};
+  msg::StepReport report{state.learner->steps(), state.learner->policy_version(), result.policy_updated, metrics,
+                         latencies};
   // The coordinator needs only whether the policy changed: in sync mode a
   // step without new weights (critic warm-up, a skipped step) must release
   // the next round itself, since no weights will.
-  self->send(
-      state.coordinator,
-      msg::StepReport{report.step, report.policy_version, {{"policy_updated", result.policy_updated ? 1.0 : 0.0}}, {}});
+  self->send(state.coordinator, msg::StepReport{report.step, report.policy_version, report.policy_updated, {}, {}});
   self->send(state.metrics, std::move(report));
   const auto& train = state.config.run.train;
   const int64_t step = state.learner->steps();
@@ -261,11 +260,11 @@ LearnerActor::behavior_type learner_behavior(LearnerSelf self, LearnerActorConfi
   }
   state.learner = std::make_unique<algo::Learner>(run.learner, state.config.policy, critic);
   if (!state.config.resume_from.empty()) state.learner->load(state.config.resume_from);
-  return {
+  return counted_behavior<LearnerActor::behavior_type>(
+      self,
       [self](atoms::start_atom, const ReplayActor& replay, const WeightSyncActor& weight_sync,
              const MetricsActor& metrics, const CoordinatorActor& coordinator) {
         auto& st = self->state;
-        ++st.counters.handled;
         st.coordinator = coordinator;
         st.replay = replay;
         st.weight_sync = weight_sync;
@@ -277,12 +276,8 @@ LearnerActor::behavior_type learner_behavior(LearnerSelf self, LearnerActorConfi
         st.previous_step_start = st.idle_since;
         self->send(st.replay, atoms::learner_idle_atom_v, st.learner->policy_version());
       },
-      [self](msg::TrainBatch& batch) {
-        ++self->state.counters.handled;
-        run_step(self, batch);
-      },
+      [self](msg::TrainBatch& batch) { run_step(self, batch); },
       [self](atoms::checkpoint_atom) -> caf::result<std::string> {
-        ++self->state.counters.handled;
         try {
           auto dir = save_checkpoint(self);
           self->state.state = "idle";
@@ -294,14 +289,17 @@ LearnerActor::behavior_type learner_behavior(LearnerSelf self, LearnerActorConfi
           return msg::make_error(msg::Errc::kCheckpointFailed, self->state.counters.last_error);
         }
       },
-      [self](atoms::set_atom, const std::string& key, double value) -> caf::result<std::string> {
+      [self](const msg::SetKnob& change) -> caf::result<std::string> {
         auto& learner = *self->state.learner;
-        ++self->state.counters.handled;
+        std::string key;
         try {
-          if (key == "actor_lr") {
-            learner.set_actor_lr(value);
-          } else if (key == "critic_lr") {
-            learner.set_critic_lr(value);
+          // A peer's knob number is checked before its name is used.
+          if (!config::knob_from_value(static_cast<uint8_t>(change.knob))) throw Error("set: unknown live knob");
+          key = config::knob_name(change.knob);
+          if (change.knob == config::Knob::kActorLr) {
+            learner.set_actor_lr(change.value);
+          } else if (change.knob == config::Knob::kCriticLr) {
+            learner.set_critic_lr(change.value);
           } else {
             throw Error("set " + key + ": not a learner knob");
           }
@@ -311,18 +309,13 @@ LearnerActor::behavior_type learner_behavior(LearnerSelf self, LearnerActorConfi
         }
         return "learner." + key + " applied";
       },
-      [self](atoms::stop_atom) {
-        ++self->state.counters.handled;
+      [self](atoms::final_eval_atom) {
         auto report = evaluate(self);
         save_checkpoint(self);
         self->state.state = "stopped";
         return report;
       },
-      [self](atoms::status_atom) {
-        ++self->state.counters.handled;
-        return learner_status(self);
-      },
-  };
+      [self](atoms::status_atom) { return learner_status(self); });
 }
 
 LearnerActor spawn_learner_actor(caf::actor_system& system, LearnerActorConfig config) {

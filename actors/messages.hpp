@@ -7,8 +7,10 @@
 
 #include "algo/trajectory.hpp"
 #include "base/allocator.hpp"
+#include "config/live_knobs.hpp"
 #include "model/tensor_blob.hpp"
 #include "report/metrics_line.hpp"
+#include "report/time_accounting.hpp"
 #include "rollout/episode_engine.hpp"
 #include "weights/packet.hpp"
 
@@ -54,6 +56,17 @@ typename Inspector::result_type inspect(Inspector& f, PackedTensors& x) {
   }
 }
 }  // namespace sao::model
+
+namespace sao::report {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkTime& x) {
+  return f(caf::meta::type_name("WorkTime"), x.wall_s, x.cpu_s, x.calls);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TimeAccount& x) {
+  return f(caf::meta::type_name("TimeAccount"), x.alive_s, x.process_cpu_s, x.process_cpu_at_start_s, x.work);
+}
+}  // namespace sao::report
 
 namespace sao::weights {
 // The route travels as its number (a peer's unknown value is refused by
@@ -220,6 +233,7 @@ struct TrainBatch {
 struct StepReport {
   int64_t step = 0;
   int64_t policy_version = 0;
+  bool policy_updated = false;  // the step made new weights (not a critic warm-up or a skipped step)
   std::map<std::string, double> metrics;
   std::vector<double> rollout_to_learner_ms;  // one per trajectory of the batch
 };
@@ -313,15 +327,31 @@ struct ActorStatus {
   std::string node;
   uint64_t actor_id = 0;
   std::string activity;  // for state "busy": what the actor is doing ("evaluating, step 12")
+  // Its time accounting, typed (`numbers` repeats it for people).
+  report::TimeAccount time;
 };
 
 // An operator's command that changed the run (console or HTTP): logged in
 // metrics.jsonl and RUN_DIR/control.log so every change is on record.
 struct ControlEvent {
   std::string command;  // pause, resume, set, checkpoint, stop
-  std::string key;      // for set: the knob
-  std::string value;    // for set: the new value; otherwise a detail
+  std::string key;      // for set: the knob's name
+  std::string value;    // for set: the new value as the operator wrote it; otherwise a detail
   std::string origin;   // who asked (e.g. "http 127.0.0.1")
+  double number = 0.0;  // for set: the value applied
+};
+
+// Which weight version each rollout runs, by rollout name (weight-sync's
+// answer to versions_atom).
+struct RolloutVersions {
+  std::map<std::string, int64_t> running;
+};
+
+// An operator's change of one live knob, sent by the coordinator to the
+// knob's owner (config::spec_of(knob).owner); answered with what was applied.
+struct SetKnob {
+  config::Knob knob = config::Knob::kMaxStaleness;
+  double value = 0.0;
 };
 
 // How a run ended.
@@ -373,7 +403,8 @@ typename Inspector::result_type inspect(Inspector& f, TrainBatch& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
-  return f(caf::meta::type_name("StepReport"), x.step, x.policy_version, x.metrics, x.rollout_to_learner_ms);
+  return f(caf::meta::type_name("StepReport"), x.step, x.policy_version, x.policy_updated, x.metrics,
+           x.rollout_to_learner_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalReport& x) {
@@ -399,11 +430,19 @@ typename Inspector::result_type inspect(Inspector& f, ActorRestarted& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorStatus& x) {
   return f(caf::meta::type_name("ActorStatus"), x.name, x.kind, x.state, x.numbers, x.mailbox_depth, x.messages_handled,
-           x.last_error, x.node, x.actor_id, x.activity);
+           x.last_error, x.node, x.actor_id, x.activity, x.time);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ControlEvent& x) {
-  return f(caf::meta::type_name("ControlEvent"), x.command, x.key, x.value, x.origin);
+  return f(caf::meta::type_name("ControlEvent"), x.command, x.key, x.value, x.origin, x.number);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RolloutVersions& x) {
+  return f(caf::meta::type_name("RolloutVersions"), x.running);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SetKnob& x) {
+  return f(caf::meta::type_name("SetKnob"), x.knob, x.value);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunFinished& x) {
@@ -441,7 +480,7 @@ CAF_ADD_ATOM(sao, sao::atoms, checkpoint_atom, "checkpoint")
 CAF_ADD_ATOM(sao, sao::atoms, pause_atom, "pause")
 CAF_ADD_ATOM(sao, sao::atoms, resume_atom, "resume")
 CAF_ADD_ATOM(sao, sao::atoms, status_atom, "status")
-CAF_ADD_ATOM(sao, sao::atoms, start_atom, "start")
+CAF_ADD_ATOM(sao, sao::atoms, start_atom, "start")  // the run's actors, handed to the learner and the gatekeeper
 CAF_ADD_ATOM(sao, sao::atoms, versions_atom, "versions")
 CAF_ADD_ATOM(sao, sao::atoms, evaluate_atom, "evaluate")
 CAF_ADD_ATOM(sao, sao::atoms, train_step_atom, "trainstep")
@@ -455,6 +494,13 @@ CAF_ADD_ATOM(sao, sao::atoms, join_atom, "join")
 CAF_ADD_ATOM(sao, sao::atoms, rollout_atom, "rollout")
 CAF_ADD_ATOM(sao, sao::atoms, env_atom, "env")             // also: the coordinator gives a rollout its env actor
 CAF_ADD_ATOM(sao, sao::atoms, reply_due_atom, "replydue")  // self: an env reply held for its latency is due
+// New atoms go last: the gatekeeper's join handshake reads type IDs that
+// every sao build must agree on (actors/cluster.hpp).
+CAF_ADD_ATOM(sao, sao::atoms, open_atom, "open")             // self: a rollout tries to open episodes
+CAF_ADD_ATOM(sao, sao::atoms, summary_atom, "summary")       // the run ended: metrics writes summary.json
+CAF_ADD_ATOM(sao, sao::atoms, final_eval_atom, "finaleval")  // the run ended: the learner's last evaluation
+CAF_ADD_TYPE_ID(sao, (sao::msg::SetKnob))
+CAF_ADD_TYPE_ID(sao, (sao::msg::RolloutVersions))
 CAF_END_TYPE_ID_BLOCK(sao)
 
 namespace sao::actors {

@@ -49,15 +49,8 @@ using MetricsSelf = MetricsActor::stateful_pointer<MetricsActorState>;
 nlohmann::json time_accounting_of(const std::vector<msg::ActorStatus>& statuses) {
   std::vector<report::ActorTimeSample> samples;
   for (const auto& status : statuses) {
-    const auto alive = status.numbers.find("alive_s");
-    const auto process = status.numbers.find("process_cpu_s");
-    const auto process_at_start = status.numbers.find("process_cpu_at_start_s");
-    if (alive == status.numbers.end() || process == status.numbers.end() || process_at_start == status.numbers.end() ||
-        !(alive->second > 0)) {
-      continue;
-    }
-    samples.push_back({status.name, status.kind, status.node, alive->second, process->second, process_at_start->second,
-                       report::work_from_numbers(status.numbers)});
+    if (!(status.time.alive_s > 0)) continue;  // an actor that did not describe itself
+    samples.push_back({status.name, status.kind, status.node, status.time});
   }
   if (samples.empty()) return nullptr;
   auto accounting = report::summarise_time(samples);
@@ -148,7 +141,7 @@ void on_control(MetricsSelf self, const msg::ControlEvent& event) {
                          {"time", utc_timestamp()}};
   state.writer->write(line);
   state.events.push_back(line);
-  if (event.command == "set" && state.knobs.count(event.key)) state.knobs[event.key] = std::stod(event.value);
+  if (event.command == "set" && state.knobs.count(event.key)) state.knobs[event.key] = event.number;
   if (event.command == "pause") state.knobs["rollouts_paused"] = 1.0;
   if (event.command == "resume") state.knobs["rollouts_paused"] = 0.0;
   std::ofstream log(std::filesystem::path(state.config.run_dir) / "control.log", std::ios::app);
@@ -245,26 +238,18 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
     state.writer->write(state.resume_event);
     state.events.push_back(state.resume_event);
   }
-  state.knobs = {{"max_staleness", static_cast<double>(state.config.replay.max_staleness)},
-                 {"min_batch", static_cast<double>(state.config.replay.min_batch)},
-                 {"max_batch", static_cast<double>(state.config.replay.max_batch)},
-                 {"rollouts_paused", 0.0}};
-  return {
-      [self](const msg::StepReport& report) {
-        ++self->state.counters.handled;
-        on_step(self, report);
-      },
-      [self](const msg::ControlEvent& event) {
-        ++self->state.counters.handled;
-        on_control(self, event);
-      },
-      [self](atoms::history_atom, int64_t since_step) {
-        ++self->state.counters.handled;
-        return history_since(self->state, since_step);
-      },
+  state.knobs = {{"rollouts_paused", 0.0}};
+  for (const auto& spec : config::knob_table()) {
+    if (spec.owner == config::KnobOwner::kReplay) {
+      state.knobs[spec.name] = config::replay_knob_value(state.config.replay, spec.knob);
+    }
+  }
+  return counted_behavior<MetricsActor::behavior_type>(
+      self, [self](const msg::StepReport& report) { on_step(self, report); },
+      [self](const msg::ControlEvent& event) { on_control(self, event); },
+      [self](atoms::history_atom, int64_t since_step) { return history_since(self->state, since_step); },
       [self](const msg::EvalReport& report) {
         auto& st = self->state;
-        ++st.counters.handled;
         st.last_accuracy = report.accuracy;
         st.progress->add_evaluation(report.seconds);
         // The same policy evaluated twice (a run resumed at its budget, a
@@ -299,17 +284,15 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
                      counts.c_str(), report::heldout_errors_note(report.errors, report.total).c_str());
       },
       [self](const msg::EpisodeLost& lost) {
-        ++self->state.counters.handled;
         ++self->state.episodes_lost;
         self->state.counters.last_error =
             "episode lost in " + lost.rollout + " (" + msg::to_string(lost.cause) + "): " + lost.detail;
       },
       [self](const msg::ActorRestarted& restarted) {
-        ++self->state.counters.handled;
         if (restarted.kind == "env") ++self->state.env_restarts;
         if (restarted.kind == "rollout") ++self->state.rollout_restarts;
       },
-      [self](atoms::stop_atom, const std::vector<msg::ActorStatus>& statuses) {
+      [self](atoms::summary_atom, const std::vector<msg::ActorStatus>& statuses) {
         auto summary = summary_of(self->state);
         if (auto accounting = time_accounting_of(statuses); !accounting.is_null()) {
           summary["time_accounting"] = std::move(accounting);
@@ -322,15 +305,13 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
       },
       [self](atoms::status_atom) {
         auto& st = self->state;
-        ++st.counters.handled;
         return describe_actor(self, "metrics", "metrics", "idle", st.counters,
                               {{"last_step", static_cast<double>(st.last_step)},
                                {"episodes_lost", static_cast<double>(st.episodes_lost)},
                                {"heldout_accuracy", st.last_accuracy},
                                {"reward_ema", st.reward_ema},
                                {"control_events", static_cast<double>(st.events.size())}});
-      },
-  };
+      });
 }
 
 MetricsActor spawn_metrics_actor(caf::actor_system& system, MetricsActorConfig config) {

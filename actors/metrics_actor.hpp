@@ -17,7 +17,7 @@ namespace sao::actors {
 struct MetricsActorConfig {
   std::string run_dir;
   int64_t total_steps = 0;
-  int64_t eval_every = 0;  // train.eval_every: the progress line's ETA counts the evaluations left
+  int64_t eval_every = 0;       // train.eval_every: the progress line's ETA counts the evaluations left
   replay::ReplayConfig replay;  // the replay knobs' values at start (live `set` changes them)
   // >= 0 when resuming from a checkpoint of that step: metrics.jsonl is
   // rewound to it (report/metrics_rewind.hpp) and the counters, evaluations

@@ -33,23 +33,22 @@ using EnvActor = caf::typed_actor<caf::replies_to<msg::EnvReset>::with<msg::EnvR
 
 using RolloutActor = caf::typed_actor<caf::reacts_to<weights::Packet>,
                                       caf::reacts_to<atoms::decode_atom>,  // self: one decode step
-                                      caf::reacts_to<atoms::start_atom>,   // self: try to start a session
+                                      caf::reacts_to<atoms::open_atom>,    // self: try to open episodes
                                       caf::reacts_to<atoms::pause_atom>, caf::reacts_to<atoms::resume_atom>,
                                       caf::reacts_to<atoms::env_atom, EnvActor>,  // the env to play against
                                       // sync mode: the learner ended a step without new weights
                                       caf::reacts_to<atoms::learner_idle_atom, int64_t>,
                                       caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
-using ReplayActor = caf::typed_actor<caf::replies_to<algo::Trajectory>::with<msg::ReplayAck>,
-                                     caf::replies_to<atoms::room_atom>::with<msg::ReplayAck>,
-                                     caf::reacts_to<atoms::learner_idle_atom, int64_t>,
-                                     caf::replies_to<atoms::set_atom, std::string, double>::with<std::string>,
-                                     caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+using ReplayActor = caf::typed_actor<
+    caf::replies_to<algo::Trajectory>::with<msg::ReplayAck>, caf::replies_to<atoms::room_atom>::with<msg::ReplayAck>,
+    caf::reacts_to<atoms::learner_idle_atom, int64_t>, caf::replies_to<msg::SetKnob>::with<std::string>,
+    caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using WeightSyncActor =
     caf::typed_actor<caf::reacts_to<weights::Packet>,
                      caf::reacts_to<atoms::register_atom, std::string, RolloutActor, msg::RolloutPlacement>,
-                     caf::reacts_to<msg::VersionAck>, caf::replies_to<atoms::versions_atom>::with<msg::ActorStatus>,
+                     caf::reacts_to<msg::VersionAck>, caf::replies_to<atoms::versions_atom>::with<msg::RolloutVersions>,
                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using MetricsActor =
@@ -59,7 +58,7 @@ using MetricsActor =
                      // The console's history (GET /api/metrics), as typed lines.
                      caf::replies_to<atoms::history_atom, int64_t>::with<report::MetricsHistory>,
                      // The end of the run: writes RUN_DIR/summary.json, answers its path.
-                     caf::replies_to<atoms::stop_atom, std::vector<msg::ActorStatus>>::with<std::string>,
+                     caf::replies_to<atoms::summary_atom, std::vector<msg::ActorStatus>>::with<std::string>,
                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 using IntrospectionActor = caf::typed_actor<caf::replies_to<atoms::snapshot_atom>::with<std::vector<msg::ActorStatus>>,
@@ -81,7 +80,7 @@ using CoordinatorActor = caf::typed_actor<
     caf::replies_to<atoms::snapshot_atom>::with<std::vector<msg::ActorStatus>>,
     caf::replies_to<atoms::history_atom, int64_t>::with<report::MetricsHistory>,
     caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>,
-    caf::replies_to<atoms::versions_atom>::with<msg::ActorStatus>,
+    caf::replies_to<atoms::versions_atom>::with<msg::RolloutVersions>,
     // Cluster membership (coordinator_cluster.cpp).
     caf::replies_to<atoms::join_atom, atoms::status_atom>::with<msg::ActorStatus>,
     caf::replies_to<atoms::join_atom>::with<ReplayActor, WeightSyncActor>,
@@ -92,8 +91,8 @@ using CoordinatorActor = caf::typed_actor<
 using LearnerActor =
     caf::typed_actor<caf::reacts_to<atoms::start_atom, ReplayActor, WeightSyncActor, MetricsActor, CoordinatorActor>,
                      caf::reacts_to<msg::TrainBatch>, caf::replies_to<atoms::checkpoint_atom>::with<std::string>,
-                     caf::replies_to<atoms::set_atom, std::string, double>::with<std::string>,
-                     caf::replies_to<atoms::stop_atom>::with<msg::EvalReport>,
+                     caf::replies_to<msg::SetKnob>::with<std::string>,
+                     caf::replies_to<atoms::final_eval_atom>::with<msg::EvalReport>,
                      caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
 
 }  // namespace sao::actors

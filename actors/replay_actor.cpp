@@ -45,10 +45,10 @@ msg::ReplayAck answer(const ReplayActorState& state, bool accepted) {
 ReplayActor::behavior_type replay_behavior(ReplaySelf self, replay::ReplayConfig config, LearnerActor learner) {
   self->state.buffer = std::make_unique<replay::ReplayBuffer>(config);
   self->state.learner = std::move(learner);
-  return {
+  return counted_behavior<ReplayActor::behavior_type>(
+      self,
       [self](algo::Trajectory& trajectory) {
         auto& state = self->state;
-        ++state.counters.handled;
         ++state.received_from[trajectory.origin.rollout];
         const bool accepted = state.buffer->add(std::move(trajectory), state.learner_version);
         try_dispatch(self);
@@ -56,30 +56,28 @@ ReplayActor::behavior_type replay_behavior(ReplaySelf self, replay::ReplayConfig
       },
       [self](atoms::room_atom) {
         auto& state = self->state;
-        ++state.counters.handled;
         return answer(state, false);
       },
       [self](atoms::learner_idle_atom, int64_t policy_version) {
-        ++self->state.counters.handled;
         self->state.learner_idle = true;
         self->state.learner_version = policy_version;
         try_dispatch(self);
       },
-      [self](atoms::set_atom, const std::string& key, double value) -> caf::result<std::string> {
+      [self](const msg::SetKnob& change) -> caf::result<std::string> {
         auto& state = self->state;
-        ++state.counters.handled;
         try {
-          config::apply_knob(state.buffer->config(), config::KnobChange{key, value, true, false});
+          // A peer's knob number is checked before its name is used.
+          if (!config::knob_from_value(static_cast<uint8_t>(change.knob))) throw Error("set: unknown live knob");
+          config::apply_knob(state.buffer->config(), config::KnobChange{change.knob, change.value});
         } catch (const Error& error) {
           state.counters.last_error = error.what();
           return msg::make_error(msg::Errc::kRefused, error.what());
         }
         try_dispatch(self);  // a smaller min_batch may release a batch now
-        return "replay." + key + " applied";
+        return std::string("replay.") + config::knob_name(change.knob) + " applied";
       },
       [self](atoms::status_atom) {
         auto& state = self->state;
-        ++state.counters.handled;
         const auto& stats = state.buffer->stats();
         const auto& knobs = state.buffer->config();
         auto status = describe_actor(self, "replay", "replay",
@@ -91,10 +89,12 @@ ReplayActor::behavior_type replay_behavior(ReplaySelf self, replay::ReplayConfig
                                {"dropped_stale", static_cast<double>(stats.dropped_stale)},
                                {"handed_out", static_cast<double>(stats.handed_out)},
                                {"learner_version", static_cast<double>(state.learner_version)},
-                               {"max_staleness", static_cast<double>(knobs.max_staleness)},
-                               {"min_batch", static_cast<double>(knobs.min_batch)},
-                               {"max_batch", static_cast<double>(knobs.max_batch)},
                                {"capacity", static_cast<double>(knobs.capacity)}});
+        for (const auto& spec : config::knob_table()) {
+          if (spec.owner == config::KnobOwner::kReplay) {
+            status.numbers[spec.name] = config::replay_knob_value(knobs, spec.knob);
+          }
+        }
         for (const auto& [staleness, count] : stats.staleness_histogram) {
           status.numbers["staleness." + std::to_string(staleness)] = static_cast<double>(count);
         }
@@ -102,8 +102,7 @@ ReplayActor::behavior_type replay_behavior(ReplaySelf self, replay::ReplayConfig
           status.numbers["from." + rollout] = static_cast<double>(count);
         }
         return status;
-      },
-  };
+      });
 }
 
 ReplayActor spawn_replay_actor(caf::actor_system& system, replay::ReplayConfig config, LearnerActor learner) {

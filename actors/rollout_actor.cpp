@@ -45,6 +45,7 @@ struct RolloutActorState {
   model::CausalLM policy{nullptr};
   torch::Device device = torch::kCPU;
   int64_t version = -1;
+  bool switch_at_turn_boundary = false;  // rollout.weight_switch
   // Takes each weight packet by its route and checks what was loaded
   // (weights/receiver.hpp); holds a bulk read until it is applied.
   std::unique_ptr<weights::Receiver> receiver;
@@ -357,7 +358,7 @@ void decode_step(RolloutSelf self) {
 void retry_later(RolloutSelf self) {  // asks replay for room again in 20 ms
   if (self->state.retry_scheduled) return;
   self->state.retry_scheduled = true;
-  self->delayed_send(self, std::chrono::milliseconds(20), atoms::start_atom_v);
+  self->delayed_send(self, std::chrono::milliseconds(20), atoms::open_atom_v);
 }
 
 // Opens one episode in a free slot: asks its env for the reset; the prompt
@@ -450,22 +451,24 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
   const uint64_t sampling_seed =
       base::splitmix64(state.config.seed ^ (static_cast<uint64_t>(state.config.index) << 20) ^ 0x5a0ULL);
   state.receiver = std::make_unique<weights::Receiver>(state.device, state.config.bulk_reader);
+  state.switch_at_turn_boundary =
+      state.config.rollout.weight_switch_mode() == config::RolloutSection::WeightSwitch::kTurnBoundary;
   state.episodes = std::make_unique<rollout::EpisodeEngine>(
       *state.config.tokenizer, state.config.rollout.episode_settings(), state.config.model,
       state.config.rollout.engine_limits(state.config.model.max_position_embeddings), sampling_seed);
   // Ask for the current weights; generation starts when they arrive.
   register_with_weight_sync(self);
-  return {
+  return counted_behavior<RolloutActor::behavior_type>(
+      self,
       // By const reference: a mutable one would make CAF copy the shared
       // weights for this rollout (copy-on-write).
       [self](const weights::Packet& weights) {
         auto& st = self->state;
-        ++st.counters.handled;
         if (weights.version <= st.version) return;
         // A notice's bytes are read at once, while the server still holds
         // this version; applying them may wait for a turn boundary.
         if (!take_weights(self, weights)) return;
-        if (st.config.rollout.weight_switch == "turn_boundary" && turns_running(st)) {
+        if (st.switch_at_turn_boundary && turns_running(st)) {
           // Held until the running turns end; no queued turn starts meanwhile.
           st.pending_weights = self->current_mailbox_element()->copy_content_to_message();
           st.episodes->engine().set_admission_open(false);
@@ -477,12 +480,8 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
         }
         fill_slots(self);
       },
-      [self](atoms::decode_atom) {
-        ++self->state.counters.handled;
-        decode_step(self);
-      },
-      [self](atoms::start_atom) {
-        ++self->state.counters.handled;
+      [self](atoms::decode_atom) { decode_step(self); },
+      [self](atoms::open_atom) {
         self->state.retry_scheduled = false;
         if (replay_has_room(self->state)) {
           fill_slots(self);
@@ -501,19 +500,14 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
                 },
                 [self](const caf::error&) { retry_later(self); });
       },
-      [self](atoms::pause_atom) {
-        ++self->state.counters.handled;
-        self->state.paused = true;
-      },
+      [self](atoms::pause_atom) { self->state.paused = true; },
       [self](atoms::resume_atom) {
-        ++self->state.counters.handled;
         self->state.paused = false;
         fill_slots(self);
       },
       [self](atoms::env_atom, const EnvActor& env) {
         // The coordinator replaced our env actor (restart after a failure, or
         // an env node joined or left); a null handle means none for now.
-        ++self->state.counters.handled;
         self->state.config.env = env;
         fill_slots(self);
       },
@@ -522,17 +516,12 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
         // at `version` (critic warm-up or a skipped step): the next round
         // runs on the weights this rollout already has.
         auto& st = self->state;
-        ++st.counters.handled;
         if (!st.config.synchronous || version != st.version) return;
         st.last_round_version = st.version - 1;
         st.round_opened = 0;
         fill_slots(self);
       },
-      [self](atoms::status_atom) {
-        ++self->state.counters.handled;
-        return status_of(self);
-      },
-  };
+      [self](atoms::status_atom) { return status_of(self); });
 }
 
 RolloutActorConfig rollout_config_from_run(const config::RunConfig& run, std::string name, int64_t index,

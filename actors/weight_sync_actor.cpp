@@ -159,10 +159,10 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
       }
     }
   });
-  return {
+  return counted_behavior<WeightSyncActor::behavior_type>(
+      self,
       [self](weights::Packet& weights) {
         auto& state = self->state;
-        ++state.counters.handled;
         if (weights.version <= state.received_version) return;
         state.received_version = weights.version;
         state.held.push_back(caf::make_message(std::move(weights)));
@@ -185,7 +185,6 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
       [self](atoms::register_atom, const std::string& name, const RolloutActor& rollout,
              const msg::RolloutPlacement& placement) {
         auto& state = self->state;
-        ++state.counters.handled;
         state.rollouts[name] = rollout;
         state.placement[name] = placement;
         state.read_in_place.erase(name);
@@ -197,7 +196,6 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
       },
       [self](const msg::VersionAck& ack) {
         auto& state = self->state;
-        ++state.counters.handled;
         if (state.rollouts.count(ack.rollout) == 0) return;  // from a rollout that has gone
         note_ack(self, ack);
         state.running_version[ack.rollout] = ack.version;
@@ -205,19 +203,9 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         state.read_in_place.erase(ack.rollout);
         push_latest(self, ack.rollout);
       },
-      [self](atoms::versions_atom) {
-        ++self->state.counters.handled;
-        // Numbers are exactly rollout name -> version (no status numbers mixed in).
-        msg::ActorStatus status;
-        status.name = "weight-sync";
-        status.kind = "weight_sync";
-        status.state = "idle";
-        for (const auto& item : self->state.running_version) status.numbers[item.first] = item.second;
-        return status;
-      },
+      [self](atoms::versions_atom) { return msg::RolloutVersions{self->state.running_version}; },
       [self](atoms::status_atom) {
         auto& state = self->state;
-        ++state.counters.handled;
         // "syncing" while some rollout still runs an older version than the latest.
         bool behind = false;
         for (const auto& item : state.running_version) behind = behind || item.second < state.latest_version;
@@ -244,8 +232,7 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         }
         for (const auto& item : state.running_version) status.numbers["version." + item.first] = item.second;
         return status;
-      },
-  };
+      });
 }
 
 WeightSyncActor spawn_weight_sync_actor(caf::actor_system& system, int64_t delay_versions,

@@ -187,7 +187,8 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(batch_back.trajectories[1].origin.rollout == "rollout-3");
   CHECK(batch_back.dropped_stale == 3);
   auto report =
-      round_trip(system, sao::msg::StepReport{4, 3, {{"reward_mean", 0.25}, {"policy_loss", -1.0}}, {1.5, 2.5}});
+      round_trip(system, sao::msg::StepReport{4, 3, true, {{"reward_mean", 0.25}, {"policy_loss", -1.0}}, {1.5, 2.5}});
+  CHECK(report.policy_updated);
   CHECK(report.metrics.at("reward_mean") == 0.25);
   CHECK(report.rollout_to_learner_ms == std::vector<double>{1.5, 2.5});
   const auto eval = round_trip(
@@ -209,19 +210,39 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(lost.cause == sao::msg::LossCause::kEnvTimeout);
   CHECK(lost.detail == "env step");
   CHECK(round_trip(system, sao::msg::ActorRestarted{"env", "env-0"}).name == "env-0");
-  sao::msg::ActorStatus sent{"replay", "replay", "idle", {{"queued", 3}}, 5, 1234, "bad batch", "node-a", 42};
+  sao::msg::ActorStatus sent{"replay",
+                             "replay",
+                             "busy",
+                             {{"queued", 3}},
+                             5,
+                             1234,
+                             "bad batch",
+                             "node-a",
+                             42,
+                             "evaluating, step 12",
+                             {10.5, 30.25, 1.5, {{"model", {8.0, 7.5, 100}}}}};
   auto status = round_trip(system, sent);
+  CHECK(status.activity == "evaluating, step 12");
+  CHECK(status.time.alive_s == 10.5);
+  CHECK(status.time.process_cpu_s == 30.25);
+  CHECK(status.time.process_cpu_at_start_s == 1.5);
+  CHECK(status.time.work.at("model").cpu_s == 7.5);
+  CHECK(status.time.work.at("model").calls == 100);
   CHECK(status.numbers.at("queued") == 3);
   CHECK(status.mailbox_depth == 5);
   CHECK(status.messages_handled == 1234);
   CHECK(status.last_error == "bad batch");
   CHECK(status.node == "node-a");
   CHECK(status.actor_id == 42);
-  auto event = round_trip(system, sao::msg::ControlEvent{"set", "min_batch", "4", "http 127.0.0.1"});
+  auto event = round_trip(system, sao::msg::ControlEvent{"set", "min_batch", "4", "http 127.0.0.1", 4.0});
   CHECK(event.command == "set");
   CHECK(event.key == "min_batch");
   CHECK(event.value == "4");
   CHECK(event.origin == "http 127.0.0.1");
+  CHECK(event.number == 4.0);
+  const auto knob = round_trip(system, sao::msg::SetKnob{sao::config::Knob::kCriticLr, 0.25});
+  CHECK(knob.knob == sao::config::Knob::kCriticLr);
+  CHECK(knob.value == 0.25);
   auto finished = round_trip(system, sao::msg::RunFinished{100, 90, sao::msg::RunEnd::kLearnerFailed, "oom"});
   CHECK(finished.end == sao::msg::RunEnd::kLearnerFailed);
   CHECK(finished.detail == "oom");

@@ -183,9 +183,9 @@ TEST_CASE("a weight update reaches every rollout actor and their versions conver
   auto versions_converged_to = [&](int64_t version) {
     const auto give_up_at = std::chrono::steady_clock::now() + kHangGuard;
     while (std::chrono::steady_clock::now() < give_up_at) {
-      std::map<std::string, double> versions;
+      std::map<std::string, int64_t> versions;
       driver->request(weight_sync, kHangGuard, sao::atoms::versions_atom_v)
-          .receive([&](const sao::msg::ActorStatus& status) { versions = status.numbers; }, [](const caf::error&) {});
+          .receive([&](const sao::msg::RolloutVersions& reply) { versions = reply.running; }, [](const caf::error&) {});
       bool all = versions.size() == 3;
       for (const auto& item : versions) all = all && item.second == version;
       if (all) return true;

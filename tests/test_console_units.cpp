@@ -71,14 +71,25 @@ TEST_CASE("prometheus writer: HELP and TYPE once per family, one sample per line
 }
 
 TEST_CASE("live knobs: what is accepted and what is refused, by name") {
+  using sao::config::Knob;
+  using sao::config::KnobOwner;
   using sao::config::parse_knob_change;
   auto lr = parse_knob_change("actor_lr", "2e-5");
   CHECK(lr.value == 2e-5);
-  CHECK(lr.for_learner);
-  CHECK_FALSE(lr.for_replay);
+  CHECK(lr.knob == Knob::kActorLr);
+  CHECK(sao::config::spec_of(lr.knob).owner == KnobOwner::kLearner);
   auto staleness = parse_knob_change("max_staleness", "-1");
-  CHECK(staleness.for_replay);
-  CHECK_FALSE(staleness.for_learner);  // staleness admission is replay's alone
+  CHECK(staleness.knob == Knob::kMaxStaleness);
+  CHECK(staleness.value == -1);
+  // Staleness admission is the replay's alone.
+  CHECK(sao::config::spec_of(staleness.knob).owner == KnobOwner::kReplay);
+  // One table: every knob once, its name and number both ways.
+  for (const auto& spec : sao::config::knob_table()) {
+    CHECK(sao::config::knob_named(spec.name) == spec.knob);
+    CHECK(sao::config::knob_from_value(static_cast<uint8_t>(spec.knob)) == spec.knob);
+  }
+  CHECK_FALSE(sao::config::knob_from_value(5).has_value());
+  CHECK_FALSE(sao::config::knob_named("temperature").has_value());
   CHECK(parse_knob_change("min_batch", "8").value == 8);
   CHECK_THROWS_WITH_AS(parse_knob_change("temperature", "1"),
                        "set temperature: not a live knob (live knobs: max_staleness, min_batch, max_batch, actor_lr, "
@@ -109,6 +120,10 @@ TEST_CASE("live knobs: a replay change that breaks the replay config leaves it u
   CHECK_THROWS_WITH_AS(sao::config::apply_knob(config, sao::config::parse_knob_change("min_batch", "12")),
                        "set min_batch: replay: min_batch and max_batch must be multiples of group_size (8)", Error);
   CHECK(config.min_batch == 8);
+  CHECK(sao::config::replay_knob_value(config, sao::config::Knob::kMinBatch) == 8);
+  CHECK(sao::config::replay_knob_value(config, sao::config::Knob::kMaxStaleness) == config.max_staleness);
+  CHECK_THROWS_WITH_AS(sao::config::apply_knob(config, sao::config::parse_knob_change("actor_lr", "1e-4")),
+                       "set actor_lr: not a replay knob", Error);
 }
 
 TEST_CASE("series maths: moving average, cumulative sum") {

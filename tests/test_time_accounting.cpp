@@ -17,11 +17,11 @@ using sao::report::WorkTime;
 
 TEST_CASE("time accounting: busy fractions and the CPU left outside the work, per node") {
   std::vector<ActorTimeSample> samples = {
-      {"learner", "learner", "a", 10.0, 30.0, 1.5, {{"model", {8.0, 7.5, 100}}, {"weights", {0.5, 0.5, 100}}}},
-      {"rollout-0", "rollout", "a", 10.0, 31.0, 1.0, {{"model", {6.0, 5.0, 900}}}},
-      {"env-0", "env", "a", 10.0, 29.0, 1.25, {{"env", {1.0, 1.0, 900}}}},
-      {"rollout-1", "rollout", "b", 4.0, 3.0, 0.5, {{"model", {2.0, 2.5, 10}}}},
-      {"replay", "replay", "a", 10.0, 30.5, 1.0, {}},
+      {"learner", "learner", "a", {10.0, 30.0, 1.5, {{"model", {8.0, 7.5, 100}}, {"weights", {0.5, 0.5, 100}}}}},
+      {"rollout-0", "rollout", "a", {10.0, 31.0, 1.0, {{"model", {6.0, 5.0, 900}}}}},
+      {"env-0", "env", "a", {10.0, 29.0, 1.25, {{"env", {1.0, 1.0, 900}}}}},
+      {"rollout-1", "rollout", "b", {4.0, 3.0, 0.5, {{"model", {2.0, 2.5, 10}}}}},
+      {"replay", "replay", "a", {10.0, 30.5, 1.0, {}}},
   };
   const auto summary = sao::report::summarise_time(samples);
   REQUIRE(summary["actors"].size() == 5);
@@ -42,7 +42,7 @@ TEST_CASE("time accounting: busy fractions and the CPU left outside the work, pe
   CHECK(summary["nodes"]["b"]["process_cpu_s"].get<double>() == 2.5);
   CHECK(summary["nodes"]["b"]["other_cpu_s"].get<double>() == 0.0);
   // Work CPU above the process CPU (sampled moments apart) is floored, never negative.
-  samples[3].process_cpu_s = 2.0;
+  samples[3].time.process_cpu_s = 2.0;
   const auto floored = sao::report::summarise_time(samples);
   CHECK(floored["nodes"]["b"]["other_cpu_s"].get<double>() == 0.0);
   CHECK(floored["nodes"]["b"]["other_cpu_share"].get<double>() == 0.0);
@@ -50,9 +50,9 @@ TEST_CASE("time accounting: busy fractions and the CPU left outside the work, pe
 
 TEST_CASE("time accounting: the end-of-run line") {
   const std::vector<ActorTimeSample> samples = {
-      {"learner", "learner", "a", 10.0, 31.0, 1.0, {{"model", {9.5, 9.0, 100}}}},
-      {"rollout-0", "rollout", "a", 10.0, 31.0, 1.0, {{"model", {2.0, 2.0, 900}}}},
-      {"rollout-1", "rollout", "b", 10.0, 11.0, 1.0, {{"model", {1.0, 1.0, 900}}, {"weights", {1.0, 1.0, 5}}}},
+      {"learner", "learner", "a", {10.0, 31.0, 1.0, {{"model", {9.5, 9.0, 100}}}}},
+      {"rollout-0", "rollout", "a", {10.0, 31.0, 1.0, {{"model", {2.0, 2.0, 900}}}}},
+      {"rollout-1", "rollout", "b", {10.0, 11.0, 1.0, {{"model", {1.0, 1.0, 900}}, {"weights", {1.0, 1.0, 5}}}}},
   };
   // Busy: learner 95%, rollouts (20% + 20%) / 2. CPU: a 30 s (11 in work), b 10 s (2 in work): 27 / 40.
   CHECK(sao::report::describe_time_accounting(sao::report::summarise_time(samples)) ==
@@ -61,32 +61,27 @@ TEST_CASE("time accounting: the end-of-run line") {
 }
 
 TEST_CASE("time accounting: bad samples are refused by name") {
-  CHECK_THROWS_WITH_AS(sao::report::summarise_time({{"learner", "learner", "a", 0.0, 1.0, 0.0, {}}}),
+  CHECK_THROWS_WITH_AS(sao::report::summarise_time({{"learner", "learner", "a", {0.0, 1.0, 0.0, {}}}}),
                        "time accounting: actor 'learner' has alive_s 0.000000 (must be > 0)", sao::Error);
-  CHECK_THROWS_WITH_AS(sao::report::summarise_time({{"env-0", "env", "a", 1.0, 1.0, 0.0, {{"env", {-1.0, 0.0, 1}}}}}),
+  CHECK_THROWS_WITH_AS(sao::report::summarise_time({{"env-0", "env", "a", {1.0, 1.0, 0.0, {{"env", {-1.0, 0.0, 1}}}}}}),
                        "time accounting: actor 'env-0' has negative time in bucket 'env'", sao::Error);
 }
 
-TEST_CASE("time accounting: status numbers carry the work buckets and come back unchanged") {
+TEST_CASE("time accounting: an account now, and the status numbers people read") {
   const std::map<std::string, WorkTime> work = {{"model", {2.0, 1.5, 7}}, {"weights", {0.25, 0.125, 3}}};
-  const auto numbers = sao::report::time_numbers(4.0, 0.75, work);
+  const auto account = sao::report::time_account_now(4.0, 0.75, work);
+  CHECK(account.alive_s == 4.0);
+  CHECK(account.process_cpu_at_start_s == 0.75);
+  CHECK(account.process_cpu_s > 0.0);  // this process has run
+  CHECK(account.work.at("model").calls == 7);
+  const auto numbers = sao::report::time_numbers(account);
   CHECK(numbers.at("work_model_wall_s") == 2.0);
   CHECK(numbers.at("work_weights_cpu_s") == 0.125);
   CHECK(numbers.at("work_model_calls") == 7.0);
   CHECK(numbers.at("alive_s") == 4.0);
+  CHECK(numbers.at("process_cpu_s") == account.process_cpu_s);
   CHECK(numbers.at("process_cpu_at_start_s") == 0.75);
   CHECK(numbers.at("busy_frac") == doctest::Approx(2.25 / 4.0));
-  CHECK(numbers.at("process_cpu_s") > 0.0);
-  auto with_others = numbers;
-  with_others["tokens_per_s"] = 5.0;
-  with_others["work_"] = 1.0;  // no bucket name: ignored
-  const auto back = sao::report::work_from_numbers(with_others);
-  REQUIRE(back.size() == 2);
-  CHECK(back.at("model").wall_s == 2.0);
-  CHECK(back.at("model").cpu_s == 1.5);
-  CHECK(back.at("model").calls == 7);
-  CHECK(back.at("weights").wall_s == 0.25);
-  CHECK(back.at("weights").calls == 3);
 }
 
 TEST_CASE("time accounting: a timer counts wall time always and CPU time only when the thread works") {

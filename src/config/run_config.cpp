@@ -320,9 +320,10 @@ void read_rollout(JsonReader reader, RolloutSection& rollout) {
                 " holds less than one block of kv_block_size (" + std::to_string(rollout.kv_block_size) +
                 ") tokens; 0 sizes the pool as slots x model.max_position_embeddings");
   }
-  if (rollout.weight_switch != "in_flight" && rollout.weight_switch != "turn_boundary") {
-    throw Error(where + ".weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" + rollout.weight_switch +
-                "\"");
+  try {
+    rollout.weight_switch_mode();
+  } catch (const Error& error) {
+    throw Error(where + "." + error.what());
   }
   model::SamplingConfig sampling;
   sampling.temperature = rollout.temperature;
@@ -625,6 +626,12 @@ model::EngineLimits RolloutSection::engine_limits(int64_t max_positions) const {
   limits.block_size = kv_block_size;
   limits.prefill_chunk_tokens = prefill_chunk_tokens;
   return limits;
+}
+
+RolloutSection::WeightSwitch RolloutSection::weight_switch_mode() const {
+  if (weight_switch == "in_flight") return WeightSwitch::kInFlight;
+  if (weight_switch == "turn_boundary") return WeightSwitch::kTurnBoundary;
+  throw Error("weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" + weight_switch + "\"");
 }
 
 rollout::EpisodeSettings RolloutSection::episode_settings() const {

@@ -122,6 +122,10 @@ struct RolloutSection {
   // these keys give a rollout of a model whose context holds `max_positions`.
   model::EngineLimits engine_limits(int64_t max_positions) const;
   rollout::EpisodeSettings episode_settings() const;
+  // weight_switch as a value: in_flight (between decode steps) or
+  // turn_boundary (once no turn is running). Throws sao::Error for any other.
+  enum class WeightSwitch { kInFlight, kTurnBoundary };
+  WeightSwitch weight_switch_mode() const;
 };
 
 // Which environment the env actors run. Its config is the "task" section,

@@ -72,41 +72,25 @@ WorkTimer::~WorkTimer() {
   ++into_.calls;
 }
 
-std::map<std::string, double> time_numbers(double alive_s, double process_cpu_at_start_s,
-                                           const std::map<std::string, WorkTime>& work) {
+TimeAccount time_account_now(double alive_s, double process_cpu_at_start_s,
+                             const std::map<std::string, WorkTime>& work) {
+  return {alive_s, process_cpu_seconds(), process_cpu_at_start_s, work};
+}
+
+std::map<std::string, double> time_numbers(const TimeAccount& account) {
   std::map<std::string, double> numbers;
   double busy = 0.0;
-  for (const auto& [bucket, time] : work) {
+  for (const auto& [bucket, time] : account.work) {
     numbers["work_" + bucket + "_wall_s"] = time.wall_s;
     numbers["work_" + bucket + "_cpu_s"] = time.cpu_s;
     numbers["work_" + bucket + "_calls"] = static_cast<double>(time.calls);
     busy += time.wall_s;
   }
-  numbers["alive_s"] = alive_s;
-  numbers["process_cpu_s"] = process_cpu_seconds();
-  numbers["process_cpu_at_start_s"] = process_cpu_at_start_s;
-  numbers["busy_frac"] = alive_s > 0 ? busy / alive_s : 0.0;
+  numbers["alive_s"] = account.alive_s;
+  numbers["process_cpu_s"] = account.process_cpu_s;
+  numbers["process_cpu_at_start_s"] = account.process_cpu_at_start_s;
+  numbers["busy_frac"] = account.alive_s > 0 ? busy / account.alive_s : 0.0;
   return numbers;
-}
-
-std::map<std::string, WorkTime> work_from_numbers(const std::map<std::string, double>& numbers) {
-  std::map<std::string, WorkTime> work;
-  const std::string prefix = "work_";
-  for (const auto& [key, value] : numbers) {
-    if (key.compare(0, prefix.size(), prefix) != 0) continue;
-    for (const std::string suffix : {"_wall_s", "_cpu_s", "_calls"}) {
-      if (key.size() <= prefix.size() + suffix.size() ||
-          key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) {
-        continue;
-      }
-      auto& time = work[key.substr(prefix.size(), key.size() - prefix.size() - suffix.size())];
-      if (suffix == "_wall_s") time.wall_s = value;
-      if (suffix == "_cpu_s") time.cpu_s = value;
-      if (suffix == "_calls") time.calls = static_cast<int64_t>(value);
-      break;
-    }
-  }
-  return work;
 }
 
 nlohmann::json summarise_time(const std::vector<ActorTimeSample>& samples) {
@@ -118,16 +102,16 @@ nlohmann::json summarise_time(const std::vector<ActorTimeSample>& samples) {
   };
   std::map<std::string, NodeTotals> nodes;
   for (const auto& sample : samples) {
-    if (!(sample.alive_s > 0)) {
-      throw Error("time accounting: actor '" + sample.name + "' has alive_s " + std::to_string(sample.alive_s) +
+    if (!(sample.time.alive_s > 0)) {
+      throw Error("time accounting: actor '" + sample.name + "' has alive_s " + std::to_string(sample.time.alive_s) +
                   " (must be > 0)");
     }
     nlohmann::json work = nlohmann::json::object();
     double busy = 0.0;
     auto& node = nodes[sample.node];
-    node.process_cpu_s = std::max(node.process_cpu_s, sample.process_cpu_s);
-    node.process_cpu_at_start_s = std::min(node.process_cpu_at_start_s, sample.process_cpu_at_start_s);
-    for (const auto& [bucket, time] : sample.work) {
+    node.process_cpu_s = std::max(node.process_cpu_s, sample.time.process_cpu_s);
+    node.process_cpu_at_start_s = std::min(node.process_cpu_at_start_s, sample.time.process_cpu_at_start_s);
+    for (const auto& [bucket, time] : sample.time.work) {
       if (time.wall_s < 0 || time.cpu_s < 0) {
         throw Error("time accounting: actor '" + sample.name + "' has negative time in bucket '" + bucket + "'");
       }
@@ -138,8 +122,8 @@ nlohmann::json summarise_time(const std::vector<ActorTimeSample>& samples) {
     actors.push_back({{"name", sample.name},
                       {"kind", sample.kind},
                       {"node", sample.node},
-                      {"alive_s", sample.alive_s},
-                      {"busy_frac", busy / sample.alive_s},
+                      {"alive_s", sample.time.alive_s},
+                      {"busy_frac", busy / sample.time.alive_s},
                       {"work", work}});
   }
   nlohmann::json node_json = nlohmann::json::object();

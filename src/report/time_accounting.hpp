@@ -56,22 +56,31 @@ inline constexpr const char* kWorkWeights = "weights";        // weight (de)seri
 inline constexpr const char* kWorkCheckpoint = "checkpoint";  // writing checkpoints
 
 // One actor's numbers at one moment.
-struct ActorTimeSample {
-  std::string name;
-  std::string kind;
-  std::string node;                     // actors of one process share a node
+// One actor's time at one moment: what its status carries (typed) and the
+// time accounting sums.
+struct TimeAccount {
   double alive_s = 0.0;                 // wall time since the actor started
   double process_cpu_s = 0.0;           // its process's CPU time when sampled
   double process_cpu_at_start_s = 0.0;  // ... and when the actor started
   std::map<std::string, WorkTime> work;
 };
+// The account now: `alive_s`, this process's CPU time, and the rest as given.
+TimeAccount time_account_now(double alive_s, double process_cpu_at_start_s,
+                             const std::map<std::string, WorkTime>& work);
 
-// Status numbers for a sample ("alive_s", "process_cpu_s", "process_cpu_at_start_s",
+struct ActorTimeSample {
+  std::string name;
+  std::string kind;
+  std::string node;  // actors of one process share a node
+  TimeAccount time;
+};
+
+// The account as status numbers for people (console, Prometheus):
+// "alive_s", "process_cpu_s", "process_cpu_at_start_s",
 // "work_<bucket>_wall_s", "work_<bucket>_cpu_s", "work_<bucket>_calls",
-// "busy_frac" = summed work wall time / alive_s) and back.
-std::map<std::string, double> time_numbers(double alive_s, double process_cpu_at_start_s,
-                                           const std::map<std::string, WorkTime>& work);
-std::map<std::string, WorkTime> work_from_numbers(const std::map<std::string, double>& numbers);
+// "busy_frac" = summed work wall time / alive_s. Programs read the typed
+// account.
+std::map<std::string, double> time_numbers(const TimeAccount& account);
 
 // {"actors": [{name, kind, node, alive_s, busy_frac, work: {bucket: {wall_s, cpu_s, calls}}}],
 //  "nodes": {node: {process_cpu_s, <bucket>_cpu_s..., other_cpu_s, other_cpu_share}}}
