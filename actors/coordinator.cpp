@@ -19,6 +19,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace sao::actors {
 
@@ -351,14 +352,13 @@ caf::typed_response_promise<std::string> set_knob(CoordinatorSelf self, const st
 }
 }  // namespace
 
-CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, CoordinatorConfig config) {
-  self->state.config = std::move(config);
-  self->set_down_handler([self](const caf::down_msg& down) { on_down(self, down); });
-  start(self);
-  // A resumed run whose checkpoint is at (or past) the budget trains nothing more.
-  if (self->state.resume_step >= self->state.config.run.train.steps) finish(self, msg::RunEnd::kBudget);
-  return counted_behavior<CoordinatorActor::behavior_type>(
-      self,
+namespace {
+// The coordinator's handlers by concern; coordinator_behavior joins them.
+
+// The run's course: steps, evaluations, lost episodes, and the signals of
+// the process that started it.
+auto run_handlers(CoordinatorSelf self) {
+  return std::make_tuple(
       [self](const msg::StepReport& report) {
         self->state.steps = report.step;
         self->state.policy_version = report.policy_version;
@@ -409,8 +409,12 @@ CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, Coord
       },
       [self](atoms::stop_atom) { finish(self, msg::RunEnd::kStopped); },
       [self](atoms::pause_atom) { set_rollouts_paused(self, true, "local"); },
-      [self](atoms::resume_atom) { set_rollouts_paused(self, false, "local"); },
-      // Operator commands (console, HTTP): the origin goes into control.log.
+      [self](atoms::resume_atom) { set_rollouts_paused(self, false, "local"); });
+}
+
+// Operator commands (console, HTTP): the origin goes into control.log.
+auto control_handlers(CoordinatorSelf self) {
+  return std::make_tuple(
       [self](atoms::pause_atom, const std::string& origin) {
         set_rollouts_paused(self, true, origin);
         return std::string("rollouts paused (episodes in flight finish first)");
@@ -437,7 +441,12 @@ CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, Coord
       },
       [self](atoms::set_atom, const std::string& key, const std::string& value, const std::string& origin) {
         return set_knob(self, key, value, origin);
-      },
+      });
+}
+
+// What the console asks about the run's actors.
+auto introspection_handlers(CoordinatorSelf self) {
+  return std::make_tuple(
       [self](atoms::actors_atom) -> caf::result<std::vector<StatusActor>, std::vector<std::string>> {
         auto [actors, names] = list_actors(self);
         return {std::move(actors), std::move(names)};
@@ -459,8 +468,12 @@ CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, Coord
                                {"rollouts", static_cast<double>(state.rollouts.size())},
                                {"envs", static_cast<double>(state.envs.size())}});
       },
-      [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); },
-      // Cluster membership (coordinator_cluster.cpp).
+      [self](atoms::versions_atom) { return self->delegate(self->state.weight_sync, atoms::versions_atom_v); });
+}
+
+// Cluster membership (the work is in coordinator_cluster.cpp).
+auto membership_handlers(CoordinatorSelf self) {
+  return std::make_tuple(
       [self](atoms::join_atom, atoms::status_atom) { return cluster_status(self); },
       // The actors a joining node talks to.
       [self](atoms::join_atom) -> caf::result<ReplayActor, WeightSyncActor> {
@@ -472,6 +485,21 @@ CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, Coord
       [self](atoms::join_atom, atoms::env_atom, const std::string& name, const EnvActor& env, bool from_env_node) {
         env_joined(self, name, env, from_env_node);
       });
+}
+}  // namespace
+
+CoordinatorActor::behavior_type coordinator_behavior(CoordinatorSelf self, CoordinatorConfig config) {
+  self->state.config = std::move(config);
+  self->set_down_handler([self](const caf::down_msg& down) { on_down(self, down); });
+  start(self);
+  // A resumed run whose checkpoint is at (or past) the budget trains nothing more.
+  if (self->state.resume_step >= self->state.config.run.train.steps) finish(self, msg::RunEnd::kBudget);
+  return std::apply(
+      [self](auto... handlers) {
+        return counted_behavior<CoordinatorActor::behavior_type>(self, std::move(handlers)...);
+      },
+      std::tuple_cat(run_handlers(self), control_handlers(self), introspection_handlers(self),
+                     membership_handlers(self)));
 }
 
 CoordinatorActor spawn_coordinator(caf::actor_system& system, CoordinatorConfig config) {

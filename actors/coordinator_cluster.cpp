@@ -20,7 +20,7 @@ void assign_env_node_env(CoordinatorSelf self, const std::string& rollout) {
     if (best.empty() || served < load[best]) best = env;
   }
   state.env_of_rollout[rollout] = best;
-  if (best.empty()) std::fprintf(stderr, "coordinator: %s waits for an env node\n", rollout.c_str());
+  if (best.empty()) std::fprintf(stderr, "coordinator: rollout %s waits for an env node\n", rollout.c_str());
   self->send(state.remote_rollouts[rollout], atoms::env_atom_v, best.empty() ? EnvActor{} : state.remote_envs[best]);
 }
 

@@ -3,6 +3,7 @@
 
 #include "actors/activity_board.hpp"
 #include "actors/introspection.hpp"
+#include "report/system_info.hpp"
 
 #include <unistd.h>
 
@@ -24,9 +25,7 @@ using IntrospectionSelf = IntrospectionActor::stateful_pointer<IntrospectionStat
 // actors are named by host and process instead.
 std::string node_name(const caf::node_id& node) {
   if (node != caf::node_id{}) return caf::to_string(node);
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  return std::string(host) + ":" + std::to_string(::getpid());
+  return report::host_process_name();
 }
 
 using SnapshotPromise = caf::typed_response_promise<std::vector<msg::ActorStatus>>;

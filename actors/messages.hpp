@@ -73,7 +73,7 @@ namespace sao::weights {
 // weights::check_packet); the device buffer never travels.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Packet& x) {
-  return f(caf::meta::type_name("WeightPacket"), x.version, x.route, x.checksum, x.tensors, x.ipc_handle, x.bulk_port,
+  return f(caf::meta::type_name("WeightPacket"), x.version, x.route, x.checksum, x.tensors, x.locator, x.bulk_port,
            x.bulk_bytes);
 }
 }  // namespace sao::weights

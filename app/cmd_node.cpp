@@ -9,8 +9,8 @@
 #include "base/host_port.hpp"
 #include "report/system_info.hpp"
 
-#include <chrono>
 #include <unistd.h>
+#include <chrono>
 
 #include <cstdio>
 #include <cstdlib>
@@ -42,9 +42,7 @@ std::string cluster_secret(const ParsedArgs& parsed) {
 }
 
 std::string default_node_name() {
-  char host[256] = {0};
-  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  return std::string(host[0] != '\0' ? host : "node") + "-" + std::to_string(::getpid());
+  return report::host_process_name();
 }
 
 int run_learner(const ParsedArgs& parsed) {

@@ -3,10 +3,10 @@
 // RUN_DIR/metrics.jsonl (reward_mean per learner step), and prints for every
 // switch the reward level before it, the reward right after it, and the
 // steps to recover as sao::env::recovery_after_switches defines them
-// (src/env/drift_env.hpp). Prints numbers only; asserts nothing.
+// (src/env/tasks/drift_env.hpp). Prints numbers only; asserts nothing.
 //
 //   drift_recovery RUN_DIR [WINDOW=10] [TOLERANCE=0.05]
-#include "env/drift_env.hpp"
+#include "env/tasks/drift_env.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -14,8 +14,8 @@
 // B at a time, and prints episodes/s. The external env is a 20-line Python
 // script the bench writes next to the problems.
 #include "base/error.hpp"
-#include "env/dataset_env.hpp"
-#include "env/external_env.hpp"
+#include "env/tasks/dataset_env.hpp"
+#include "env/remote/external_env.hpp"
 #include "model/transformer.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/episode_eval.hpp"

@@ -970,7 +970,7 @@ def main():
 
     if "drift" in found:
         md += ["## Online learning: the drifting environment", "", f"Paper: {PAPER['drift']}", "",
-               "Recovery as `sao::env::recovery_after_switches` defines it (src/env/drift_env.hpp), computed by",
+               "Recovery as `sao::env::recovery_after_switches` defines it (src/env/tasks/drift_env.hpp), computed by",
                "`build/bench/bench_drift_recovery RUN_DIR 10 0.05`: reward before = mean of the 10 steps before the switch,",
                "first 10 after = the 10 steps after it, last 10 = the last 10 steps before the next switch (or the end),",
                "recovery = steps until a 10-step mean made only of post-switch steps is within 0.05 of the level before",

@@ -108,7 +108,7 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(weights_back.tensors.index[1].dtype == "I64");
   CHECK(weights_back.tensors.index[1].offset == 64);
   CHECK(weights_back.tensors.index[1].size == 16);
-  CHECK(weights_back.ipc_handle.empty());
+  CHECK(weights_back.locator.empty());
   CHECK(weights_back.on_device == nullptr);
   CHECK(weights_back.bulk_port == 0);
   // The bulk-channel notice: the index, no bytes, the port and the size.
@@ -129,12 +129,12 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   auto ipc = sample_weights(13);
   ipc.tensors.bytes.clear();
   ipc.route = sao::weights::Route::kCudaIpc;
-  ipc.ipc_handle = std::string(128, 'a') + ":80:GPU-0000";
+  ipc.locator = std::string(128, 'a') + ":80:GPU-0000";
   ipc.on_device = std::make_shared<const sao::model::DevicePackedTensors>();
   const auto ipc_back = round_trip(system, ipc);
   CHECK(ipc_back.route == sao::weights::Route::kCudaIpc);
   CHECK(ipc_back.checksum == ipc.checksum);
-  CHECK(ipc_back.ipc_handle == ipc.ipc_handle);
+  CHECK(ipc_back.locator == ipc.locator);
   CHECK(ipc_back.tensors.index.size() == 2);
   CHECK(ipc_back.tensors.bytes.empty());
   CHECK(ipc_back.on_device == nullptr);

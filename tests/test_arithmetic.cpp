@@ -10,8 +10,8 @@
 #include <string>
 
 #include "base/error.hpp"
-#include "env/arithmetic.hpp"
-#include "env/arithmetic_env.hpp"
+#include "env/tasks/arithmetic.hpp"
+#include "env/tasks/arithmetic_env.hpp"
 
 using sao::env::ArithmeticConfig;
 using sao::env::ArithmeticProblem;

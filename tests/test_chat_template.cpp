@@ -3,7 +3,7 @@
 // lstrip_blocks), its scoping, and an error naming the line for every
 // construct sao does not render. The real templates are checked against
 // Hugging Face's renderer in test_parity_chat_template.
-#include "tokenizer/chat_template.hpp"
+#include "tokenizer/chat_template/chat_template.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

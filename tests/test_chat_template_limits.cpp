@@ -3,7 +3,7 @@
 // in a sao::Error that names the template, the line and the limit, never in
 // a signal, a hang or a wrong number; the limits sit far above what real
 // templates use, so ordinary arithmetic near them still renders as Python's.
-#include "tokenizer/chat_template.hpp"
+#include "tokenizer/chat_template/chat_template.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

@@ -1,8 +1,8 @@
-// The calculator environment (src/env/calculator_env.hpp): the tool's
+// The calculator environment (src/env/tasks/calculator_env.hpp): the tool's
 // arithmetic and its errors, how a tool call is read from an action, an
 // episode's turns and rewards, and demonstrations that solve their problems.
 #include "base/error.hpp"
-#include "env/calculator_env.hpp"
+#include "env/tasks/calculator_env.hpp"
 #include "env/environment.hpp"
 
 #include <doctest/doctest.h>

@@ -6,7 +6,7 @@
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "env/environment.hpp"
-#include "env/example_env.hpp"
+#include "env/tasks/example_env.hpp"
 #include "test_openenv_server.hpp"
 
 #include <doctest/doctest.h>

@@ -1,8 +1,8 @@
-// The countdown environment (src/env/countdown_env.hpp): the verifier's
+// The countdown environment (src/env/tasks/countdown_env.hpp): the verifier's
 // verdicts and reasons, the solver the demonstrations use, the split, and
 // config errors.
 #include "base/error.hpp"
-#include "env/countdown_env.hpp"
+#include "env/tasks/countdown_env.hpp"
 #include "env/environment.hpp"
 
 #include <doctest/doctest.h>

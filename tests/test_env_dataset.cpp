@@ -4,8 +4,8 @@
 // to "a held-out problem is never trained on".
 #include "base/error.hpp"
 #include "config/run_config.hpp"
-#include "env/data_file.hpp"
-#include "env/dataset_env.hpp"
+#include "env/tasks/data_file.hpp"
+#include "env/tasks/dataset_env.hpp"
 #include "env/environment.hpp"
 #include "env/verifier.hpp"
 #include "train/task_runner.hpp"

@@ -3,7 +3,7 @@
 // definition (pre-switch level, window, first recovered step) is pinned down
 // here step by step.
 #include "base/error.hpp"
-#include "env/drift_env.hpp"
+#include "env/tasks/drift_env.hpp"
 
 #include <doctest/doctest.h>
 

@@ -4,7 +4,7 @@
 // error (a lost episode) instead of a hang, a crash or a silent wrong reward.
 // The bad environments are tiny Python scripts written into a temp dir.
 #include "base/error.hpp"
-#include "env/external_env.hpp"
+#include "env/remote/external_env.hpp"
 #include "model/transformer.hpp"
 #include "test_tiny_model.hpp"
 #include "tokenizer/byte_tokenizer.hpp"

@@ -6,7 +6,7 @@
 // token for token.
 #include "base/error.hpp"
 #include "base/hash.hpp"
-#include "env/maze_env.hpp"
+#include "env/tasks/maze_env.hpp"
 #include "model/transformer.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "train/episode_eval.hpp"

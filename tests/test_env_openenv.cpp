@@ -5,7 +5,7 @@
 // clear, counted error (a lost episode) or, for an action the server refuses,
 // a scored end of the episode, never a hang or a silent wrong reward.
 #include "base/error.hpp"
-#include "env/openenv_env.hpp"
+#include "env/remote/openenv_env.hpp"
 #include "test_openenv_server.hpp"
 #include "test_process_helpers.hpp"
 

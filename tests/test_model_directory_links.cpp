@@ -11,7 +11,7 @@
 #include "test_checkpoint_fixtures.hpp"
 #include "test_process_helpers.hpp"
 #include "test_tiny_tokenizer.hpp"
-#include "tokenizer/chat_template.hpp"
+#include "tokenizer/chat_template/chat_template.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 

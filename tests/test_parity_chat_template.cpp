@@ -11,7 +11,7 @@
 // Counts go to BUILD/artifacts/parity_chat_template.json.
 #include "test_npm_reference.hpp"
 #include "test_process_helpers.hpp"
-#include "tokenizer/chat_template.hpp"
+#include "tokenizer/chat_template/chat_template.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

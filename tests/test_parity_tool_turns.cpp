@@ -15,7 +15,7 @@
 //
 // Packages are installed (pinned) into BUILD/npm-parity-tools on first run.
 // Counts go to BUILD/artifacts/parity_tool_turns.json.
-#include "env/calculator_env.hpp"
+#include "env/tasks/calculator_env.hpp"
 #include "test_npm_reference.hpp"
 #include "test_process_helpers.hpp"
 #include "tokenizer/chat_tokenizer.hpp"

@@ -2,7 +2,7 @@
 // that round-trip and fail loudly on bad content.
 #include "base/error.hpp"
 #include "config/run_config.hpp"
-#include "env/arithmetic_env.hpp"
+#include "env/tasks/arithmetic_env.hpp"
 #include "model/checkpoint.hpp"
 #include "model/safetensors.hpp"
 #include "tokenizer/byte_tokenizer.hpp"

@@ -7,7 +7,7 @@
 // with data in headless Chromium (screenshot kept as a test artifact).
 #include "actors/train.hpp"
 #include "config/run_config.hpp"
-#include "env/arithmetic.hpp"
+#include "env/tasks/arithmetic.hpp"
 #include "model/checkpoint.hpp"
 #include "model/transformer.hpp"
 #include "test_process_helpers.hpp"

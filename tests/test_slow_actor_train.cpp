@@ -5,7 +5,7 @@
 // actor is left running afterwards.
 #include "actors/train.hpp"
 #include "config/run_config.hpp"
-#include "env/arithmetic_env.hpp"
+#include "env/tasks/arithmetic_env.hpp"
 #include "env/environment.hpp"
 #include "model/checkpoint.hpp"
 #include "tokenizer/byte_tokenizer.hpp"

@@ -5,7 +5,7 @@
 // sao, or one that is not a plugin at all, is refused with a message.
 #include "base/error.hpp"
 #include "env/environment.hpp"
-#include "env/plugin_loader.hpp"
+#include "env/remote/plugin_loader.hpp"
 #include "test_process_helpers.hpp"
 
 #include <doctest/doctest.h>

@@ -200,7 +200,7 @@ TEST_CASE("a receiver reports weights that do not match the version's checksum, 
   CHECK(error_of([&] { receiver.take(notice, "r: weights v3"); }) ==
         "r: weights v3: this receiver has no reader for the bulk channel");
   auto bad = packet;
-  bad.ipc_handle = "ff";
+  bad.locator = "ff";
   CHECK(error_of([&] { receiver.take(bad, "r: weights v3"); }) ==
         "r: weights v3: a caf_bytes packet must carry the bytes and nothing else");
 }

@@ -29,8 +29,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>')
 # Third-party headers that only some layers may see: CAF only above the core,
 # Cairo only in the plot library, cpp-httplib only in the actors (console) and
-# the environments (the OpenEnv client, env/openenv_env.cpp), websocketpp and
-# asio only in the environments (env/websocket_client.cpp).
+# the environments (the OpenEnv client, env/remote/openenv_env.cpp), websocketpp and
+# asio only in the environments (env/remote/websocket_client.cpp).
 RESTRICTED = {
     "caf/": {"actors", "app"},
     "cairo": {"plot"},

@@ -21,9 +21,10 @@ constexpr uint64_t splitmix64(uint64_t x) {
 }
 
 // FNV-1a, 64-bit, over the bytes of `text`. Not mixed: its low bits are
-// weak, so a split hash passes it through splitmix64 first.
-constexpr uint64_t fnv1a64(std::string_view text) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
+// weak, so a split hash passes it through splitmix64 first. Pieces chain:
+// fnv1a64(b, fnv1a64(a)) == fnv1a64(a + b).
+constexpr uint64_t kFnv1a64Start = 0xcbf29ce484222325ULL;
+constexpr uint64_t fnv1a64(std::string_view text, uint64_t hash = kFnv1a64Start) {
   for (const char c : text) {
     hash ^= static_cast<unsigned char>(c);
     hash *= 0x100000001b3ULL;

@@ -55,7 +55,7 @@ struct SftPhase {
 };
 
 struct SftSection {
-  // Demonstrations from a JSON-lines file (env/data_file.hpp) for any task;
+  // Demonstrations from a JSON-lines file (env/tasks/data_file.hpp) for any task;
   // "" uses the environment's own demonstrations.
   std::string data;
   // Phases run first, in order, within `steps`; the steps after them use the

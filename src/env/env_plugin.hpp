@@ -1,6 +1,6 @@
 // C++ environment plugins: a shared library that registers environments with
 // sao at run time, so a new C++ environment needs no fork and no rebuild of
-// sao. `env.plugin: "path/to/libmyenv.so"` loads it (env/plugin_loader.hpp);
+// sao. `env.plugin: "path/to/libmyenv.so"` loads it (env/remote/plugin_loader.hpp);
 // examples/env_plugin/ builds one out of tree with find_package(sao).
 //
 // A plugin includes this header (and env/environment.hpp through it), writes

@@ -3,15 +3,15 @@
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
-#include "env/arithmetic_env.hpp"
-#include "env/calculator_env.hpp"
-#include "env/countdown_env.hpp"
-#include "env/dataset_env.hpp"
-#include "env/drift_env.hpp"
-#include "env/example_env.hpp"
-#include "env/external_env.hpp"
-#include "env/maze_env.hpp"
-#include "env/openenv_env.hpp"
+#include "env/tasks/arithmetic_env.hpp"
+#include "env/tasks/calculator_env.hpp"
+#include "env/tasks/countdown_env.hpp"
+#include "env/tasks/dataset_env.hpp"
+#include "env/tasks/drift_env.hpp"
+#include "env/tasks/example_env.hpp"
+#include "env/remote/external_env.hpp"
+#include "env/tasks/maze_env.hpp"
+#include "env/remote/openenv_env.hpp"
 
 #include <map>
 #include <mutex>

@@ -46,7 +46,7 @@
 // from one thread at a time; the runtime makes one per concurrent episode
 // (they may be reused: reset() starts a fresh episode on the same object).
 //
-// A new environment: copy src/env/example_env.{hpp,cpp} (a commented
+// A new environment: copy src/env/tasks/example_env.{hpp,cpp} (a commented
 // template), register it in environment.cpp or with register_environment(),
 // and run tests/test_env_contract.cpp, which checks every registered one.
 #pragma once

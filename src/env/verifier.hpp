@@ -14,7 +14,7 @@
 #pragma once
 
 #include "base/unicode_regex.hpp"
-#include "env/json_line_channel.hpp"
+#include "env/remote/json_line_channel.hpp"
 
 #include <nlohmann/json.hpp>
 

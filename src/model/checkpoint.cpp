@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "base/failpoint.hpp"
+#include "base/hash.hpp"
 #include "base/json_parse.hpp"
 #include "model/regular_file.hpp"
 #include "model/safetensors.hpp"
@@ -157,15 +158,12 @@ constexpr std::size_t kHashChunk = 1 << 20;
 // (who can rewrite the manifest too) but against a torn or bit-flipped file.
 std::string file_checksum(const fs::path& path, std::uint64_t* bytes_out) {
   RegularFile file(path.string());
-  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  std::uint64_t hash = base::kFnv1a64Start;
   std::vector<char> chunk(kHashChunk);
   for (std::uint64_t offset = 0; offset < file.size();) {
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), file.size() - offset));
     file.read_at(offset, chunk.data(), n);
-    for (std::size_t i = 0; i < n; ++i) {
-      hash ^= static_cast<unsigned char>(chunk[i]);
-      hash *= 0x100000001b3ULL;
-    }
+    hash = base::fnv1a64(std::string_view(chunk.data(), n), hash);
     offset += n;
   }
   *bytes_out = file.size();

@@ -1,6 +1,8 @@
 // BLAS detection, thread plan and matmul limit; see system_info.hpp.
 #include "report/system_info.hpp"
 
+#include <unistd.h>
+
 #include <dlfcn.h>
 #include <link.h>
 #include <torch/torch.h>
@@ -83,6 +85,12 @@ double measure_matmul_gflops(int64_t n, int repeats) {
     best_seconds = std::min(best_seconds, elapsed.count());
   }
   return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best_seconds / 1e9;
+}
+
+std::string host_process_name() {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return std::string(host[0] != '\0' ? host : "node") + "-" + std::to_string(::getpid());
 }
 
 }  // namespace sao::report

@@ -23,5 +23,9 @@ void configure_threads(int64_t intra_op_threads);
 // fp32 square matmul rate in GFLOP/s, best of `repeats` after a warm-up.
 double measure_matmul_gflops(int64_t n, int repeats);
 std::vector<std::string> loaded_shared_libraries();
+// "HOST-PID" ("node-PID" when the host has no name): what names this
+// process where nothing else does (a local run's node, a cluster node's
+// default name).
+std::string host_process_name();
 
 }  // namespace sao::report

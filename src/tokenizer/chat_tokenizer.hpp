@@ -18,7 +18,7 @@
 // demonstrated action.
 #pragma once
 
-#include "tokenizer/chat_template.hpp"
+#include "tokenizer/chat_template/chat_template.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 
 #include <memory>

@@ -2,7 +2,7 @@
 #include "train/task_runner.hpp"
 
 #include "base/error.hpp"
-#include "env/data_file.hpp"
+#include "env/tasks/data_file.hpp"
 #include "env/environment.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 #include "train/episode_eval.hpp"

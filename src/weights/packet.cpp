@@ -55,7 +55,7 @@ void check_packet(const Packet& packet, const std::string& where) {
   if (packet.version < 0) fail("has a negative version " + std::to_string(packet.version));
   if (packet.tensors.index.empty()) fail("has no tensor index");
   const bool bytes = !packet.tensors.bytes.empty();
-  const bool handle = !packet.ipc_handle.empty();
+  const bool handle = !packet.locator.empty();
   const bool bulk = packet.bulk_port != 0 || packet.bulk_bytes != 0;
   const bool device = packet.on_device != nullptr;
   switch (packet.route) {

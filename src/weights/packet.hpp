@@ -31,7 +31,9 @@ struct Packet {
   // checks what it loaded against it.
   uint64_t checksum = 0;
   model::PackedTensors tensors;  // the index always; the bytes on kCafBytes only
-  std::string ipc_handle;        // kCudaIpc: the handle as text
+  // Where the route's receiver reads the weights, as text: kCudaIpc's
+  // handle; a new route's own address (so it needs no new field).
+  std::string locator;
   uint16_t bulk_port = 0;        // kBulkChannel: the learner's bulk server
   uint64_t bulk_bytes = 0;       // kBulkChannel: the version's size there
   // kDeviceCopy (and the learner's own device pack): never serialised.

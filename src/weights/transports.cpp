@@ -119,13 +119,13 @@ class CudaIpc final : public Transport {
     packet.checksum = source.checksum;
     packet.route = Route::kCudaIpc;
     packet.tensors.index = source.on_device->index;
-    packet.ipc_handle = gpu::export_ipc(*source.on_device);
+    packet.locator = gpu::export_ipc(*source.on_device);
     return packet;
   }
   bool reads_source_in_place() const override { return true; }
   void load(const Packet& packet, ReceiverContext& context, torch::nn::Module& module,
             const std::string& where) const override {
-    gpu::load_ipc_into_module(module, packet.ipc_handle, packet.tensors.index, context.device, where);
+    gpu::load_ipc_into_module(module, packet.locator, packet.tensors.index, context.device, where);
   }
 };
 

@@ -30,7 +30,7 @@
 #pragma once
 
 #include "env/environment.hpp"
-#include "env/json_line_channel.hpp"
+#include "env/remote/json_line_channel.hpp"
 
 #include <sys/types.h>
 

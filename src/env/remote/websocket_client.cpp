@@ -1,5 +1,5 @@
 // WebSocket client over websocketpp; see websocket_client.hpp.
-#include "env/websocket_client.hpp"
+#include "env/remote/websocket_client.hpp"
 
 #include "base/clock.hpp"
 #include "base/error.hpp"

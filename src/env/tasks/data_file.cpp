@@ -1,5 +1,5 @@
 // JSON-lines data files; see data_file.hpp.
-#include "env/data_file.hpp"
+#include "env/tasks/data_file.hpp"
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"

@@ -1,7 +1,7 @@
 // Evaluation of a parsed chat template over Values.
 #pragma once
 
-#include "tokenizer/chat_template_parser.hpp"
+#include "tokenizer/chat_template/parser.hpp"
 
 #include <cstdint>
 #include <map>

@@ -1,5 +1,5 @@
 // The maze environment; see maze_env.hpp for the game.
-#include "env/maze_env.hpp"
+#include "env/tasks/maze_env.hpp"
 
 #include "base/error.hpp"
 #include "base/hash.hpp"

@@ -1,5 +1,5 @@
 // JSON-lines transport; see json_line_channel.hpp.
-#include "env/json_line_channel.hpp"
+#include "env/remote/json_line_channel.hpp"
 
 #include "base/clock.hpp"
 #include "base/error.hpp"

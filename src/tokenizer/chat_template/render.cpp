@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template_render.hpp"
+#include "tokenizer/chat_template/render.hpp"
 
 #include <algorithm>
 #include <cmath>

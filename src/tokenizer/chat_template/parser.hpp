@@ -1,7 +1,7 @@
 // The tree a chat template parses into: expressions and statements.
 #pragma once
 
-#include "tokenizer/chat_template_value.hpp"
+#include "tokenizer/chat_template/value.hpp"
 
 #include <memory>
 #include <string>

@@ -42,7 +42,7 @@
 //   switch or the end of the series.
 #pragma once
 
-#include "env/arithmetic.hpp"
+#include "env/tasks/arithmetic.hpp"
 #include "env/environment.hpp"
 
 #include <random>

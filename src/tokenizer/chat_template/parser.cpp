@@ -1,6 +1,6 @@
-#include "tokenizer/chat_template_parser.hpp"
+#include "tokenizer/chat_template/parser.hpp"
 
-#include "tokenizer/chat_template_lexer.hpp"
+#include "tokenizer/chat_template/lexer.hpp"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,6 +1,6 @@
 // The filters, tests and methods of strings, lists and dicts a chat
 // template calls, with Python's semantics.
-#include "tokenizer/chat_template_render.hpp"
+#include "tokenizer/chat_template/render.hpp"
 
 #include "base/utf8.hpp"
 

@@ -1,5 +1,5 @@
 // Arithmetic as an environment; see arithmetic_env.hpp.
-#include "env/arithmetic_env.hpp"
+#include "env/tasks/arithmetic_env.hpp"
 
 #include "base/error.hpp"
 #include "base/json_reader.hpp"

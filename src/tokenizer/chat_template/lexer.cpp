@@ -1,7 +1,7 @@
-#include "tokenizer/chat_template_lexer.hpp"
+#include "tokenizer/chat_template/lexer.hpp"
 
 #include "base/utf8.hpp"
-#include "tokenizer/chat_template_value.hpp"
+#include "tokenizer/chat_template/value.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -5,13 +5,14 @@
 // {{ expression }} and {% statement %} pieces with -/- whitespace control,
 // parse into a tree, then evaluate over Values (nlohmann JSON data plus
 // Jinja's undefined, namespaces, bound methods and builtins).
-// The stages live in chat_template_lexer, _parser, _render and _filters.
-#include "tokenizer/chat_template.hpp"
+// The stages live beside this file: lexer, parser, render and filters, over
+// the values of value.hpp.
+#include "tokenizer/chat_template/chat_template.hpp"
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
 #include "base/small_file.hpp"
-#include "tokenizer/chat_template_render.hpp"
+#include "tokenizer/chat_template/render.hpp"
 
 #include <filesystem>
 

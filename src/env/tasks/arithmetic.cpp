@@ -2,7 +2,7 @@
 // of std::hash / std::uniform_int_distribution: both are implementation-defined,
 // and the split and the test set must be identical on every compiler and
 // standard library, or evaluation numbers stop being comparable.
-#include "env/arithmetic.hpp"
+#include "env/tasks/arithmetic.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,12 +1,12 @@
 // OpenEnv HTTP environments; see openenv_env.hpp and docs/environments.md.
-#include "env/openenv_env.hpp"
+#include "env/remote/openenv_env.hpp"
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
 #include "base/json_reader.hpp"
 #include "base/utf8.hpp"
-#include "env/websocket_client.hpp"
+#include "env/remote/websocket_client.hpp"
 
 // cpp-httplib is the HTTP client (and the console's server): a well-kept
 // single-header library already in the stack; docs/decisions.md.

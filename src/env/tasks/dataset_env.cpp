@@ -1,11 +1,11 @@
 // The dataset task; see dataset_env.hpp.
-#include "env/dataset_env.hpp"
+#include "env/tasks/dataset_env.hpp"
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "base/json_parse.hpp"
 #include "base/json_reader.hpp"
-#include "env/data_file.hpp"
+#include "env/tasks/data_file.hpp"
 
 #include <sys/stat.h>
 

@@ -7,7 +7,7 @@
 // which held-out evaluation sums for every environment.
 #pragma once
 
-#include "env/arithmetic.hpp"
+#include "env/tasks/arithmetic.hpp"
 #include "env/environment.hpp"
 
 #include <memory>

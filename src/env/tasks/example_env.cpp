@@ -1,6 +1,6 @@
 // The example ("echo") environment; see example_env.hpp for the game and
 // for what each part demonstrates.
-#include "env/example_env.hpp"
+#include "env/tasks/example_env.hpp"
 
 #include "base/error.hpp"
 #include "base/hash.hpp"

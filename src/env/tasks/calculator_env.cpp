@@ -1,5 +1,5 @@
 // The calculator environment; see calculator_env.hpp for the task and rules.
-#include "env/calculator_env.hpp"
+#include "env/tasks/calculator_env.hpp"
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"

@@ -1,6 +1,6 @@
 // External environments over line-oriented JSON; see external_env.hpp and
 // docs/environments.md for the protocol.
-#include "env/external_env.hpp"
+#include "env/remote/external_env.hpp"
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"

@@ -1,5 +1,5 @@
 // Plugin loading; see plugin_loader.hpp.
-#include "env/plugin_loader.hpp"
+#include "env/remote/plugin_loader.hpp"
 
 #include "base/error.hpp"
 #include "env/env_plugin.hpp"

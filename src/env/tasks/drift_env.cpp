@@ -1,7 +1,7 @@
 // The drifting arithmetic environment and the recovery metric; see drift_env.hpp.
-#include "env/drift_env.hpp"
+#include "env/tasks/drift_env.hpp"
 
-#include "env/arithmetic_env.hpp"
+#include "env/tasks/arithmetic_env.hpp"
 
 #include "base/error.hpp"
 #include "base/json_reader.hpp"

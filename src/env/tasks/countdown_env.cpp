@@ -1,10 +1,10 @@
 // The countdown environment; see countdown_env.hpp for the task and rules.
-#include "env/countdown_env.hpp"
+#include "env/tasks/countdown_env.hpp"
 
 #include "base/error.hpp"
 #include "base/json_reader.hpp"
 #include "base/utf8.hpp"
-#include "env/calculator_env.hpp"
+#include "env/tasks/calculator_env.hpp"
 
 #include <algorithm>
 #include <cstdio>

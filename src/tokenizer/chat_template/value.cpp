@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template_value.hpp"
+#include "tokenizer/chat_template/value.hpp"
 
 #include <algorithm>
 #include <cmath>
