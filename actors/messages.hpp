@@ -488,14 +488,14 @@ CAF_ADD_ATOM(sao, sao::atoms, set_atom, "set")
 CAF_ADD_ATOM(sao, sao::atoms, snapshot_atom, "snapshot")
 CAF_ADD_ATOM(sao, sao::atoms, history_atom, "history")
 CAF_ADD_ATOM(sao, sao::atoms, actors_atom, "actors")
-// Cluster (actors/cluster.hpp): a node joins the learner, then registers
+// Cluster (actors/cluster/cluster.hpp): a node joins the learner, then registers
 // its rollout and env actors with the coordinator.
 CAF_ADD_ATOM(sao, sao::atoms, join_atom, "join")
 CAF_ADD_ATOM(sao, sao::atoms, rollout_atom, "rollout")
 CAF_ADD_ATOM(sao, sao::atoms, env_atom, "env")             // also: the coordinator gives a rollout its env actor
 CAF_ADD_ATOM(sao, sao::atoms, reply_due_atom, "replydue")  // self: an env reply held for its latency is due
 // New atoms go last: the gatekeeper's join handshake reads type IDs that
-// every sao build must agree on (actors/cluster.hpp).
+// every sao build must agree on (actors/cluster/cluster.hpp).
 CAF_ADD_ATOM(sao, sao::atoms, open_atom, "open")             // self: a rollout tries to open episodes
 CAF_ADD_ATOM(sao, sao::atoms, summary_atom, "summary")       // the run ended: metrics writes summary.json
 CAF_ADD_ATOM(sao, sao::atoms, final_eval_atom, "finaleval")  // the run ended: the learner's last evaluation

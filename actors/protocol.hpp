@@ -9,7 +9,7 @@
 // handshake, which uses CAF's built-in types only so that a node built from
 // other sources can still read the refusal; after the build fingerprint
 // matched, the handles it hands out are cast to these interfaces once
-// (actors/cluster.cpp).
+// (actors/cluster/cluster.cpp).
 #pragma once
 
 #include "actors/messages.hpp"

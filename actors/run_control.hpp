@@ -4,7 +4,7 @@
 // alive at the end.
 #pragma once
 
-#include "actors/console_server.hpp"
+#include "actors/console/console_server.hpp"
 #include "actors/protocol.hpp"
 #include "actors/train.hpp"
 

@@ -5,8 +5,8 @@
 
 #include "actors/system_config.hpp"
 
-#include "actors/console_server.hpp"
-#include "actors/coordinator.hpp"
+#include "actors/console/console_server.hpp"
+#include "actors/run/coordinator.hpp"
 #include "actors/protocol.hpp"
 #include "actors/run_control.hpp"
 

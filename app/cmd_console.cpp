@@ -1,8 +1,8 @@
 // `sao console`: the terminal side of the introspection console. It is a
-// client of the run's HTTP endpoint (actors/console_server.cpp), so it works
+// client of the run's HTTP endpoint (actors/console/console_server.cpp), so it works
 // the same against a local run or a learner node elsewhere, and everything
 // it can do the dashboard and scripts can do too.
-#include "actors/console_server.hpp"
+#include "actors/console/console_server.hpp"
 #include "app/args.hpp"
 #include "app/commands.hpp"
 #include "base/error.hpp"

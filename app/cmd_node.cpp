@@ -1,8 +1,8 @@
-// `sao node`: one process of a cluster run (actors/node.hpp). The learner
+// `sao node`: one process of a cluster run (actors/cluster/node.hpp). The learner
 // node is `sao train` with its rollouts elsewhere; rollout nodes take the run
 // config from the learner when they join, so only the learner's config
 // decides the model, task and algorithm.
-#include "actors/node.hpp"
+#include "actors/cluster/node.hpp"
 #include "app/commands.hpp"
 #include "app/common.hpp"
 #include "base/error.hpp"

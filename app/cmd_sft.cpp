@@ -33,7 +33,7 @@ int run_sft(const Args& args) {
   auto policy = train_warm_start(config, &result);
   const std::string checkpoint = model::sft_checkpoint_dir(config.run.dir);
   std::printf("sft: %lld steps in %.1f s (%.0f tokens/s), final loss %.4f, saved %s\n",
-              static_cast<long long>(result.steps), result.seconds, result.tokens_per_second, result.final_loss,
+              static_cast<long long>(result.steps), result.seconds, result.tokens_per_s, result.final_loss,
               checkpoint.c_str());
   const auto eval = train::evaluate_heldout(policy, config, /*learner_step=*/0);
   report::JsonlWriter metrics((std::filesystem::path(config.run.dir) / "sft_metrics.jsonl").string());

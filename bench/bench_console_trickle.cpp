@@ -9,7 +9,7 @@
 //   (default 500 and 20; without PORT a console runs in this process with
 //   the default limits, and its own connection counts are printed too; with
 //   PORT the console of a running `sao train` on 127.0.0.1:PORT is used)
-#include "actors/console_server.hpp"
+#include "actors/console/console_server.hpp"
 #include "actors/protocol.hpp"
 
 #include <caf/actor_system.hpp>

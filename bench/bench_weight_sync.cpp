@@ -19,7 +19,7 @@
 // CERTS: a directory made by `deploy/cluster-certs CERTS learner node-1`; the
 // bulk channel then runs over TLS with those certificates, as in a cluster
 // started with --certs.
-#include "actors/cluster.hpp"
+#include "actors/cluster/cluster.hpp"
 #include "actors/protocol.hpp"
 #include "algo/learner.hpp"
 #include "algo/trajectory.hpp"

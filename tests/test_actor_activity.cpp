@@ -3,8 +3,8 @@
 // introspection snapshot reports state "busy" and "evaluating, step 0"
 // instead of waiting out the status timeout and calling it "unresponsive".
 // The evaluation is held by the test's own gate, not by a sleep.
-#include "actors/introspection_actor.hpp"
-#include "actors/learner_actor.hpp"
+#include "actors/console/introspection_actor.hpp"
+#include "actors/run/learner_actor.hpp"
 #include "actors/protocol.hpp"
 #include "config/run_config.hpp"
 #include "env/environment.hpp"

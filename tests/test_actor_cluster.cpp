@@ -4,11 +4,11 @@
 // process through the bulk channel (one read per version for the node), or
 // through CAF for a rollout that cannot read from it. (Joins over a real network, by separate processes, are in
 // test_cluster_local.cpp.)
-#include "actors/cluster.hpp"
-#include "actors/env_actor.hpp"
-#include "actors/replay_actor.hpp"
-#include "actors/rollout_actor.hpp"
-#include "actors/weight_sync_actor.hpp"
+#include "actors/cluster/cluster.hpp"
+#include "actors/run/env_actor.hpp"
+#include "actors/run/replay_actor.hpp"
+#include "actors/run/rollout_actor.hpp"
+#include "actors/run/weight_sync_actor.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
 #include "net/bulk_transfer.hpp"

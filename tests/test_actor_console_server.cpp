@@ -4,8 +4,8 @@
 // of sharing it; a body over the limit gets 413 and a body nested too deep
 // gets 400; limits that are not positive are refused. The dashboard page
 // ("/") needs no coordinator, so the server runs here without a run.
-#include "actors/cluster.hpp"
-#include "actors/console_server.hpp"
+#include "actors/cluster/cluster.hpp"
+#include "actors/console/console_server.hpp"
 #include "actors/protocol.hpp"
 #include "base/error.hpp"
 #include "test_process_helpers.hpp"

@@ -1,11 +1,11 @@
 // Actor-level behaviour with a real actor system: replay triggers a learner
 // step for a single trajectory, drops stale ones, and weight updates reach
 // every rollout actor.
-#include "actors/env_actor.hpp"
+#include "actors/run/env_actor.hpp"
 #include "actors/protocol.hpp"
-#include "actors/replay_actor.hpp"
-#include "actors/rollout_actor.hpp"
-#include "actors/weight_sync_actor.hpp"
+#include "actors/run/replay_actor.hpp"
+#include "actors/run/rollout_actor.hpp"
+#include "actors/run/weight_sync_actor.hpp"
 #include "config/run_config.hpp"
 #include "env/environment.hpp"
 #include "model/tensor_blob.hpp"

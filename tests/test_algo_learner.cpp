@@ -252,11 +252,11 @@ TEST_CASE("an SAO step reports every metric of SAO.md") {
   batch[0].rewards[batch[0].size() - 1] = 1.0f;  // rewards differ -> explained variance defined
   batch[1].rewards[batch[1].size() - 1] = 0.0f;
   auto result = learner.step(batch);
-  for (const char* key : {"reward_mean",        "batch_accuracy",       "policy_loss",         "value_loss",
-                          "explained_variance", "entropy",          "dis_reject_low_frac", "dis_reject_high_frac",
-                          "ratio_mean",         "ratio_max",        "staleness_mean",      "staleness_max",
-                          "grad_norm",          "tokens",           "skipped_nonfinite",   "critic_only",
-                          "value_grad_norm",    "staleness_hist_0", "tokens_per_second",   "step_seconds",
+  for (const char* key : {"reward_mean",        "batch_accuracy",   "policy_loss",          "value_loss",
+                          "explained_variance", "entropy",          "dis_reject_low_frac",  "dis_reject_high_frac",
+                          "ratio_mean",         "ratio_max",        "staleness_mean",       "staleness_max",
+                          "grad_norm",          "tokens",           "skipped_nonfinite",    "critic_only",
+                          "value_grad_norm",    "staleness_hist_0", "learner_tokens_per_s", "step_seconds",
                           "value_loss_final",   "action_tokens"}) {
     INFO(key);
     CHECK(result.metrics.count(key) == 1);

@@ -9,11 +9,11 @@
 //     step lines and leaves no actor running;
 //   - the same for an external environment (deploy/envs/guess_number.py) and
 //     for OpenEnv servers (tests/openenv/guess_server.py, WebSocket sessions).
-#include "actors/env_actor.hpp"
+#include "actors/run/env_actor.hpp"
 #include "actors/protocol.hpp"
-#include "actors/rollout_actor.hpp"
+#include "actors/run/rollout_actor.hpp"
 #include "actors/train.hpp"
-#include "actors/weight_sync_actor.hpp"
+#include "actors/run/weight_sync_actor.hpp"
 #include "config/run_config.hpp"
 #include "env/environment.hpp"
 #include "model/tensor_blob.hpp"

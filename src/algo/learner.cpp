@@ -325,7 +325,7 @@ StepResult Learner::step(const std::vector<Trajectory>& trajectories) {
   m["policy_version"] = static_cast<double>(policy_version_);
   m["learner_step"] = static_cast<double>(steps_);
   m["step_seconds"] = seconds;
-  if (m.count("tokens") && seconds > 0) m["tokens_per_second"] = m["tokens"] / seconds;
+  if (m.count("tokens") && seconds > 0) m["learner_tokens_per_s"] = m["tokens"] / seconds;
   return result;
 }
 

@@ -51,7 +51,7 @@ namespace sao::algo {
 //   _8_plus (action-token counts), grad_norm (actor, before
 //   clipping), value_grad_norm (last critic update), tokens (real tokens),
 //   action_tokens, trajectories, length_buckets (passes per model per
-//   forward), step_seconds, tokens_per_second,
+//   forward), step_seconds, learner_tokens_per_s,
 //   advantage_mean, advantage_std, baseline_mean (running mean only),
 //   critic_only (1 during warm-up), critic_updates (taken this step),
 //   policy_updated, step_skipped, skipped_nonfinite (cumulative count),

@@ -3,18 +3,19 @@
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
+#include "env/remote/external_env.hpp"
+#include "env/remote/openenv_env.hpp"
 #include "env/tasks/arithmetic_env.hpp"
 #include "env/tasks/calculator_env.hpp"
 #include "env/tasks/countdown_env.hpp"
 #include "env/tasks/dataset_env.hpp"
 #include "env/tasks/drift_env.hpp"
 #include "env/tasks/example_env.hpp"
-#include "env/remote/external_env.hpp"
 #include "env/tasks/maze_env.hpp"
-#include "env/remote/openenv_env.hpp"
 
 #include <map>
 #include <mutex>
+#include <vector>
 
 namespace sao::env {
 
@@ -24,19 +25,34 @@ struct Registry {
   std::map<std::string, EnvironmentFactory> factories;
 };
 
+// The built-in environments, each named once (its class's kName).
+// Self-contained: its episodes are made in this process from the config
+// alone, so a checkpoint naming it runs nothing from outside.
+struct BuiltIn {
+  const char* name;
+  std::unique_ptr<Environment> (*make)(const nlohmann::json& config, const std::string& where);
+  bool self_contained;
+};
+const std::vector<BuiltIn>& built_ins() {
+  static const std::vector<BuiltIn> table = {
+      {ArithmeticEnvironment::kName, make_arithmetic_environment, true},
+      {ExampleEnvironment::kName, make_example_environment, true},
+      {MazeEnvironment::kName, make_maze_environment, true},
+      {DriftEnvironment::kName, make_drift_environment, true},
+      {CalculatorEnvironment::kName, make_calculator_environment, true},
+      {CountdownEnvironment::kName, make_countdown_environment, true},
+      {DatasetEnvironment::kName, make_dataset_environment, false},
+      {ExternalEnvironment::kName, make_external_environment, false},
+      {OpenEnvEnvironment::kName, make_openenv_environment, false},
+  };
+  return table;
+}
+
 // Built-ins are registered on first use so static-initialisation order never matters.
 Registry& registry() {
   static Registry* instance = [] {
     auto* created = new Registry();
-    created->factories["arithmetic"] = make_arithmetic_environment;
-    created->factories["example"] = make_example_environment;
-    created->factories["maze"] = make_maze_environment;
-    created->factories["drift"] = make_drift_environment;
-    created->factories["external"] = make_external_environment;
-    created->factories["dataset"] = make_dataset_environment;
-    created->factories["openenv"] = make_openenv_environment;
-    created->factories["calculator"] = make_calculator_environment;
-    created->factories["countdown"] = make_countdown_environment;
+    for (const auto& built_in : built_ins()) created->factories[built_in.name] = built_in.make;
     return created;
   }();
   return *instance;
@@ -58,8 +74,10 @@ std::vector<std::string> registered_environments() {
 }
 
 bool is_self_contained_environment(const std::string& name) {
-  return name == "arithmetic" || name == "example" || name == "maze" || name == "drift" || name == "calculator" ||
-         name == "countdown";
+  for (const auto& built_in : built_ins()) {
+    if (name == built_in.name) return built_in.self_contained;
+  }
+  return false;
 }
 
 std::unique_ptr<Environment> make_environment(const std::string& name, const nlohmann::json& config,

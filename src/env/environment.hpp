@@ -4,7 +4,7 @@
 // and whether the episode is over. Tokenizing is the rollout's job, so
 // environments never depend on a vocabulary.
 //
-// How the runtime plays an episode (actors/rollout_actor.cpp, and
+// How the runtime plays an episode (actors/run/rollout_actor.cpp, and
 // train/episode_eval.cpp for held-out evaluation):
 //   reset(seed) -> observation O0; the policy sees [BOS] + bytes(O0)
 //   repeat: the policy generates until EOS (or rollout.max_new_tokens);

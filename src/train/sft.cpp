@@ -118,7 +118,7 @@ SftResult run_sft_loop(model::CausalLM& policy, const config::SftSection& option
   }
   result.steps = options.steps;
   result.seconds = progress.elapsed_seconds();
-  result.tokens_per_second = static_cast<double>(total_tokens) / std::max(result.seconds, 1e-9);
+  result.tokens_per_s = static_cast<double>(total_tokens) / std::max(result.seconds, 1e-9);
   return result;
 }
 

@@ -33,7 +33,7 @@ struct SftResult {
   int64_t steps = 0;
   double final_loss = 0.0;
   double seconds = 0.0;
-  double tokens_per_second = 0.0;
+  double tokens_per_s = 0.0;
 };
 
 // The one supervised training loop (AdamW, warm-up + cosine, clipping,

@@ -4,8 +4,8 @@
 #pragma once
 
 #include "../test_tiny_tokenizer.hpp"
-#include "actors/cluster.hpp"
-#include "actors/console_server.hpp"
+#include "actors/cluster/cluster.hpp"
+#include "actors/console/console_server.hpp"
 #include "actors/protocol.hpp"
 #include "base/error.hpp"
 #include "base/json_parse.hpp"

@@ -1,6 +1,7 @@
 // External environments over line-oriented JSON; see external_env.hpp and
 // docs/environments.md for the protocol.
 #include "env/remote/external_env.hpp"
+#include "env/env_config.hpp"
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
@@ -105,9 +106,7 @@ nlohmann::json ExternalEnvironment::stats() const {
 ExternalConfig external_config_from_json(const nlohmann::json& config, const std::string& where) {
   ExternalConfig result;
   base::JsonReader reader(config, where);
-  std::string name = "external";
-  reader.read("name", name);
-  if (name != "external") throw Error(where + ".name: expected \"external\", got \"" + name + "\"");
+  read_env_name(reader, ExternalEnvironment::kName, where);
   read_channel_config(reader, result.channel);
   reader.read("label", result.label);
   reader.read("heldout_size", result.heldout_size, base::IntRange{0, 1000000});

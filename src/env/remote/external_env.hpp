@@ -56,7 +56,9 @@ class ExternalEnvironment final : public Environment {
 
   EnvStep reset(uint64_t seed) override;
   EnvStep step(const std::string& action) override;
-  std::string name() const override { return "external"; }
+  // The one spelling of its name: registry, config section, name().
+  static constexpr const char* kName = "external";
+  std::string name() const override { return kName; }
   int64_t heldout_size() const override { return config_.heldout_size; }
   EnvStep reset_heldout(int64_t index) override;
   // Remembered and sent with the next reset as "learner_step".

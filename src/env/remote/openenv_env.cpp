@@ -1,5 +1,6 @@
 // OpenEnv HTTP environments; see openenv_env.hpp and docs/environments.md.
 #include "env/remote/openenv_env.hpp"
+#include "env/env_config.hpp"
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
@@ -531,9 +532,7 @@ nlohmann::json OpenEnvEnvironment::stats() const {
 OpenEnvConfig openenv_config_from_json(const nlohmann::json& config, const std::string& where) {
   OpenEnvConfig result;
   base::JsonReader reader(config, where);
-  std::string name = "openenv";
-  reader.read("name", name);
-  if (name != "openenv") throw Error(where + ".name: expected \"openenv\", got \"" + name + "\"");
+  read_env_name(reader, OpenEnvEnvironment::kName, where);
   std::string url;
   reader.read("url", url);
   reader.read("urls", result.urls);

@@ -115,7 +115,9 @@ class OpenEnvEnvironment final : public Environment {
   EnvStep reset(uint64_t seed) override;
   EnvStep reset_heldout(int64_t index) override;
   EnvStep step(const std::string& action) override;
-  std::string name() const override { return "openenv"; }
+  // The one spelling of its name: registry, config section, name().
+  static constexpr const char* kName = "openenv";
+  std::string name() const override { return kName; }
   int64_t heldout_size() const override { return config_.heldout_size; }
   EnvLimits limits() const override;
 

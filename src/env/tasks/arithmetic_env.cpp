@@ -1,5 +1,6 @@
 // Arithmetic as an environment; see arithmetic_env.hpp.
 #include "env/tasks/arithmetic_env.hpp"
+#include "env/env_config.hpp"
 
 #include "base/error.hpp"
 #include "base/json_reader.hpp"
@@ -98,9 +99,7 @@ void arithmetic_keys(Config& task, Visit visit) {
 ArithmeticConfig arithmetic_config_from_json(const nlohmann::json& config, const std::string& where) {
   ArithmeticConfig task;
   base::JsonReader reader(config, where);
-  std::string name = "arithmetic";
-  reader.read("name", name);
-  if (name != "arithmetic") throw Error(where + ".name: expected \"arithmetic\", got \"" + name + "\"");
+  read_env_name(reader, ArithmeticEnvironment::kName, where);
   arithmetic_keys(task, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   try {
@@ -112,7 +111,7 @@ ArithmeticConfig arithmetic_config_from_json(const nlohmann::json& config, const
 }
 
 nlohmann::json arithmetic_config_to_json(const ArithmeticConfig& config) {
-  nlohmann::json json = {{"name", "arithmetic"}};
+  nlohmann::json json = {{"name", ArithmeticEnvironment::kName}};
   arithmetic_keys(config, base::WriteKeys{json});
   return json;
 }

@@ -7,8 +7,8 @@
 // which held-out evaluation sums for every environment.
 #pragma once
 
-#include "env/tasks/arithmetic.hpp"
 #include "env/environment.hpp"
+#include "env/tasks/arithmetic.hpp"
 
 #include <memory>
 #include <random>
@@ -22,7 +22,9 @@ class ArithmeticEnvironment final : public Environment {
   explicit ArithmeticEnvironment(ArithmeticConfig config);
   EnvStep reset(uint64_t seed) override;
   EnvStep step(const std::string& action) override;
-  std::string name() const override { return "arithmetic"; }
+  // The one spelling of its name: registry, config section, name().
+  static constexpr const char* kName = "arithmetic";
+  std::string name() const override { return kName; }
   int64_t heldout_size() const override { return static_cast<int64_t>(task_.test_set().size()); }
   EnvStep reset_heldout(int64_t index) override;
   EnvLimits limits() const override;

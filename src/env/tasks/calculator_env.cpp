@@ -1,5 +1,6 @@
 // The calculator environment; see calculator_env.hpp for the task and rules.
 #include "env/tasks/calculator_env.hpp"
+#include "env/env_config.hpp"
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
@@ -355,9 +356,7 @@ std::vector<SftEpisode> CalculatorEnvironment::demonstrations(int64_t count, uin
 CalculatorConfig calculator_config_from_json(const nlohmann::json& config, const std::string& where) {
   CalculatorConfig result;
   base::JsonReader reader(config, where);
-  std::string name = "calculator";
-  reader.read("name", name);
-  if (name != "calculator") throw Error(where + ".name: expected \"calculator\", got \"" + name + "\"");
+  read_env_name(reader, CalculatorEnvironment::kName, where);
   reader.read("min_operands", result.min_operands, base::IntRange{2, 8});
   reader.read("max_operands", result.max_operands, base::IntRange{2, 8});
   reader.read("max_digits", result.max_digits, base::IntRange{1, 6});

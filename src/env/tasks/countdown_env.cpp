@@ -1,5 +1,6 @@
 // The countdown environment; see countdown_env.hpp for the task and rules.
 #include "env/tasks/countdown_env.hpp"
+#include "env/env_config.hpp"
 
 #include "base/error.hpp"
 #include "base/json_reader.hpp"
@@ -292,9 +293,7 @@ std::vector<SftEpisode> CountdownEnvironment::demonstrations(int64_t count, uint
 CountdownConfig countdown_config_from_json(const nlohmann::json& config, const std::string& where) {
   CountdownConfig result;
   base::JsonReader reader(config, where);
-  std::string name = "countdown";
-  reader.read("name", name);
-  if (name != "countdown") throw Error(where + ".name: expected \"countdown\", got \"" + name + "\"");
+  read_env_name(reader, CountdownEnvironment::kName, where);
   reader.read("numbers", result.numbers, base::IntRange{2, 5});
   reader.read("min_number", result.min_number, base::IntRange{0, 1000});
   reader.read("max_number", result.max_number, base::IntRange{0, 1000});

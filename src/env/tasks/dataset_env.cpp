@@ -1,5 +1,6 @@
 // The dataset task; see dataset_env.hpp.
 #include "env/tasks/dataset_env.hpp"
+#include "env/env_config.hpp"
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
@@ -109,9 +110,7 @@ DatasetConfig dataset_config_from_json(const nlohmann::json& config, const std::
   DatasetConfig result;
   result.where = where;
   base::JsonReader reader(config, where);
-  std::string name = "dataset";
-  reader.read("name", name);
-  if (name != "dataset") throw Error(where + ".name: expected \"dataset\", got \"" + name + "\"");
+  read_env_name(reader, DatasetEnvironment::kName, where);
   result.train = paths_of(reader, config, "train");
   result.heldout = paths_of(reader, config, "heldout");
   const bool fraction_given = config.contains("heldout_fraction");

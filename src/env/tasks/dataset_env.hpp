@@ -87,7 +87,9 @@ class DatasetEnvironment final : public Environment {
 
   EnvStep reset(uint64_t seed) override;
   EnvStep step(const std::string& action) override;
-  std::string name() const override { return "dataset"; }
+  // The one spelling of its name: registry, config section, name().
+  static constexpr const char* kName = "dataset";
+  std::string name() const override { return kName; }
   int64_t heldout_size() const override { return static_cast<int64_t>(data_->heldout.size()); }
   EnvStep reset_heldout(int64_t index) override;
   EnvLimits limits() const override;

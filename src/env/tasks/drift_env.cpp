@@ -1,5 +1,6 @@
 // The drifting arithmetic environment and the recovery metric; see drift_env.hpp.
 #include "env/tasks/drift_env.hpp"
+#include "env/env_config.hpp"
 
 #include "env/tasks/arithmetic_env.hpp"
 
@@ -214,9 +215,7 @@ std::vector<Recovery> recovery_after_switches(const std::vector<double>& rewards
 DriftConfig drift_config_from_json(const nlohmann::json& config, const std::string& where) {
   DriftConfig result;
   base::JsonReader reader(config, where);
-  std::string name = "drift";
-  reader.read("name", name);
-  if (name != "drift") throw Error(where + ".name: expected \"drift\", got \"" + name + "\"");
+  read_env_name(reader, DriftEnvironment::kName, where);
   reader.read("switch_every", result.switch_every, base::IntRange{1, 100000000});
   reader.read("regimes", result.regimes);
   reader.read("demonstration_regimes", result.demonstration_regimes);

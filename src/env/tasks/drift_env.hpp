@@ -42,8 +42,8 @@
 //   switch or the end of the series.
 #pragma once
 
-#include "env/tasks/arithmetic.hpp"
 #include "env/environment.hpp"
+#include "env/tasks/arithmetic.hpp"
 
 #include <random>
 #include <string>
@@ -79,7 +79,9 @@ class DriftEnvironment final : public Environment {
 
   EnvStep reset(uint64_t seed) override;
   EnvStep step(const std::string& action) override;
-  std::string name() const override { return "drift"; }
+  // The one spelling of its name: registry, config section, name().
+  static constexpr const char* kName = "drift";
+  std::string name() const override { return kName; }
   int64_t heldout_size() const override { return static_cast<int64_t>(task_.test_set().size()); }
   EnvStep reset_heldout(int64_t index) override;
   void on_training_step(int64_t learner_step) override;

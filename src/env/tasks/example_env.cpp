@@ -1,6 +1,7 @@
 // The example ("echo") environment; see example_env.hpp for the game and
 // for what each part demonstrates.
 #include "env/tasks/example_env.hpp"
+#include "env/env_config.hpp"
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
@@ -135,9 +136,7 @@ std::vector<SftEpisode> ExampleEnvironment::demonstrations(int64_t count, uint64
 ExampleConfig example_config_from_json(const nlohmann::json& config, const std::string& where) {
   ExampleConfig result;
   base::JsonReader reader(config, where);
-  std::string name = "example";
-  reader.read("name", name);
-  if (name != "example") throw Error(where + ".name: expected \"example\", got \"" + name + "\"");
+  read_env_name(reader, ExampleEnvironment::kName, where);
   reader.read("turns", result.turns, base::IntRange{1, 32});
   reader.read("word_length", result.word_length, base::IntRange{1, 16});
   reader.read("test_fraction", result.test_fraction, base::RealRange{0.0, 1.0, true, true});

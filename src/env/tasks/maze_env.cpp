@@ -1,5 +1,6 @@
 // The maze environment; see maze_env.hpp for the game.
 #include "env/tasks/maze_env.hpp"
+#include "env/env_config.hpp"
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
@@ -241,9 +242,7 @@ std::vector<SftEpisode> MazeEnvironment::demonstrations(int64_t count, uint64_t 
 MazeConfig maze_config_from_json(const nlohmann::json& config, const std::string& where) {
   MazeConfig result;
   base::JsonReader reader(config, where);
-  std::string name = "maze";
-  reader.read("name", name);
-  if (name != "maze") throw Error(where + ".name: expected \"maze\", got \"" + name + "\"");
+  read_env_name(reader, MazeEnvironment::kName, where);
   // size <= 10 keeps every goal offset a single signed digit (8-byte observations).
   reader.read("size", result.size, base::IntRange{2, 10});
   reader.read("walls", result.walls, base::IntRange{0, 98});

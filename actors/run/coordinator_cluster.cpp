@@ -1,5 +1,5 @@
 // Cluster membership of the coordinator; see coordinator_state.hpp.
-#include "actors/coordinator_state.hpp"
+#include "actors/run/coordinator_state.hpp"
 
 #include <cstdio>
 

@@ -1,5 +1,5 @@
 // Cluster protocol and gatekeeper; see cluster.hpp.
-#include "actors/cluster.hpp"
+#include "actors/cluster/cluster.hpp"
 
 #include "base/atomic_file.hpp"
 #include "base/constant_time.hpp"

@@ -1,13 +1,13 @@
 // Cluster nodes (`sao node`). A learner node runs the coordinator, learner,
 // replay, weight-sync and metrics actors and publishes the gatekeeper
-// (actors/cluster.hpp); rollout nodes join it, run rollout (and env) actors
+// (actors/cluster/cluster.hpp); rollout nodes join it, run rollout (and env) actors
 // locally, and rejoin with backoff whenever they lose the learner (a learner
 // restarted with --resume gets its rollouts back without touching them). Env
 // nodes join the same way and offer env actors to rollouts that have none.
 // CAF-free header, like train.hpp, so the CLI need not include the framework.
 #pragma once
 
-#include "actors/cluster_tls.hpp"
+#include "actors/cluster/cluster_tls.hpp"
 #include "actors/train.hpp"
 #include "config/run_config.hpp"
 #include "model/transformer.hpp"

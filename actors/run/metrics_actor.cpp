@@ -1,5 +1,5 @@
 // Metrics sink behaviour; see metrics_actor.hpp.
-#include "actors/metrics_actor.hpp"
+#include "actors/run/metrics_actor.hpp"
 
 #include "actors/introspection.hpp"
 #include "base/json_parse.hpp"

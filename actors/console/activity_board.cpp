@@ -1,5 +1,5 @@
 // The process's activity board; see activity_board.hpp.
-#include "actors/activity_board.hpp"
+#include "actors/console/activity_board.hpp"
 
 #include <map>
 #include <mutex>

@@ -4,17 +4,17 @@
 // leaving, env nodes' envs given to rollouts). Internal to those two files.
 #pragma once
 
-#include "actors/coordinator.hpp"
-#include "actors/env_actor.hpp"
+#include "actors/console/introspection_actor.hpp"
 #include "actors/introspection.hpp"
-#include "actors/introspection_actor.hpp"
-#include "actors/learner_actor.hpp"
-#include "actors/metrics_actor.hpp"
 #include "actors/protocol.hpp"
-#include "actors/replay_actor.hpp"
-#include "actors/rollout_actor.hpp"
+#include "actors/run/coordinator.hpp"
+#include "actors/run/env_actor.hpp"
+#include "actors/run/learner_actor.hpp"
+#include "actors/run/metrics_actor.hpp"
+#include "actors/run/replay_actor.hpp"
+#include "actors/run/rollout_actor.hpp"
+#include "actors/run/weight_sync_actor.hpp"
 #include "actors/supervision.hpp"
-#include "actors/weight_sync_actor.hpp"
 
 #include <caf/all.hpp>
 
@@ -38,7 +38,7 @@ struct CoordinatorState {
   std::vector<std::chrono::steady_clock::time_point> env_started;
   std::vector<RolloutActor> rollouts;
   std::vector<RolloutActorConfig> rollout_configs;
-  // Actors of cluster nodes (actors/cluster.hpp): monitored, never restarted
+  // Actors of cluster nodes (actors/cluster/cluster.hpp): monitored, never restarted
   // here (their node rejoins), and told about pauses and the end of the run.
   std::map<std::string, RolloutActor> remote_rollouts;
   std::map<std::string, EnvActor> remote_envs;  // every remote env hears the learner's step

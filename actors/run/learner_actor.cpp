@@ -1,7 +1,7 @@
 // Learner actor behaviour; see learner_actor.hpp.
-#include "actors/learner_actor.hpp"
+#include "actors/run/learner_actor.hpp"
 
-#include "actors/activity_board.hpp"
+#include "actors/console/activity_board.hpp"
 #include "actors/introspection.hpp"
 
 #include "algo/learner.hpp"
@@ -222,7 +222,6 @@ void run_step(LearnerSelf self, msg::TrainBatch& batch) {
   }
   metrics["rollout_to_learner_ms"] = latencies.empty() ? 0.0 : latency_sum / static_cast<double>(latencies.size());
   metrics["rollout_to_learner_ms_max"] = latency_max;
-  if (metrics.count("tokens_per_second")) metrics["learner_tokens_per_s"] = metrics["tokens_per_second"];
   metrics["tokens_per_s"] = since_previous > 0 ? metrics["tokens"] / since_previous : 0.0;
   for (const char* key : report::kStepMetricKeys) metrics.emplace(key, std::numeric_limits<double>::quiet_NaN());
   if (result.policy_updated) self->send(state.weight_sync, current_weights(state));

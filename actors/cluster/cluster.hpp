@@ -25,7 +25,7 @@
 // The shared secret stays a second factor on top of the certificates.
 #pragma once
 
-#include "actors/cluster_tls.hpp"
+#include "actors/cluster/cluster_tls.hpp"
 #include "actors/protocol.hpp"
 #include "net/tls_relay.hpp"
 

@@ -1,5 +1,5 @@
 // Replay actor behaviour; see replay_actor.hpp.
-#include "actors/replay_actor.hpp"
+#include "actors/run/replay_actor.hpp"
 
 #include "actors/introspection.hpp"
 #include "base/error.hpp"

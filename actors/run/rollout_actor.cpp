@@ -1,5 +1,5 @@
 // Rollout actor behaviour; see rollout_actor.hpp.
-#include "actors/rollout_actor.hpp"
+#include "actors/run/rollout_actor.hpp"
 
 #include "actors/introspection.hpp"
 

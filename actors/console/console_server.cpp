@@ -1,5 +1,5 @@
 // HTTP endpoint of the introspection console; see console_server.hpp.
-#include "actors/console_server.hpp"
+#include "actors/console/console_server.hpp"
 
 #include "actors/protocol.hpp"
 #include "base/constant_time.hpp"

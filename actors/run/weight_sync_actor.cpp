@@ -1,5 +1,5 @@
 // Weight-sync behaviour; see weight_sync_actor.hpp.
-#include "actors/weight_sync_actor.hpp"
+#include "actors/run/weight_sync_actor.hpp"
 
 #include "actors/introspection.hpp"
 

@@ -1,5 +1,5 @@
 // Env actor behaviour; see env_actor.hpp.
-#include "actors/env_actor.hpp"
+#include "actors/run/env_actor.hpp"
 
 #include "actors/introspection.hpp"
 #include "env/environment.hpp"

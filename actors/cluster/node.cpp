@@ -1,11 +1,11 @@
 // Learner and rollout nodes; see node.hpp.
-#include "actors/node.hpp"
+#include "actors/cluster/node.hpp"
 
-#include "actors/cluster.hpp"
-#include "actors/coordinator.hpp"
-#include "actors/env_actor.hpp"
+#include "actors/cluster/cluster.hpp"
 #include "actors/protocol.hpp"
-#include "actors/rollout_actor.hpp"
+#include "actors/run/coordinator.hpp"
+#include "actors/run/env_actor.hpp"
+#include "actors/run/rollout_actor.hpp"
 #include "actors/run_control.hpp"
 #include "actors/system_config.hpp"
 #include "base/error.hpp"

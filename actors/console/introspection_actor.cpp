@@ -1,7 +1,7 @@
 // Introspection actor behaviour; see introspection_actor.hpp.
-#include "actors/introspection_actor.hpp"
+#include "actors/console/introspection_actor.hpp"
 
-#include "actors/activity_board.hpp"
+#include "actors/console/activity_board.hpp"
 #include "actors/introspection.hpp"
 #include "report/system_info.hpp"
 
