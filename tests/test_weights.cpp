@@ -199,6 +199,13 @@ TEST_CASE("a receiver reports weights that do not match the version's checksum, 
   notice.bulk_bytes = 10;
   CHECK(error_of([&] { receiver.take(notice, "r: weights v3"); }) ==
         "r: weights v3: this receiver has no reader for the bulk channel");
+  auto handle = packet;
+  handle.route = sao::weights::Route::kCudaIpc;
+  handle.tensors.bytes.clear();
+  handle.locator = "ff";
+  REQUIRE(receiver.take(handle, "r: weights v3"));
+  CHECK(error_of([&] { receiver.apply(handle, *copy, "r: weights v3"); }) ==
+        "r: weights v3: a CUDA IPC handle for a receiver that runs on the CPU");
   auto bad = packet;
   bad.locator = "ff";
   CHECK(error_of([&] { receiver.take(bad, "r: weights v3"); }) ==

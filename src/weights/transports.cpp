@@ -125,6 +125,8 @@ class CudaIpc final : public Transport {
   bool reads_source_in_place() const override { return true; }
   void load(const Packet& packet, ReceiverContext& context, torch::nn::Module& module,
             const std::string& where) const override {
+    // A handle only means something to a receiver on a GPU (a peer may send one anyway).
+    if (!context.device.is_cuda()) throw Error(where + ": a CUDA IPC handle for a receiver that runs on the CPU");
     gpu::load_ipc_into_module(module, packet.locator, packet.tensors.index, context.device, where);
   }
 };

@@ -11,12 +11,12 @@
 #include "base/json_parse.hpp"
 #include "base/tcp_socket.hpp"
 #include "config/run_config.hpp"
-#include "env/tasks/calculator_env.hpp"
-#include "env/tasks/countdown_env.hpp"
-#include "env/tasks/data_file.hpp"
 #include "env/environment.hpp"
 #include "env/remote/external_env.hpp"
 #include "env/remote/openenv_env.hpp"
+#include "env/tasks/calculator_env.hpp"
+#include "env/tasks/countdown_env.hpp"
+#include "env/tasks/data_file.hpp"
 #include "model/safetensors.hpp"
 #include "model/transformer.hpp"
 #include "net/bulk_transfer.hpp"
@@ -50,7 +50,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
 
 namespace fs = std::filesystem;
 
@@ -89,6 +88,10 @@ Counts fuzz_isolated(const Surface& surface, int64_t cases, uint64_t seed, const
 // model_dir_surfaces.cpp: hostile chat templates and tokenizer.json pipelines
 Surface template_limits_surface();
 Surface normalizer_growth_surface();
+
+// weights_surfaces.cpp: a peer's weight packet, a bf16 delta's payload
+Surface weight_packet_surface();
+Surface weight_delta_surface();
 
 // server_surfaces.cpp: live servers (console, bulk, gatekeeper, TLS port)
 Counts fuzz_http(int64_t cases, uint64_t seed, const fs::path& scratch, const fs::path& out);

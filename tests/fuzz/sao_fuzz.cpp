@@ -14,6 +14,8 @@
 //   join       a cluster join request (node, role, fingerprint, secret) to the gatekeeper
 //   bulk       a raw request to a learner's bulk weight server (net/bulk_transfer.hpp)
 //   tls_frames raw bytes (BASP headers, broken ClientHellos) to a learner's TLS port
+//   weight_packet  a weight version as a peer's CAF bytes, checked, taken and loaded by a rollout's receiver
+//   weight_delta   a bf16 delta's change count and payload, applied to a replica's image
 // Each case is a valid seed input with 1-4 mutations drawn from a seeded
 // generator (byte flips, insertions, deletions, duplications, extreme
 // numbers, type swaps, deep nesting, invalid UTF-8, truncation), so a run is
@@ -149,8 +151,6 @@ void quiet() {
     ::close(null);
   }
 }
-
-
 
 Surface config_surface() {
   Surface surface;
@@ -303,7 +303,6 @@ Surface chat_template_surface() {
   };
   return surface;
 }
-
 
 Surface tool_call_surface() {
   Surface surface;
@@ -492,9 +491,7 @@ Surface openenv_reply_surface() {
   return surface;
 }
 
-
 // ---- the driver -----------------------------------------------------------
-
 
 void keep(const fs::path& out, const std::string& surface, int64_t index, const std::string& input) {
   if (out.empty()) return;
@@ -535,7 +532,6 @@ Counts fuzz_isolated(const Surface& surface, int64_t cases, uint64_t seed, const
 
 using namespace sao_fuzz;
 
-
 int main(int argc, char** argv) {
   std::string surface_name = "all";
   int64_t cases = 300;
@@ -559,23 +555,38 @@ int main(int argc, char** argv) {
     } else if (arg == "--out") {
       out = value();
     } else {
-      std::fprintf(stderr,
-                   "usage: sao_fuzz [--surface "
-                   "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|template_limits|normalizer_"
-                   "growth|tool_call|countdown|data_file|http|join|bulk|tls_frames|descriptor_flood|console_trickle|all, "
-                   "or a comma list] "
-                   "[--cases N] "
-                   "[--seed S] [--out DIR]\n");
+      std::fprintf(
+          stderr,
+          "usage: sao_fuzz [--surface "
+          "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|template_limits|normalizer_"
+          "growth|tool_call|countdown|data_file|http|join|bulk|tls_frames|descriptor_flood|console_trickle|all, "
+          "or a comma list] "
+          "[--cases N] "
+          "[--seed S] [--out DIR]\n");
       return 2;
     }
   }
   const auto scratch = fs::temp_directory_path() / ("sao_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
-  const std::vector<std::string> all = {
-      "config",        "safetensors", "env_reply",  "openenv_reply",   "tokenizer",
-      "chat_template", "tool_call",   "countdown",  "data_file",       "http",
-      "join",          "bulk",        "tls_frames", "template_limits", "normalizer_growth",
-      "descriptor_flood", "console_trickle"};
+  const std::vector<std::string> all = {"config",
+                                        "safetensors",
+                                        "env_reply",
+                                        "openenv_reply",
+                                        "tokenizer",
+                                        "chat_template",
+                                        "tool_call",
+                                        "countdown",
+                                        "data_file",
+                                        "http",
+                                        "join",
+                                        "bulk",
+                                        "tls_frames",
+                                        "template_limits",
+                                        "normalizer_growth",
+                                        "descriptor_flood",
+                                        "console_trickle",
+                                        "weight_packet",
+                                        "weight_delta"};
   // --surface takes one name, a comma list, or "all".
   std::vector<std::string> wanted;
   for (size_t at = 0; at <= surface_name.size();) {
@@ -609,6 +620,8 @@ int main(int argc, char** argv) {
     if (name == "data_file") counts = fuzz_isolated(data_file_surface(), cases, seed, scratch, out);
     if (name == "tool_call") counts = fuzz_isolated(tool_call_surface(), cases, seed, scratch, out);
     if (name == "countdown") counts = fuzz_isolated(countdown_surface(), cases, seed, scratch, out);
+    if (name == "weight_packet") counts = fuzz_isolated(weight_packet_surface(), cases, seed, scratch, out);
+    if (name == "weight_delta") counts = fuzz_isolated(weight_delta_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "console_trickle") counts = fuzz_console_trickle(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);

@@ -76,8 +76,6 @@ bool exchange(int port, const std::string& request, std::chrono::seconds wait, s
   return true;
 }
 
-
-
 // Cases first..last-1 (mutations of `seeds`, reproducible from `seed` and
 // the case number), each sent on its own connection, all at once; returns
 // the replies in case order and the inputs through `inputs`.
@@ -207,7 +205,8 @@ Counts fuzz_console_trickle(int64_t cases, uint64_t seed, const fs::path& scratc
         const auto mutated = mutate(seeds[rng() % seeds.size()], rng);
         first = mutated.substr(0, rng() % (mutated.size() + 1));
       }  // kind 2: idle sockets, many from one address
-      if (!first.empty()) [[maybe_unused]] auto sent = ::send(fd, first.data(), first.size(), MSG_NOSIGNAL);
+      if (!first.empty()) [[maybe_unused]]
+        auto sent = ::send(fd, first.data(), first.size(), MSG_NOSIGNAL);
       if (k == 0) described = "kind " + std::to_string(kind) + ", first connection sent:\n" + first;
     }
     const bool answered = answered_amid(server.port, crowd, rng);
