@@ -555,14 +555,15 @@ int main(int argc, char** argv) {
     } else if (arg == "--out") {
       out = value();
     } else {
-      std::fprintf(
-          stderr,
-          "usage: sao_fuzz [--surface "
-          "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|template_limits|normalizer_"
-          "growth|tool_call|countdown|data_file|http|join|bulk|tls_frames|descriptor_flood|console_trickle|all, "
-          "or a comma list] "
-          "[--cases N] "
-          "[--seed S] [--out DIR]\n");
+      std::fprintf(stderr,
+                   "usage: sao_fuzz [--surface "
+                   "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|template_limits|normalizer_"
+                   "growth|tool_call|countdown|data_file|http|join|bulk|tls_frames|descriptor_flood|console_trickle|"
+                   "weight_packet|"
+                   "weight_delta|all, "
+                   "or a comma list] "
+                   "[--cases N] "
+                   "[--seed S] [--out DIR]\n");
       return 2;
     }
   }
