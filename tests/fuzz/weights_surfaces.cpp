@@ -89,15 +89,15 @@ Surface weight_delta_surface() {
   const uint64_t checksum = delta.checksum;
   surface.run = [checksum](const std::string& input, const fs::path&) {
     if (input.size() < 8) return Outcome::kClean;
-    sao::weights::Delta delta;
-    delta.base_version = 4;
-    delta.version = 5;
-    delta.elements = base_image().values.size();
-    std::memcpy(&delta.changed, input.data(), sizeof(delta.changed));
-    delta.payload.assign(input.begin() + 8, input.end());
-    delta.checksum = checksum;
+    sao::weights::Delta case_delta;
+    case_delta.base_version = 4;
+    case_delta.version = 5;
+    case_delta.elements = base_image().values.size();
+    std::memcpy(&case_delta.changed, input.data(), sizeof(case_delta.changed));
+    case_delta.payload.assign(input.begin() + 8, input.end());
+    case_delta.checksum = checksum;
     auto image = base_image();
-    sao::weights::apply_delta(image, delta);
+    sao::weights::apply_delta(image, case_delta);
     return Outcome::kAccepted;
   };
   return surface;
