@@ -131,10 +131,13 @@ void note_ack(WeightSyncSelf self, const msg::VersionAck& ack) {
   }
   ++state.checksum_mismatches;
   const auto route = state.route_of.count(ack.rollout) > 0 ? state.route_of[ack.rollout] : weights::Route::kCafBytes;
-  state.counters.last_error = ack.rollout + ": weights v" + std::to_string(ack.version) + " loaded by " +
-                              weights::route_name(route) + " did not match the version's checksum";
-  std::fprintf(stderr, "weight-sync: %s; sending it the full version by the next route\n",
-               state.counters.last_error.c_str());
+  const bool last_route = route == weights::Route::kCafBytes;
+  // By CAF bytes the rollout keeps the version (there is no later route);
+  // by any other route it keeps its old one and is sent the version again.
+  state.counters.last_error = ack.rollout + ": weights loaded by " + weights::route_name(route) +
+                              " did not match the version's checksum (it runs v" + std::to_string(ack.version) + ")";
+  std::fprintf(stderr, "weight-sync: %s; %s\n", state.counters.last_error.c_str(),
+               last_route ? "no route is left, the mismatch stays counted" : "sending it again by the next route");
   state.sender->refuse(ack.rollout, route);
 }
 }  // namespace

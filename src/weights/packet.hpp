@@ -34,8 +34,8 @@ struct Packet {
   // Where the route's receiver reads the weights, as text: kCudaIpc's
   // handle; a new route's own address (so it needs no new field).
   std::string locator;
-  uint16_t bulk_port = 0;        // kBulkChannel: the learner's bulk server
-  uint64_t bulk_bytes = 0;       // kBulkChannel: the version's size there
+  uint16_t bulk_port = 0;   // kBulkChannel: the learner's bulk server
+  uint64_t bulk_bytes = 0;  // kBulkChannel: the version's size there
   // kDeviceCopy (and the learner's own device pack): never serialised.
   std::shared_ptr<const model::DevicePackedTensors> on_device;
 };

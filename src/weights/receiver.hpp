@@ -28,8 +28,6 @@ class Receiver {
   Applied apply(const Packet& packet, torch::nn::Module& module, const std::string& where);
 
  private:
-  const Transport& transport(Route route) const;
-
   std::vector<std::unique_ptr<Transport>> transports_;
   ReceiverContext context_;
 };

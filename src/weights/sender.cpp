@@ -7,13 +7,6 @@ namespace sao::weights {
 
 Sender::Sender(std::shared_ptr<net::BulkServer> bulk_server) : transports_(make_transports(std::move(bulk_server))) {}
 
-const Transport& Sender::transport(Route route) const {
-  for (const auto& candidate : transports_) {
-    if (candidate->route() == route) return *candidate;
-  }
-  throw Error(std::string("weights: no transport for route ") + route_name(route));
-}
-
 Route Sender::choose(const Packet& source, const std::string& receiver, const Placement& placement) const {
   const auto refused = refused_.find(receiver);
   for (const auto& candidate : transports_) {
@@ -24,11 +17,11 @@ Route Sender::choose(const Packet& source, const std::string& receiver, const Pl
 }
 
 Packet Sender::carry(Route route, const Packet& source, const std::shared_ptr<const void>& source_owner) const {
-  return transport(route).carry(source, source_owner);
+  return transport_of(transports_, route).carry(source, source_owner);
 }
 
 bool Sender::reads_source_in_place(Route route) const {
-  return transport(route).reads_source_in_place();
+  return transport_of(transports_, route).reads_source_in_place();
 }
 
 bool Sender::refuse(const std::string& receiver, Route route) {

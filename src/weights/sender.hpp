@@ -32,8 +32,6 @@ class Sender {
   size_t refusals() const;
 
  private:
-  const Transport& transport(Route route) const;
-
   std::vector<std::unique_ptr<Transport>> transports_;
   std::map<std::string, std::set<Route>> refused_;
 };

@@ -64,5 +64,7 @@ class Transport {
 // is given: a cluster learner's; a receiver needs none), and CAF bytes,
 // which reach everyone.
 std::vector<std::unique_ptr<Transport>> make_transports(std::shared_ptr<net::BulkServer> bulk_server = nullptr);
+// The transport of `route` among `transports`; throws sao::Error when none is.
+const Transport& transport_of(const std::vector<std::unique_ptr<Transport>>& transports, Route route);
 
 }  // namespace sao::weights

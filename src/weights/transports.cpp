@@ -133,6 +133,13 @@ class CudaIpc final : public Transport {
 
 }  // namespace
 
+const Transport& transport_of(const std::vector<std::unique_ptr<Transport>>& transports, Route route) {
+  for (const auto& candidate : transports) {
+    if (candidate->route() == route) return *candidate;
+  }
+  throw Error(std::string("weights: no transport for route ") + route_name(route));
+}
+
 std::vector<std::unique_ptr<Transport>> make_transports(std::shared_ptr<net::BulkServer> bulk_server) {
   std::vector<std::unique_ptr<Transport>> transports;
   transports.push_back(std::make_unique<DeviceCopy>());

@@ -74,6 +74,8 @@ struct Counts {
   }
 };
 
+// sao_fuzz.cpp: a one-layer model the weight surfaces load into
+sao::model::ModelConfig tiny();
 // sao_fuzz.cpp: mutations and running one case
 std::string random_bytes(std::mt19937_64& rng, size_t n);
 std::string mutate(std::string text, std::mt19937_64& rng);

@@ -17,17 +17,6 @@ namespace sao_fuzz {
 
 namespace {
 
-sao::model::ModelConfig tiny_model() {
-  sao::model::ModelConfig config;
-  config.hidden_size = 16;
-  config.intermediate_size = 32;
-  config.num_hidden_layers = 1;
-  config.num_attention_heads = 2;
-  config.num_key_value_heads = 1;
-  config.max_position_embeddings = 16;
-  return config;
-}
-
 std::string serialised(sao::weights::Packet packet) {
   std::vector<char> bytes;
   caf::binary_serializer sink{nullptr, bytes};
@@ -52,7 +41,7 @@ const sao::weights::Bf16Image& base_image() {
 Surface weight_packet_surface() {
   Surface surface;
   surface.name = "weight_packet";
-  sao::model::CausalLM policy(tiny_model());
+  sao::model::CausalLM policy(tiny());
   sao::model::init_weights(*policy, 1);
   const auto packet = sao::weights::host_packet(3, sao::model::pack_module(*policy));
   surface.seeds = {serialised(packet)};
@@ -63,7 +52,7 @@ Surface weight_packet_surface() {
     sao::weights::Packet received;
     caf::binary_deserializer source{nullptr, bytes};
     if (auto error = source(received)) return Outcome::kClean;  // CAF refused the bytes
-    sao::model::CausalLM model(tiny_model());
+    sao::model::CausalLM model(tiny());
     // No bulk reader: a notice is refused by name, never read from a port.
     sao::weights::Receiver receiver(torch::kCPU, nullptr);
     if (!receiver.take(received, "fuzz: weights")) return Outcome::kClean;
