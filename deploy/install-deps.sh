@@ -14,7 +14,7 @@ packages=(
   libtorch-dev libopenblas0-pthread
   libcaf-dev libssl-dev openssl nlohmann-json3-dev doctest-dev
   libcpp-httplib-dev libcairo2-dev fonts-dejavu-core curl
-  libpcre2-dev libutf8proc-dev libwebsocketpp-dev libasio-dev libxxhash-dev
+  libpcre2-dev libutf8proc-dev libwebsocketpp-dev libasio-dev libxxhash-dev libgloo-dev
   python3
 )
 if [ "${1:-}" = "--tests" ]; then

@@ -8,6 +8,7 @@
 #include "base/json_reader.hpp"
 #include "model/generation.hpp"
 #include "model/transformer.hpp"
+#include "test_tiny_model.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>
@@ -31,40 +32,13 @@ using sao::algo::LearnerConfig;
 using sao::algo::Trajectory;
 using sao::model::CausalLM;
 using sao::model::ModelConfig;
+using Models = sao_test::LearnerModels;
 using sao::model::ValueModel;
 
 namespace {
 
-ModelConfig tiny_config() {
-  ModelConfig config;
-  config.vocab_size = 16;
-  config.hidden_size = 16;
-  config.intermediate_size = 32;
-  config.num_hidden_layers = 1;
-  config.num_attention_heads = 2;
-  config.num_key_value_heads = 1;
-  config.max_position_embeddings = 32;
-  config.tie_word_embeddings = false;
-  return config;
-}
-
-struct Models {
-  CausalLM policy{nullptr};
-  ValueModel critic{nullptr};
-};
-
-Models make_models(uint64_t seed) {
-  Models m;
-  m.policy = CausalLM(tiny_config());
-  sao::model::init_weights(*m.policy, seed);
-  m.critic = ValueModel(tiny_config());
-  sao::model::init_weights(*m.critic, seed + 1);
-  sao::model::init_value_from_policy(m.critic, m.policy);
-  // A non-zero head so that one update already moves the whole critic.
-  torch::NoGradGuard no_grad;
-  auto generator = at::detail::createCPUGenerator(seed + 2);
-  m.critic->score->weight.normal_(0.0, 0.3, generator);
-  return m;
+auto make_models(uint64_t seed) {
+  return sao_test::tiny_learner_models(seed);
 }
 
 // Behaviour log-probs: the policy's own, perturbed by up to +-0.1 so that

@@ -46,4 +46,39 @@ inline sao::model::CausalLM tiny_policy(uint64_t seed = 7) {
   return policy;
 }
 
+// The learner tests' shape: one layer, 16-token vocabulary, 16 wide, untied head.
+inline sao::model::ModelConfig tiny_learner_config() {
+  sao::model::ModelConfig config;
+  config.vocab_size = 16;
+  config.hidden_size = 16;
+  config.intermediate_size = 32;
+  config.num_hidden_layers = 1;
+  config.num_attention_heads = 2;
+  config.num_key_value_heads = 1;
+  config.max_position_embeddings = 32;
+  config.tie_word_embeddings = false;
+  return config;
+}
+
+struct LearnerModels {
+  sao::model::CausalLM policy{nullptr};
+  sao::model::ValueModel critic{nullptr};
+};
+
+// A policy from `seed` and, with `critic`, a critic initialised from it with
+// a non-zero head (so that one update already moves the whole critic).
+inline LearnerModels tiny_learner_models(uint64_t seed, bool critic = true) {
+  LearnerModels m;
+  m.policy = sao::model::CausalLM(tiny_learner_config());
+  sao::model::init_weights(*m.policy, seed);
+  if (!critic) return m;
+  m.critic = sao::model::ValueModel(tiny_learner_config());
+  sao::model::init_weights(*m.critic, seed + 1);
+  sao::model::init_value_from_policy(m.critic, m.policy);
+  torch::NoGradGuard no_grad;
+  auto generator = at::detail::createCPUGenerator(seed + 2);
+  m.critic->score->weight.normal_(0.0, 0.3, generator);
+  return m;
+}
+
 }  // namespace sao_test

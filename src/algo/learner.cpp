@@ -1,6 +1,7 @@
 // The learner step; see learner.hpp for the sequence and its guarantees.
 #include "algo/learner.hpp"
 
+#include "algo/adamw_state.hpp"
 #include "model/device.hpp"
 
 #include "base/atomic_file.hpp"
@@ -208,49 +209,81 @@ void batch_metrics(const std::vector<Trajectory>& kept, const TrajectoryBatch& b
 }
 
 PolicyLossResult compute_policy_loss(const LearnerConfig& c, const torch::Tensor& logprobs,
-                                     const TrajectoryBatch& batch, const torch::Tensor& advantages, Metrics& m) {
-  const bool dis = c.policy_loss == PolicyLossKind::kDis;
-  auto result = dis ? dis_loss(logprobs, batch.behaviour_logprobs, advantages, batch.action_mask, c.dis)
-                    : ppo_clip_loss(logprobs, batch.behaviour_logprobs, advantages, batch.action_mask, c.ppo);
-  m["policy_loss"] = result.loss.item<double>();
-  m["ratio_mean"] = result.ratio_mean;
-  m["ratio_max"] = result.ratio_max;
-  m[dis ? "dis_reject_low_frac" : "ppo_clip_low_frac"] = result.below_frac;
-  m[dis ? "dis_reject_high_frac" : "ppo_clip_high_frac"] = result.above_frac;
-  if (!dis) m["ppo_dual_clip_frac"] = result.dual_clip_frac;
-  return result;
+                                     const TrajectoryBatch& batch, const torch::Tensor& advantages,
+                                     int64_t batch_tokens) {
+  return c.policy_loss == PolicyLossKind::kDis
+             ? dis_loss(logprobs, batch.behaviour_logprobs, advantages, batch.action_mask, c.dis, batch_tokens)
+             : ppo_clip_loss(logprobs, batch.behaviour_logprobs, advantages, batch.action_mask, c.ppo, batch_tokens);
 }
+
+// What the actor stage adds up over its pieces and ranks before reporting:
+// sums (index by the enum) and maxima.
+enum ActorSum { kEntropy, kActions, kLoss, kBelow, kAbove, kDual, kRatio, kLag0, kLag0Outside, kActorSums };
+enum ActorMax { kRatioMax, kLag0GapMax, kActorMaxes };
 
 // Rollout against learner log-probs on the action tokens sampled by the
 // weights the learner holds now (lag 0): the same weights produced both, so
 // they may differ only by numerics (KV cache, batching, kernels, precision).
 // A gap here is a bug in recording or recomputing log-probs, which DIS would
 // otherwise silently treat as off-policy drift. `logprobs` is this step's
-// forward pass; nothing is recomputed.
-void logprob_agreement_metrics(const torch::Tensor& logprobs, const TrajectoryBatch& batch, int64_t learner_version,
-                               const DisOptions& band, Metrics& m) {
+// forward pass; nothing is recomputed. Adds this piece's lag-0 count, the
+// count outside DIS's band, and the largest gap.
+void add_logprob_agreement(const torch::Tensor& logprobs, const TrajectoryBatch& batch, int64_t learner_version,
+                           const DisOptions& band, std::vector<double>& sums, std::vector<double>& maxes) {
   torch::NoGradGuard no_grad;
   const auto lag0 = batch.action_mask & (batch.versions == learner_version);
   const int64_t tokens = lag0.sum().item<int64_t>();
-  m["lag0_tokens"] = static_cast<double>(tokens);
-  if (tokens == 0) return;  // the other two keys are absent: no token to compare
+  sums[kLag0] += static_cast<double>(tokens);
+  if (tokens == 0) return;
   const auto learner = logprobs.detach().masked_select(lag0);
   const auto rollout = batch.behaviour_logprobs.masked_select(lag0).to(learner.scalar_type());
-  m["logprob_gap_lag0_max"] = (rollout.to(torch::kFloat64) - learner.to(torch::kFloat64)).abs().max().item<double>();
+  maxes[kLag0GapMax] = std::max(maxes[kLag0GapMax],
+                                (rollout.to(torch::kFloat64) - learner.to(torch::kFloat64)).abs().max().item<double>());
   // The ratio as dis_loss computes it (same dtype), so the count matches its rejections.
   const auto outside = dis_outside_band((learner - rollout).exp(), band);
-  m["logprob_outside_dis_lag0_frac"] =
-      static_cast<double>((outside.below | outside.above).sum().item<int64_t>()) / static_cast<double>(tokens);
+  sums[kLag0Outside] += static_cast<double>((outside.below | outside.above).sum().item<int64_t>());
+}
+
+// The piece's rows of the share (the share itself when the piece is all of it).
+TrajectoryBatch piece_batch(const TrajectoryBatch& share, const StepPiece& piece) {
+  return static_cast<int64_t>(piece.rows.size()) == share.batch_size() ? share : select_rows(share, piece.rows);
+}
+torch::Tensor piece_rows(const torch::Tensor& x, const TrajectoryBatch& share, const StepPiece& piece) {
+  return static_cast<int64_t>(piece.rows.size()) == share.batch_size()
+             ? x
+             : x.index_select(0, row_index(piece.rows, x.device()));
+}
+
+// Mean and population std of x over the mask's tokens of every rank (two
+// passes, as torch's var: the mean first, then squared deviations from it).
+struct Moments {
+  double mean = 0.0;
+  double std = 0.0;
+  double count = 0.0;
+};
+Moments moments_over_ranks(RankGroup& ranks, const torch::Tensor& x, const torch::Tensor& mask) {
+  const auto selected = x.detach().masked_select(mask.to(torch::kBool)).to(torch::kFloat64);
+  const auto first =
+      reduce_numbers(ranks, {static_cast<double>(selected.numel()), selected.sum().item<double>()}, ReduceOp::kSum);
+  Moments out;
+  out.count = first[0];
+  if (out.count == 0) return out;
+  out.mean = first[1] / out.count;
+  const double squares = reduce_numbers(ranks, {(selected - out.mean).pow(2).sum().item<double>()}, ReduceOp::kSum)[0];
+  out.std = std::sqrt(squares / out.count);
+  return out;
 }
 
 constexpr const char* kStateFormat = "sao-learner-state-v1";
 
 }  // namespace
 
-Learner::Learner(LearnerConfig config, model::CausalLM policy, model::ValueModel critic)
+Learner::Learner(LearnerConfig config, model::CausalLM policy, model::ValueModel critic,
+                 std::shared_ptr<RankGroup> ranks)
     : config_(config),
       policy_(std::move(policy)),
       critic_(std::move(critic)),
+      ranks_(ranks ? std::move(ranks) : single_rank()),
       device_(torch::kCPU),
       running_baseline_(static_cast<size_t>(config_.running_mean_window)) {
   config_.validate("learner config");
@@ -313,11 +346,31 @@ void Learner::record_skip(StepResult& result) {
 
 StepResult Learner::step(const std::vector<Trajectory>& trajectories) {
   const auto start = std::chrono::steady_clock::now();
+  const double collective_before = ranks_->collective_seconds();
   StepResult result;
   check_admissible(trajectories);
   if (!trajectories.empty()) train(trajectories, result);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Metrics& m = result.metrics;
+  if (ranks_->size() > 1 && !trajectories.empty()) {
+    // Each rank's share and where its time went, gathered once a step.
+    const double collective = ranks_->collective_seconds() - collective_before;
+    const auto size = static_cast<size_t>(ranks_->size());
+    std::vector<double> slots(3 * size, 0.0);
+    const auto rank = static_cast<size_t>(ranks_->rank());
+    slots[3 * rank] = static_cast<double>(plan_.share_tokens);
+    slots[3 * rank + 1] = seconds - collective;
+    slots[3 * rank + 2] = collective;
+    slots = reduce_numbers(*ranks_, slots, ReduceOp::kSum);
+    for (size_t r = 0; r < size; ++r) {
+      const std::string prefix = "rank" + std::to_string(r) + "_";
+      m[prefix + "tokens"] = slots[3 * r];
+      m[prefix + "compute_s"] = slots[3 * r + 1];
+      m[prefix + "allreduce_s"] = slots[3 * r + 2];
+    }
+    m["allreduce_s"] = collective;
+    m["allreduce_share"] = seconds > 0 ? collective / seconds : 0.0;
+  }
   m["critic_updates"] = static_cast<double>(result.critic_updates);
   m["policy_updated"] = result.policy_updated ? 1.0 : 0.0;
   m["step_skipped"] = result.skipped_nonfinite ? 1.0 : 0.0;
@@ -332,27 +385,36 @@ StepResult Learner::step(const std::vector<Trajectory>& trajectories) {
 void Learner::train(const std::vector<Trajectory>& kept, StepResult& result) {
   const model::AutocastGuard autocast(device_, config_.bf16_autocast);
   Metrics& m = result.metrics;
-  const auto batch = batch_to(collate(kept, config_.pad_id), device_);
-  batch_metrics(kept, batch, policy_version_, m);
+  const auto whole = batch_to(collate(kept, config_.pad_id), device_);
+  batch_metrics(kept, whole, policy_version_, m);
   {
-    const auto lengths = batch.lengths.to(torch::kCPU, torch::kInt64).contiguous();
-    buckets_ = plan_length_buckets(
-        std::vector<int64_t>(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel()),
-        config_.max_length_buckets, kLengthBucketOverheadTokens);
-    m["length_buckets"] = static_cast<double>(buckets_.size());
+    const auto lengths = whole.lengths.to(torch::kCPU, torch::kInt64).contiguous();
+    plan_ = plan_step(std::vector<int64_t>(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel()),
+                      ranks_->rank(), ranks_->size(), config_.micro_batch_tokens, config_.max_length_buckets);
+    int64_t passes = 0;
+    for (const auto& piece : plan_.pieces) passes += static_cast<int64_t>(piece.buckets.size());
+    m["length_buckets"] = static_cast<double>(passes);
+    m["micro_batches"] = static_cast<double>(plan_.pieces.size());
   }
+  batch_action_tokens_ = whole.action_mask.sum().item<int64_t>();
+  const auto share = ranks_->size() == 1 ? whole : select_rows(whole, plan_.share);
   const bool warmup = config_.uses_critic() && steps_ < config_.critic_warmup_steps;
   m["critic_only"] = warmup ? 1.0 : 0.0;
   ++steps_;
-  if (!inputs_finite(batch)) return record_skip(result);
-  auto advantages = config_.uses_critic() ? critic_stage(batch, result) : baseline_advantages(batch, m);
+  if (!inputs_finite(whole)) return record_skip(result);
+  auto advantages = config_.uses_critic()
+                        ? critic_stage(share, result)
+                        : piece_rows(baseline_advantages(whole, m), whole, StepPiece{plan_.share, {}, 0});
   if (result.skipped_nonfinite) return;
-  if (config_.normalize_advantages) advantages = normalize_advantages(advantages, batch.action_mask);
+  if (config_.normalize_advantages) {
+    const auto moments = moments_over_ranks(*ranks_, advantages, share.action_mask);
+    advantages = normalize_advantages(advantages, share.action_mask, moments.mean, moments.std);
+  }
   result.advantages = advantages;
-  auto selected = advantages.masked_select(batch.action_mask).to(torch::kFloat64);
-  m["advantage_mean"] = selected.mean().item<double>();
-  m["advantage_std"] = selected.std(/*unbiased=*/false).item<double>();
-  if (!actor_stage(batch, advantages, /*train=*/!warmup, m)) return record_skip(result);
+  const auto moments = moments_over_ranks(*ranks_, advantages, share.action_mask);
+  m["advantage_mean"] = moments.mean;
+  m["advantage_std"] = moments.std;
+  if (!actor_stage(share, advantages, /*train=*/!warmup, m)) return record_skip(result);
   if (!warmup) {
     result.policy_updated = true;
     ++policy_version_;
@@ -362,17 +424,36 @@ void Learner::train(const std::vector<Trajectory>& kept, StepResult& result) {
   }
 }
 
+CriticOutputs Learner::share_critic_outputs(const TrajectoryBatch& share) {
+  if (plan_.pieces.size() == 1) return critic_outputs(critic_, share.input_ids, share.lengths, plan_.pieces[0].buckets);
+  CriticOutputs out;
+  for (const auto& piece : plan_.pieces) {
+    const auto rows = piece_batch(share, piece);
+    const auto part = critic_outputs(critic_, rows.input_ids, rows.lengths, piece.buckets);
+    if (!out.values.defined()) {
+      out.values = torch::zeros({share.batch_size(), share.max_length()}, part.values.options());
+      out.bootstrap = torch::zeros({share.batch_size()}, part.bootstrap.options());
+    }
+    const auto index = row_index(piece.rows, part.values.device());
+    out.values.index_copy_(0, index, part.values);
+    out.bootstrap.index_copy_(0, index, part.bootstrap);
+  }
+  return out;
+}
+
 torch::Tensor Learner::critic_stage(const TrajectoryBatch& batch, StepResult& result) {
   Metrics& m = result.metrics;
   const int64_t rows = batch.batch_size();
   // The first update's forward pass is also the snapshot: the critic has
   // not changed yet, so its values, detached, are what the fixed targets
   // need. That saves one critic forward of the K + 2 the stage would run.
-  const bool updates = config_.critic_updates > 0;
+  // With micro-batches the snapshot runs without a graph (one graph per
+  // piece held to the update would undo what micro-batching saves).
+  const bool reuse = config_.critic_updates > 0 && plan_.pieces.size() == 1;
   CriticOutputs first;
   {
-    const torch::AutoGradMode grad_mode(updates);
-    first = critic_outputs(critic_, batch.input_ids, batch.lengths, buckets_);
+    const torch::AutoGradMode grad_mode(reuse);
+    first = share_critic_outputs(batch);
   }
   const CriticOutputs snapshot{first.values.detach(), first.bootstrap.detach()};
   // Fixed targets for all K updates (SAO.md step 2).
@@ -380,10 +461,15 @@ torch::Tensor Learner::critic_stage(const TrajectoryBatch& batch, StepResult& re
                                       snapshot.bootstrap, config_.gamma, constant_lambda(rows, config_.lambda_critic))
                      .returns;
   result.critic_targets = targets;
-  const double ev = explained_variance(snapshot.values, targets, batch.action_mask);
-  if (std::isfinite(ev)) m["explained_variance"] = ev;
+  {
+    // 1 - Var(R - V) / Var(R) over every rank's action tokens.
+    const auto of_targets = moments_over_ranks(*ranks_, targets, batch.action_mask);
+    const auto of_errors = moments_over_ranks(*ranks_, targets - snapshot.values, batch.action_mask);
+    const double var_r = of_targets.std * of_targets.std;
+    if (var_r > 0) m["explained_variance"] = 1.0 - of_errors.std * of_errors.std / var_r;
+  }
   for (int64_t k = 0; k < config_.critic_updates; ++k) {
-    if (!critic_update(batch, targets, snapshot.values, m, k == 0 ? &first : nullptr)) {
+    if (!critic_update(batch, targets, snapshot.values, m, k == 0 && reuse ? &first : nullptr)) {
       record_skip(result);
       return {};
     }
@@ -392,9 +478,11 @@ torch::Tensor Learner::critic_stage(const TrajectoryBatch& batch, StepResult& re
   CriticOutputs fresh;
   {
     torch::NoGradGuard no_grad;
-    fresh = critic_outputs(critic_, batch.input_ids, batch.lengths, buckets_);
+    fresh = share_critic_outputs(batch);
   }
-  m["value_loss_final"] = value_loss(fresh.values, targets, batch.action_mask).item<double>();
+  m["value_loss_final"] = reduce_numbers(
+      *ranks_, {value_loss(fresh.values, targets, batch.action_mask, {}, 0.0, batch_action_tokens_).item<double>()},
+      ReduceOp::kSum)[0];
   auto lambdas = config_.adaptive_lambda ? length_adaptive_lambda(batch.action_mask, config_.lambda_alpha)
                                          : constant_lambda(rows, config_.lambda_policy);
   // Also computed during warm-up: the policy metrics are still reported.
@@ -406,12 +494,22 @@ torch::Tensor Learner::critic_stage(const TrajectoryBatch& batch, StepResult& re
 bool Learner::critic_update(const TrajectoryBatch& batch, const torch::Tensor& targets, const torch::Tensor& old_values,
                             Metrics& m, const CriticOutputs* current) {
   critic_optimizer_->zero_grad();
-  auto out = current != nullptr ? *current : critic_outputs(critic_, batch.input_ids, batch.lengths, buckets_);
-  auto loss = value_loss(out.values, targets, batch.action_mask, old_values, config_.value_clip);
-  const double loss_value = loss.item<double>();
+  double loss_sum = 0.0;
+  for (const auto& piece : plan_.pieces) {
+    const auto rows = piece_batch(batch, piece);
+    const auto out =
+        current != nullptr ? *current : critic_outputs(critic_, rows.input_ids, rows.lengths, piece.buckets);
+    auto loss = value_loss(out.values, piece_rows(targets, batch, piece), rows.action_mask,
+                           piece_rows(old_values, batch, piece), config_.value_clip, batch_action_tokens_);
+    loss_sum += loss.item<double>();
+    loss.backward();
+  }
+  // The whole batch's loss: every rank sees the same number, so all take
+  // (or all skip) the step.
+  const double loss_value = reduce_numbers(*ranks_, {loss_sum}, ReduceOp::kSum)[0];
   if (!m.count("value_loss")) m["value_loss"] = loss_value;
   if (!std::isfinite(loss_value)) return false;
-  loss.backward();
+  reduce_gradients(*ranks_, critic_params_);
   const double norm = clip_gradients(critic_params_, config_.max_grad_norm);
   m["value_grad_norm"] = norm;
   if (!std::isfinite(norm)) return false;
@@ -448,26 +546,112 @@ torch::Tensor Learner::baseline_advantages(const TrajectoryBatch& batch, Metrics
 }
 
 bool Learner::actor_stage(const TrajectoryBatch& batch, const torch::Tensor& advantages, bool train, Metrics& m) {
-  if (!train) {  // warm-up: policy metrics only
-    torch::NoGradGuard no_grad;
-    auto out = policy_outputs(policy_, batch.input_ids, buckets_);
-    m["entropy"] = mean_over_actions(out.entropy, batch.action_mask);
-    logprob_agreement_metrics(out.logprobs, batch, policy_version_, config_.dis, m);
-    compute_policy_loss(config_, out.logprobs, batch, advantages, m);
-    return true;
+  // Warm-up: the policy's metrics only, no graph and no step.
+  const torch::AutoGradMode grad_mode(train);
+  if (train) actor_optimizer_->zero_grad();
+  std::vector<double> sums(kActorSums, 0.0);
+  std::vector<double> maxes(kActorMaxes, -std::numeric_limits<double>::infinity());
+  for (const auto& piece : plan_.pieces) {
+    const auto rows = piece_batch(batch, piece);
+    auto out = policy_outputs(policy_, rows.input_ids, piece.buckets);
+    const auto mask = rows.action_mask.to(torch::kBool);
+    sums[kEntropy] += out.entropy.detach().masked_select(mask).to(torch::kFloat64).sum().item<double>();
+    add_logprob_agreement(out.logprobs, rows, policy_version_, config_.dis, sums, maxes);
+    auto loss =
+        compute_policy_loss(config_, out.logprobs, rows, piece_rows(advantages, batch, piece), batch_action_tokens_);
+    sums[kActions] += static_cast<double>(loss.tokens);
+    sums[kLoss] += loss.loss.item<double>();
+    sums[kBelow] += static_cast<double>(loss.below_tokens);
+    sums[kAbove] += static_cast<double>(loss.above_tokens);
+    sums[kDual] += static_cast<double>(loss.dual_clip_tokens);
+    sums[kRatio] += loss.ratio_sum;
+    maxes[kRatioMax] = std::max(maxes[kRatioMax], loss.ratio_max);
+    if (train) loss.loss.backward();
   }
-  actor_optimizer_->zero_grad();
-  auto out = policy_outputs(policy_, batch.input_ids, buckets_);
-  m["entropy"] = mean_over_actions(out.entropy, batch.action_mask);
-  logprob_agreement_metrics(out.logprobs, batch, policy_version_, config_.dis, m);
-  auto loss = compute_policy_loss(config_, out.logprobs, batch, advantages, m);
+  sums = reduce_numbers(*ranks_, sums, ReduceOp::kSum);
+  maxes = reduce_numbers(*ranks_, maxes, ReduceOp::kMax);
+  const double actions = sums[kActions];
+  const bool dis = config_.policy_loss == PolicyLossKind::kDis;
+  m["entropy"] = sums[kEntropy] / actions;
+  m["policy_loss"] = sums[kLoss];
+  m["ratio_mean"] = sums[kRatio] / actions;
+  m["ratio_max"] = maxes[kRatioMax];
+  m[dis ? "dis_reject_low_frac" : "ppo_clip_low_frac"] = sums[kBelow] / actions;
+  m[dis ? "dis_reject_high_frac" : "ppo_clip_high_frac"] = sums[kAbove] / actions;
+  if (!dis) m["ppo_dual_clip_frac"] = sums[kDual] / actions;
+  m["lag0_tokens"] = sums[kLag0];
+  if (sums[kLag0] > 0) {  // the other two keys are absent: no token to compare
+    m["logprob_gap_lag0_max"] = maxes[kLag0GapMax];
+    m["logprob_outside_dis_lag0_frac"] = sums[kLag0Outside] / sums[kLag0];
+  }
+  if (!train) return true;
   if (!std::isfinite(m["policy_loss"])) return false;
-  loss.loss.backward();
+  reduce_gradients(*ranks_, actor_params_);
   const double norm = clip_gradients(actor_params_, config_.max_grad_norm);
   m["grad_norm"] = norm;
   if (!std::isfinite(norm)) return false;
   actor_optimizer_->step();
   return true;
+}
+
+void Learner::share_state(int root) {
+  if (ranks_->size() == 1) return;
+  torch::NoGradGuard no_grad;
+  const auto& window = running_baseline_.values();
+  auto counters =
+      torch::tensor({steps_, policy_version_, skipped_nonfinite_, static_cast<int64_t>(window.size())}, torch::kInt64);
+  ranks_->broadcast(counters, root);
+  steps_ = counters[0].item<int64_t>();
+  policy_version_ = counters[1].item<int64_t>();
+  skipped_nonfinite_ = counters[2].item<int64_t>();
+  auto rewards = torch::zeros({counters[3].item<int64_t>()}, torch::kFloat64);
+  if (ranks_->rank() == root)
+    rewards = torch::tensor(std::vector<double>(window.begin(), window.end()), torch::kFloat64);
+  if (rewards.numel() > 0) ranks_->broadcast(rewards, root);
+  running_baseline_.restore(
+      std::vector<double>(rewards.data_ptr<double>(), rewards.data_ptr<double>() + rewards.numel()));
+  auto parameters = policy_->parameters();
+  if (!critic_.is_empty()) {
+    for (const auto& p : critic_->parameters()) parameters.push_back(p);
+  }
+  broadcast_tensors(*ranks_, parameters, root);
+  share_adamw_state(*ranks_, *actor_optimizer_, actor_params_, root);
+  if (critic_optimizer_) share_adamw_state(*ranks_, *critic_optimizer_, critic_params_, root);
+}
+
+int64_t Learner::fingerprint() {
+  std::vector<torch::Tensor> tensors = policy_->parameters();
+  if (!critic_.is_empty()) {
+    for (const auto& p : critic_->parameters()) tensors.push_back(p);
+  }
+  auto add_moments = [&](torch::optim::AdamW* optimizer, const std::vector<torch::Tensor>& params) {
+    if (optimizer == nullptr) return;
+    for (const auto& p : params) {
+      if (const auto* state = adamw_state(*optimizer, p)) {
+        tensors.push_back(state->exp_avg());
+        tensors.push_back(state->exp_avg_sq());
+      }
+    }
+  };
+  add_moments(actor_optimizer_.get(), actor_params_);
+  add_moments(critic_optimizer_.get(), critic_params_);
+  return bit_fingerprint(tensors);
+}
+
+void Learner::check_ranks_agree() {
+  if (ranks_->size() == 1) return;
+  const auto prints = gather_numbers(*ranks_, fingerprint());
+  std::string differing;
+  for (size_t r = 1; r < prints.size(); ++r) {
+    if (prints[r] != prints[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!differing.empty()) {
+    throw RankFailure("learner ranks diverged at step " + std::to_string(steps_) +
+                      ": the weights and moments of rank(s) " + differing + " differ from rank 0's (fingerprints " +
+                      std::to_string(prints[0]) + " vs " +
+                      std::to_string(prints[std::stoul(differing.substr(0, differing.find(',')))]) +
+                      "); the run stops, resume it from its last checkpoint");
+  }
 }
 
 void Learner::save(const std::string& dir) const {

@@ -28,6 +28,8 @@
 #include "algo/learner_config.hpp"
 #include "algo/length_buckets.hpp"
 #include "algo/losses.hpp"
+#include "algo/rank_group.hpp"
+#include "algo/step_plan.hpp"
 #include "algo/trajectory.hpp"
 #include "model/transformer.hpp"
 
@@ -56,6 +58,9 @@ namespace sao::algo {
 //   critic_only (1 during warm-up), critic_updates (taken this step),
 //   policy_updated, step_skipped, skipped_nonfinite (cumulative count),
 //   policy_version (after the step), learner_step (after the step),
+//   micro_batches (pieces per rank, learner.micro_batch_tokens), with more
+//   than one rank: allreduce_s, allreduce_share (of the step's seconds) and
+//   per rank r: rank<r>_tokens, rank<r>_compute_s, rank<r>_allreduce_s;
 //   lag0_tokens (action tokens sampled at the learner's current version,
 //   staleness 0), and over those tokens, absent when there is none:
 //   logprob_gap_lag0_max (largest |behaviour - learner log-prob|, the
@@ -72,7 +77,9 @@ struct StepResult {
   Metrics metrics;
   bool policy_updated = false;
   bool skipped_nonfinite = false;
-  int64_t critic_updates = 0;    // critic optimiser steps taken
+  int64_t critic_updates = 0;  // critic optimiser steps taken
+  // Rows of this rank's share of the batch (StepPlan::share; the whole
+  // batch on one rank):
   torch::Tensor critic_targets;  // [B, T] fixed R used by all K updates (undefined without critic)
   torch::Tensor advantages;      // [B, T] actor advantages (0 off actions)
 };
@@ -115,12 +122,21 @@ struct LearnerState {
 };
 LearnerState read_learner_state(const std::string& dir);
 
+// Data-parallel ranks (rank_group.hpp): every rank holds the whole policy
+// and critic and runs step() on the same trajectories (rank 0 ships them,
+// learner_ranks.hpp); each computes forward and backward on its share of
+// the rows (step_plan.hpp), the gradients are summed over the ranks, and
+// every rank takes the same optimiser step, so N ranks compute what one
+// rank computes on the whole batch (to float rounding). Every number the
+// step reports is the whole batch's, on every rank.
 class Learner {
  public:
   // `critic` is required iff config.uses_critic() (pass ValueModel{nullptr}
   // otherwise); it must not share weights with the policy. The models are
   // held by reference (module holders): the caller may publish `policy()`.
-  Learner(LearnerConfig config, model::CausalLM policy, model::ValueModel critic = model::ValueModel{nullptr});
+  // `ranks`: the group this learner is one rank of (nullptr: alone).
+  Learner(LearnerConfig config, model::CausalLM policy, model::ValueModel critic = model::ValueModel{nullptr},
+          std::shared_ptr<RankGroup> ranks = nullptr);
 
   // One complete step. Throws sao::Error for malformed trajectories (named
   // by index), GRPO groups of the wrong size, or tokens from a future
@@ -137,6 +153,22 @@ class Learner {
   // and tensor), files loaded before it stay loaded: discard the learner.
   void save(const std::string& dir) const;
   void load(const std::string& dir);
+
+  // Ranks: every rank's weights, optimiser state, step counters and
+  // running-mean window become rank `root`'s (after rank 0 built or loaded
+  // its learner). A collective: every rank calls it.
+  void share_state(int root = 0);
+  // The bit fingerprint (rank_group.hpp) of the policy's and critic's
+  // parameters and moments.
+  int64_t fingerprint();
+  // Throws RankFailure naming the ranks whose fingerprints differ from rank
+  // 0's. A collective: every rank calls it.
+  void check_ranks_agree();
+  RankGroup& ranks() { return *ranks_; }
+  // The optimisers (their per-parameter state: adamw_state.hpp). The critic's
+  // is null without a critic.
+  torch::optim::AdamW& actor_optimizer() { return *actor_optimizer_; }
+  torch::optim::AdamW* critic_optimizer() { return critic_optimizer_.get(); }
 
   // Live knobs (console `set`): take effect at the next step; the optimiser
   // state (moments) is kept. Learning rates must be > 0; throws sao::Error.
@@ -157,6 +189,9 @@ class Learner {
   void check_admissible(const std::vector<Trajectory>& trajectories) const;
   void train(const std::vector<Trajectory>& kept, StepResult& result);
   torch::Tensor critic_stage(const TrajectoryBatch& batch, StepResult& result);
+  // The critic's outputs on this rank's share, piece by piece, without a
+  // graph unless the plan has one piece.
+  CriticOutputs share_critic_outputs(const TrajectoryBatch& share);
   // One critic optimiser step; `current` is this step's forward pass when
   // the caller already ran it (the first update reuses the snapshot's).
   bool critic_update(const TrajectoryBatch& batch, const torch::Tensor& targets, const torch::Tensor& old_values,
@@ -168,6 +203,7 @@ class Learner {
   LearnerConfig config_;
   model::CausalLM policy_;
   model::ValueModel critic_;
+  std::shared_ptr<RankGroup> ranks_;
   torch::Device device_;
   std::vector<torch::Tensor> actor_params_, critic_params_;
   std::unique_ptr<torch::optim::AdamW> actor_optimizer_, critic_optimizer_;
@@ -175,7 +211,8 @@ class Learner {
   int64_t steps_ = 0;
   int64_t policy_version_ = 0;
   int64_t skipped_nonfinite_ = 0;
-  std::vector<LengthBucket> buckets_;  // this step's rows by length (config_.max_length_buckets)
+  StepPlan plan_;                    // this step's share, micro-batches and length buckets
+  int64_t batch_action_tokens_ = 0;  // the whole batch's action tokens: every loss's N
 };
 
 }  // namespace sao::algo

@@ -5,6 +5,7 @@
 #include "model/device.hpp"
 
 #include "base/error.hpp"
+#include "base/host_port.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -132,6 +133,11 @@ void learner_keys(Config& c, Visit visit) {
   visit("running_mean_window", c.running_mean_window, IntRange{1, 1 << 24});
   visit("pad_id", c.pad_id, IntRange{0, 1 << 24});
   visit("max_length_buckets", c.max_length_buckets, IntRange{1, 16});
+  visit("micro_batch_tokens", c.micro_batch_tokens, IntRange{0, int64_t{1} << 40});
+  visit("ranks", c.ranks, IntRange{1, 1024});
+  visit("rank_address", c.rank_address);
+  visit("rank_timeout_s", c.rank_timeout_s, IntRange{1, 86400});
+  visit("rank_check_every", c.rank_check_every, IntRange{0, 100000000});
   visit("device", c.device);
   visit("bf16_autocast", c.bf16_autocast);
 }
@@ -165,6 +171,7 @@ void LearnerConfig::validate(const std::string& where) const {
   learner_keys(*this, base::CheckRanges{where});
   require(ppo.dual_clip == 0 || ppo.dual_clip > 1, where, "ppo_dual_clip", "must be > 1 (or 0 to disable)");
   model::parse_device(device, where + ".device");
+  base::parse_host_port(rank_address, where + ".rank_address");
 }
 
 }  // namespace sao::algo

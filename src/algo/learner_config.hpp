@@ -78,6 +78,23 @@ struct LearnerConfig {
   // (multi-turn episodes) does not compute its padding; 1 = one batch padded
   // to the longest row. Same maths either way (algo/length_buckets.hpp).
   int64_t max_length_buckets = 4;
+  // Gradient accumulation: each rank's rows run in micro-batches of at most
+  // this many padded tokens (rows x longest row), one backward each, so the
+  // activations held at once are one micro-batch's; the gradient is the
+  // whole batch's (same maths, algo/step_plan.hpp). 0 = one pass.
+  int64_t micro_batch_tokens = 0;
+
+  // Data-parallel learner ranks (algo/rank_group.hpp, learner_ranks.hpp):
+  // rank 0 is the run's learner; ranks 1..ranks-1 are `sao node --role
+  // learner-rank` processes that join rank_address (rank 0's c10d
+  // rendezvous; its port carries c10d's own unauthenticated protocol, so
+  // keep it on the learners' private network). rank_timeout_s bounds the
+  // rendezvous and every collective; rank_check_every compares the ranks'
+  // weights every that many steps (0 = never).
+  int64_t ranks = 1;
+  std::string rank_address = "127.0.0.1:29400";
+  int64_t rank_timeout_s = 300;
+  int64_t rank_check_every = 50;
 
   // Placement: where the learner's policy and critic live ("cpu", "cuda",
   // "cuda:N"), and bf16 autocast of their forward and backward passes on

@@ -58,4 +58,23 @@ std::vector<LengthBucket> plan_length_buckets(const std::vector<int64_t>& length
   return buckets;
 }
 
+std::vector<std::vector<int64_t>> plan_rank_shares(const std::vector<int64_t>& lengths, int64_t ranks) {
+  if (ranks < 1) throw Error("plan_rank_shares: ranks must be >= 1, got " + std::to_string(ranks));
+  std::vector<int64_t> order(lengths.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  // Longest first; equal lengths in row order, so the split is a function of the lengths alone.
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return lengths[static_cast<size_t>(a)] > lengths[static_cast<size_t>(b)];
+  });
+  std::vector<std::vector<int64_t>> shares(static_cast<size_t>(ranks));
+  std::vector<int64_t> tokens(static_cast<size_t>(ranks), 0);
+  for (const int64_t row : order) {
+    const auto lightest = static_cast<size_t>(std::min_element(tokens.begin(), tokens.end()) - tokens.begin());
+    shares[lightest].push_back(row);
+    tokens[lightest] += lengths[static_cast<size_t>(row)];
+  }
+  for (auto& share : shares) std::sort(share.begin(), share.end());
+  return shares;
+}
+
 }  // namespace sao::algo

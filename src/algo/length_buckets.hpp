@@ -27,6 +27,14 @@ struct LengthBucket {
 std::vector<LengthBucket> plan_length_buckets(const std::vector<int64_t>& lengths, int64_t max_buckets,
                                               int64_t overhead_tokens);
 
+// Rows of a batch split over `ranks` data-parallel learner ranks by tokens:
+// longest rows first, each to the rank with the fewest tokens so far (ties:
+// the lower rank), so every rank's share of the step's work is close to
+// 1/ranks. Deterministic: every rank computes the same split from the same
+// lengths. Each share lists its rows ascending; a share is empty only when
+// there are fewer rows than ranks.
+std::vector<std::vector<int64_t>> plan_rank_shares(const std::vector<int64_t>& lengths, int64_t ranks);
+
 // The fixed cost of one more pass, in token positions, that the learner
 // uses: a split must save more padding than this. On the default model a
 // forward pass costs a few hundred microseconds of fixed overhead (kernel

@@ -28,15 +28,30 @@ int64_t count_actions(const char* what, const torch::Tensor& mask) {
   return n;
 }
 
+// N of the loss: the whole batch's count when the caller passes it.
+double normaliser(const char* what, int64_t own_tokens, int64_t batch_tokens) {
+  if (batch_tokens == 0) return static_cast<double>(own_tokens);
+  if (batch_tokens < own_tokens) {
+    throw Error(std::string(what) + ": batch_tokens " + std::to_string(batch_tokens) + " is less than the " +
+                std::to_string(own_tokens) + " action tokens of this part");
+  }
+  return static_cast<double>(batch_tokens);
+}
+
 // Ratio statistics over action tokens; `ratio` [B, T] detached.
 void fill_ratio_stats(PolicyLossResult& out, const torch::Tensor& ratio, const torch::Tensor& mask) {
   auto selected = ratio.masked_select(mask);
-  out.ratio_mean = selected.to(torch::kFloat64).mean().item<double>();
+  out.ratio_sum = selected.to(torch::kFloat64).sum().item<double>();
+  out.ratio_mean = out.ratio_sum / static_cast<double>(selected.numel());
   out.ratio_max = selected.max().to(torch::kFloat64).item<double>();
 }
 
-double fraction(const torch::Tensor& flags, int64_t n) {
-  return static_cast<double>(flags.sum().item<int64_t>()) / static_cast<double>(n);
+int64_t count(const torch::Tensor& flags) {
+  return flags.sum().item<int64_t>();
+}
+
+double fraction(int64_t flagged, int64_t n) {
+  return static_cast<double>(flagged) / static_cast<double>(n);
 }
 
 }  // namespace
@@ -46,8 +61,8 @@ DisBandFlags dis_outside_band(const torch::Tensor& ratio, const DisOptions& opti
 }
 
 PolicyLossResult dis_loss(const torch::Tensor& logprobs, const torch::Tensor& behaviour_logprobs,
-                          const torch::Tensor& advantages, const torch::Tensor& action_mask,
-                          const DisOptions& options) {
+                          const torch::Tensor& advantages, const torch::Tensor& action_mask, const DisOptions& options,
+                          int64_t batch_tokens) {
   check_same_shape("dis_loss", logprobs, behaviour_logprobs, advantages, action_mask);
   if (options.eps_low < 0 || options.eps_high < 0) throw Error("dis_loss: eps_low and eps_high must be >= 0");
   auto mask = action_mask.to(torch::kBool);
@@ -76,16 +91,18 @@ PolicyLossResult dis_loss(const torch::Tensor& logprobs, const torch::Tensor& be
     auto live_ratio = torch::where(trusted, log_ratio, zero).exp();
     terms = torch::where(trusted, live_ratio * adv, zero);
   }
-  out.loss = -terms.sum() / static_cast<double>(out.tokens);
-  out.below_frac = fraction(below, out.tokens);
-  out.above_frac = fraction(above, out.tokens);
+  out.loss = -terms.sum() / normaliser("dis_loss", out.tokens, batch_tokens);
+  out.below_tokens = count(below);
+  out.above_tokens = count(above);
+  out.below_frac = fraction(out.below_tokens, out.tokens);
+  out.above_frac = fraction(out.above_tokens, out.tokens);
   fill_ratio_stats(out, ratio, mask);
   return out;
 }
 
 PolicyLossResult ppo_clip_loss(const torch::Tensor& logprobs, const torch::Tensor& behaviour_logprobs,
                                const torch::Tensor& advantages, const torch::Tensor& action_mask,
-                               const PpoClipOptions& options) {
+                               const PpoClipOptions& options, int64_t batch_tokens) {
   check_same_shape("ppo_clip_loss", logprobs, behaviour_logprobs, advantages, action_mask);
   if (options.eps_low < 0 || options.eps_low >= 1 || options.eps_high < 0) {
     throw Error("ppo_clip_loss: need 0 <= eps_low < 1 and eps_high >= 0");
@@ -102,25 +119,28 @@ PolicyLossResult ppo_clip_loss(const torch::Tensor& logprobs, const torch::Tenso
   auto objective = torch::min(ratio * adv, clipped * adv);  // [B, T]
   if (options.dual_clip > 0) {
     auto bounded = torch::max(objective, options.dual_clip * adv);
-    out.dual_clip_frac = fraction(mask & (adv < 0) & (options.dual_clip * adv > objective.detach()), out.tokens);
+    out.dual_clip_tokens = count(mask & (adv < 0) & (options.dual_clip * adv > objective.detach()));
+    out.dual_clip_frac = fraction(out.dual_clip_tokens, out.tokens);
     objective = torch::where(adv < 0, bounded, objective);
   }
-  out.loss = -torch::where(mask, objective, zero).sum() / static_cast<double>(out.tokens);
+  out.loss = -torch::where(mask, objective, zero).sum() / normaliser("ppo_clip_loss", out.tokens, batch_tokens);
   auto r = ratio.detach();
-  out.below_frac = fraction(mask & (adv < 0) & (r < 1.0 - options.eps_low), out.tokens);
-  out.above_frac = fraction(mask & (adv > 0) & (r > 1.0 + options.eps_high), out.tokens);
+  out.below_tokens = count(mask & (adv < 0) & (r < 1.0 - options.eps_low));
+  out.above_tokens = count(mask & (adv > 0) & (r > 1.0 + options.eps_high));
+  out.below_frac = fraction(out.below_tokens, out.tokens);
+  out.above_frac = fraction(out.above_tokens, out.tokens);
   fill_ratio_stats(out, r, mask);
   return out;
 }
 
-torch::Tensor masked_mean(const torch::Tensor& x, const torch::Tensor& mask) {
+torch::Tensor masked_mean(const torch::Tensor& x, const torch::Tensor& mask, int64_t batch_tokens) {
   auto m = mask.to(torch::kBool);
   const int64_t n = count_actions("masked_mean", m);
-  return torch::where(m, x, torch::zeros_like(x)).sum() / static_cast<double>(n);
+  return torch::where(m, x, torch::zeros_like(x)).sum() / normaliser("masked_mean", n, batch_tokens);
 }
 
 torch::Tensor value_loss(const torch::Tensor& values, const torch::Tensor& returns, const torch::Tensor& action_mask,
-                         const torch::Tensor& old_values, double clip) {
+                         const torch::Tensor& old_values, double clip, int64_t batch_tokens) {
   check_same_shape("value_loss", values, returns, returns, action_mask);
   // Every input is selected onto the mask BEFORE any arithmetic: a NaN or
   // inf off the mask must reach neither the loss nor its gradient (the
@@ -139,7 +159,7 @@ torch::Tensor value_loss(const torch::Tensor& values, const torch::Tensor& retur
     auto clipped = old + (predicted - old).clamp(-clip, clip);
     squared = torch::max(squared, (clipped - target).pow(2));
   }
-  return masked_mean(squared, mask);
+  return masked_mean(squared, mask, batch_tokens);
 }
 
 torch::Tensor normalize_advantages(const torch::Tensor& advantages, const torch::Tensor& action_mask, double eps) {
@@ -148,6 +168,13 @@ torch::Tensor normalize_advantages(const torch::Tensor& advantages, const torch:
   if (selected.numel() == 0) throw Error("normalize_advantages: the batch has no action token");
   auto mean = selected.mean();
   auto std = selected.std(/*unbiased=*/false);
+  auto normalized = (advantages - mean) / (std + eps);
+  return torch::where(mask, normalized, torch::zeros_like(advantages));
+}
+
+torch::Tensor normalize_advantages(const torch::Tensor& advantages, const torch::Tensor& action_mask, double mean,
+                                   double std, double eps) {
+  auto mask = action_mask.to(torch::kBool);
   auto normalized = (advantages - mean) / (std + eps);
   return torch::where(mask, normalized, torch::zeros_like(advantages));
 }

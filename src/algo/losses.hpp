@@ -8,6 +8,11 @@
 // means are over ALL action tokens of the batch (N = action_mask.sum()),
 // padding, prompt and observation tokens excluded. Entries off the mask may
 // hold anything finite or not: they never reach the loss or its gradient.
+//
+// `batch_tokens`: when a call sees only part of the batch (one rank's share,
+// one micro-batch), N is the whole batch's action-token count, passed in, so
+// that the parts' losses (and gradients) add up to the whole batch's. 0 (the
+// default) means this call's own count.
 #pragma once
 
 #include <torch/types.h>
@@ -29,7 +34,12 @@ struct PolicyLossResult {
   double dual_clip_frac = 0.0;  // PPO only: tokens bounded by the dual clip
   double ratio_mean = 0.0;      // importance ratio over action tokens
   double ratio_max = 0.0;
-  int64_t tokens = 0;  // N
+  int64_t tokens = 0;  // action tokens this call saw (N unless batch_tokens says otherwise)
+  // The same as counts and a sum over this call's tokens, for adding parts up.
+  int64_t below_tokens = 0;
+  int64_t above_tokens = 0;
+  int64_t dual_clip_tokens = 0;
+  double ratio_sum = 0.0;
 };
 
 struct DisOptions {
@@ -63,7 +73,7 @@ DisBandFlags dis_outside_band(const torch::Tensor& ratio, const DisOptions& opti
 // Throws sao::Error if there is no action token or eps are negative.
 PolicyLossResult dis_loss(const torch::Tensor& logprobs, const torch::Tensor& behaviour_logprobs,
                           const torch::Tensor& advantages, const torch::Tensor& action_mask,
-                          const DisOptions& options = {});
+                          const DisOptions& options = {}, int64_t batch_tokens = 0);
 
 struct PpoClipOptions {
   double eps_low = 0.2;  // clip range [1 - eps_low, 1 + eps_high]; eps_high > eps_low = clip-higher
@@ -79,22 +89,26 @@ struct PpoClipOptions {
 // Shapes as for dis_loss.
 PolicyLossResult ppo_clip_loss(const torch::Tensor& logprobs, const torch::Tensor& behaviour_logprobs,
                                const torch::Tensor& advantages, const torch::Tensor& action_mask,
-                               const PpoClipOptions& options = {});
+                               const PpoClipOptions& options = {}, int64_t batch_tokens = 0);
 
 // Masked MSE: mean over action tokens of (V_t - R_t)^2.
 // values [B, T] (requires grad), returns [B, T] fixed targets, action_mask [B, T].
 // With clip > 0 and old_values [B, T] defined (PPO-style value clipping):
 //   V_clip = old + clamp(V - old, -clip, clip); loss = mean(max((V-R)^2, (V_clip-R)^2)).
 torch::Tensor value_loss(const torch::Tensor& values, const torch::Tensor& returns, const torch::Tensor& action_mask,
-                         const torch::Tensor& old_values = {}, double clip = 0.0);
+                         const torch::Tensor& old_values = {}, double clip = 0.0, int64_t batch_tokens = 0);
 
 // Mean of x [B, T] over mask [B, T] (float scalar tensor, keeps gradient).
-torch::Tensor masked_mean(const torch::Tensor& x, const torch::Tensor& mask);
+torch::Tensor masked_mean(const torch::Tensor& x, const torch::Tensor& mask, int64_t batch_tokens = 0);
 
 // (A - mean) / (std + eps) over action tokens (population std); 0 elsewhere.
 // advantages [B, T], action_mask [B, T]. Returns [B, T].
 torch::Tensor normalize_advantages(const torch::Tensor& advantages, const torch::Tensor& action_mask,
                                    double eps = 1e-8);
+// The same with the mean and std given (those of the whole batch when
+// `advantages` is one rank's share of it).
+torch::Tensor normalize_advantages(const torch::Tensor& advantages, const torch::Tensor& action_mask, double mean,
+                                   double std, double eps = 1e-8);
 
 // 1 - Var(R - V) / Var(R) over action tokens; NaN when Var(R) == 0.
 // values, returns, action_mask: [B, T].
