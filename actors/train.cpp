@@ -6,8 +6,9 @@
 #include "actors/system_config.hpp"
 
 #include "actors/console/console_server.hpp"
-#include "actors/run/coordinator.hpp"
 #include "actors/protocol.hpp"
+#include "actors/run/coordinator.hpp"
+#include "actors/run/learner_actor.hpp"
 #include "actors/run_control.hpp"
 
 #include <chrono>
@@ -78,6 +79,8 @@ TrainOutcome run_training(const config::RunConfig& config, model::CausalLM polic
   // not an actor that fails at spawn and is restarted until the budget ends.
   model::require_device(model::parse_device(config.learner.device, "learner.device"), "learner.device");
   model::require_device(model::parse_device(config.rollout.device, "rollout.device"), "rollout.device");
+  // The other learner ranks join before any actor starts (a missing rank is a start-up error).
+  auto learner_ranks = join_learner_ranks(config, policy->config());
   caf::actor_system_config system_config;
   register_protocol(system_config);
   configure_scheduler(system_config, config.train.scheduler_threads, config.train.scheduler_policy);
@@ -85,7 +88,8 @@ TrainOutcome run_training(const config::RunConfig& config, model::CausalLM polic
   {
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
-    auto coordinator = spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self});
+    auto coordinator =
+        spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self, -1, nullptr, learner_ranks});
     auto console = start_console(system, coordinator, config);
     outcome = await_run_finished(self, coordinator, stop_requested);
     outcome.summary_json = read_summary(config.run.dir);

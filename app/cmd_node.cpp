@@ -3,6 +3,7 @@
 // config from the learner when they join, so only the learner's config
 // decides the model, task and algorithm.
 #include "actors/cluster/node.hpp"
+#include "algo/learner_ranks.hpp"
 #include "app/commands.hpp"
 #include "app/common.hpp"
 #include "base/error.hpp"
@@ -113,11 +114,55 @@ int run_worker(const ParsedArgs& parsed, const std::string& role) {
   return actors::run_worker_node(options, stop_requested);
 }
 
+// A learner rank 1..N-1: follows rank 0 (the run's learner) over c10d; no
+// actor system, no cluster secret (the rank port is c10d's, see
+// learner.rank_address in the README).
+int run_learner_rank(const ParsedArgs& parsed) {
+  for (const char* flag : {"--rank-address", "--rank", "--ranks"}) {
+    if (!parsed.has(flag)) {
+      throw Error(std::string("node --role learner-rank: ") + flag +
+                  " is required (rank 0 prints the command line to use when it starts)");
+    }
+  }
+  const auto address = base::parse_host_port(parsed.get("--rank-address"), "--rank-address");
+  if (address.port == 0) throw Error("--rank-address: rank 0's port, not 0");
+  algo::RankGroupOptions options;
+  options.host = address.host;
+  options.port = address.port;
+  const int64_t ranks = parsed.get_int("--ranks", 0);
+  const int64_t rank = parsed.get_int("--rank", 0);
+  if (ranks < 2 || ranks > 1024) throw Error("--ranks must be in [2, 1024], got " + std::to_string(ranks));
+  if (rank < 1 || rank >= ranks) {
+    throw Error("--rank must be in [1, " + std::to_string(ranks - 1) + "] (rank 0 is the run's learner), got " +
+                std::to_string(rank));
+  }
+  options.rank = static_cast<int>(rank);
+  options.size = static_cast<int>(ranks);
+  const int64_t timeout = parsed.get_int("--rank-timeout", 300);
+  if (timeout < 1 || timeout > 86400)
+    throw Error("--rank-timeout must be in [1, 86400] s, got " + std::to_string(timeout));
+  options.timeout = std::chrono::seconds(timeout);
+  const int64_t threads = parsed.get_int("--threads", 1);
+  if (threads < 1 || threads > 1024) throw Error("--threads must be in [1, 1024], got " + std::to_string(threads));
+  report::configure_threads(threads);
+  std::fprintf(stderr, "node: learner rank %lld of %lld, joining rank 0 at %s:%u\n", static_cast<long long>(rank),
+               static_cast<long long>(ranks), address.host.c_str(), static_cast<unsigned>(address.port));
+  try {
+    const int64_t steps = algo::serve_learner_rank(options, parsed.get("--device"));
+    std::fprintf(stderr, "node: learner rank %lld: rank 0 stopped the run after %lld steps\n",
+                 static_cast<long long>(rank), static_cast<long long>(steps));
+  } catch (const algo::RankFailure& failure) {
+    std::fprintf(stderr, "node: learner rank %lld: %s\n", static_cast<long long>(rank), failure.what());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_node(const Args& args) {
   auto specs = training_flags();
-  specs.push_back({"--role", true, false, "learner | rollout | env"});
+  specs.push_back({"--role", true, false, "learner | rollout | env | learner-rank"});
   const actors::LearnerNodeOptions learner_defaults;
   specs.push_back({"--listen", true, false,
                    "learner: ADDR:PORT to accept nodes on (default " + learner_defaults.listen_host + ":" +
@@ -137,10 +182,18 @@ int run_node(const Args& args) {
   specs.push_back({"--certs", true, false,
                    "TLS: this node's directory from deploy/cluster-certs (ca.crt, node.crt, node.key); required "
                    "(every cluster port speaks TLS, on loopback too)"});
+  specs.push_back({"--rank-address", true, false, "learner-rank: rank 0's learner.rank_address (HOST:PORT)"});
+  specs.push_back({"--rank", true, false, "learner-rank: this process's rank, 1..ranks-1"});
+  specs.push_back({"--ranks", true, false, "learner-rank: learner.ranks of the run"});
+  specs.push_back({"--threads", true, false, "learner-rank: LibTorch threads of this rank (default 1)"});
+  specs.push_back(
+      {"--rank-timeout", true, false, "learner-rank: seconds to wait for the group and each collective (300)"});
+  specs.push_back(
+      {"--device", true, false, "learner-rank: where this rank computes (default: rank 0's learner.device)"});
   specs.push_back({"--insecure-plaintext", false, false, "removed: a cluster never speaks plaintext (see --certs)"});
   const auto parsed = parse_args("node", specs, args);
   if (parsed.has("--help")) {
-    std::printf("usage: sao node --role learner|rollout|env [options]\n%s", flags_help(specs).c_str());
+    std::printf("usage: sao node --role learner|rollout|env|learner-rank [options]\n%s", flags_help(specs).c_str());
     return 0;
   }
   if (parsed.has("--insecure-plaintext")) {
@@ -151,7 +204,8 @@ int run_node(const Args& args) {
   const auto role = parsed.get("--role");
   if (role == "learner") return run_learner(parsed);
   if (role == "rollout" || role == "env") return run_worker(parsed, role);
-  throw Error("node: --role must be learner, rollout or env, got '" + role + "'");
+  if (role == "learner-rank") return run_learner_rank(parsed);
+  throw Error("node: --role must be learner, rollout, env or learner-rank, got '" + role + "'");
 }
 
 }  // namespace sao::cli

@@ -10,6 +10,7 @@
 #include "algo/rank_group.hpp"
 #include "algo/step_plan.hpp"
 #include "base/error.hpp"
+#include "model/model_config.hpp"
 #include "model/transformer.hpp"
 #include "test_tiny_model.hpp"
 
@@ -87,13 +88,15 @@ std::vector<std::vector<Trajectory>> make_batches(const LearnerConfig& config, i
   return batches;
 }
 
-// Largest |a - b| over the largest |a|, over a list of tensors.
+// The relative error of b against a, ||a - b|| / ||a|| (L2, in float64),
+// of the tensor where it is largest.
 double relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   REQUIRE(a.size() == b.size());
   double worst = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
-    const double scale = std::max(a[i].abs().max().item<double>(), 1e-12);
-    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / scale);
+    const auto x = a[i].to(torch::kFloat64), y = b[i].to(torch::kFloat64);
+    const double scale = std::max(x.norm().item<double>(), 1e-300);
+    worst = std::max(worst, (x - y).norm().item<double>() / scale);
   }
   return worst;
 }
@@ -412,4 +415,60 @@ TEST_CASE("a group that never forms is a RankFailure naming the address") {
       sao::algo::RankFailure);
   options.rank = 2;
   CHECK_THROWS_WITH_AS(sao::algo::join_gloo_group(options), "learner ranks: rank 2 is not in a group of 2", sao::Error);
+}
+
+TEST_CASE("a follower process's path: setup from rank 0, random weights replaced, parity with one rank") {
+  auto config = sao_config();
+  config.micro_batch_tokens = 16;
+  const auto batches = make_batches(config, 4, 5);
+  const auto one = run_one_rank(config, batches);
+  std::promise<uint16_t> port;
+  auto port_ready = port.get_future();
+  int64_t follower_steps = -1;
+  std::string follower_error;
+  std::thread follower([&] {
+    try {
+      sao::algo::RankGroupOptions options;
+      options.port = port_ready.get();
+      options.rank = 1;
+      options.size = 2;
+      options.timeout = std::chrono::seconds(120);
+      follower_steps = sao::algo::serve_learner_rank(options);
+    } catch (const std::exception& error) {
+      follower_error = error.what();
+    }
+  });
+  sao::algo::RankGroupOptions options;
+  options.port = 0;
+  options.size = 2;
+  options.timeout = std::chrono::seconds(120);
+  options.on_listening = [&](uint16_t p) { port.set_value(p); };
+  auto group = sao::algo::join_gloo_group(options);
+  auto models = make_models(11, true);
+  sao::algo::send_rank_setup(*group, {{"model", sao::model::model_config_settings_to_json(models.policy->config())},
+                                      {"learner", config.to_json()}});
+  Learner learner(config, models.policy, models.critic, group);
+  sao::algo::RankLeader leader(learner);
+  leader.share_state();
+  for (const auto& batch : batches) leader.step(batch);
+  const auto after_four = tensors_of(learner);
+  CHECK(relative_difference(one.weights, after_four.weights) < 1e-5);
+  CHECK(relative_difference(one.moments, after_four.moments) < 1e-5);
+  // A malformed batch is refused on both ranks alike, and they go on together.
+  auto bad = batches[0];
+  bad[0].action_mask[0] = 1;
+  CHECK_THROWS_WITH_AS(leader.step(bad), doctest::Contains("trajectory 0"), sao::Error);
+  leader.step(batches[0]);
+  leader.stop();
+  follower.join();
+  // rank_check_every 1: rank 1 matched rank 0 bit for bit after every step.
+  CHECK(follower_error == "");
+  CHECK(follower_steps == 5);
+  CHECK(learner.steps() == 5);
+}
+
+TEST_CASE("a follower refuses rank 0 and a setup it cannot build, by name") {
+  sao::algo::RankGroupOptions options;
+  CHECK_THROWS_WITH_AS(sao::algo::serve_learner_rank(options),
+                       "learner ranks: rank 0 is the run's learner (sao train / sao node --role learner)", sao::Error);
 }

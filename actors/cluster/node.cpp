@@ -5,6 +5,7 @@
 #include "actors/protocol.hpp"
 #include "actors/run/coordinator.hpp"
 #include "actors/run/env_actor.hpp"
+#include "actors/run/learner_actor.hpp"
 #include "actors/run/rollout_actor.hpp"
 #include "actors/run_control.hpp"
 #include "actors/system_config.hpp"
@@ -54,6 +55,8 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
   // (raised) limit stays for nodes, checkpoints and metrics.
   const uint64_t descriptors = net::raise_descriptor_limit();
   std::fprintf(stderr, "learner node: %llu descriptors available\n", static_cast<unsigned long long>(descriptors));
+  // The other learner ranks join before the cluster port opens (a missing rank is a start-up error).
+  auto learner_ranks = join_learner_ranks(config, policy->config());
   caf::actor_system_config system_config;
   configure_system(system_config, config.train.scheduler_threads, config.train.scheduler_policy, options.tls);
   TrainOutcome outcome;
@@ -88,8 +91,8 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
         throw;
       }
     }
-    auto coordinator = spawn_coordinator(
-        system, CoordinatorConfig{config, policy, resume_from, self, options.local_rollouts, bulk_server});
+    auto coordinator = spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self,
+                                                                   options.local_rollouts, bulk_server, learner_ranks});
     self->request(coordinator, caf::infinite, atoms::join_atom_v)
         .receive(
             [&](ReplayActor& replay, WeightSyncActor& weight_sync) {

@@ -30,6 +30,33 @@ std::string node_name(const caf::node_id& node) {
 
 using SnapshotPromise = caf::typed_response_promise<std::vector<msg::ActorStatus>>;
 
+// Learner ranks 1..N-1 are processes outside the actor system (they follow
+// rank 0 over c10d, algo/learner_ranks.hpp); rank 0's status carries their
+// share of the last step, and each becomes an entry of its own here.
+void add_learner_ranks(std::vector<msg::ActorStatus>& statuses) {
+  std::vector<msg::ActorStatus> ranks;
+  for (const auto& status : statuses) {
+    const auto count = status.numbers.find("ranks");
+    if (status.kind != "learner" || count == status.numbers.end()) continue;
+    for (int r = 1; r < static_cast<int>(count->second); ++r) {
+      msg::ActorStatus rank;
+      rank.name = "learner-rank-" + std::to_string(r);
+      rank.kind = "learner-rank";
+      rank.state = status.state;
+      rank.node = "rank " + std::to_string(r) + " of " + std::to_string(static_cast<int>(count->second)) +
+                  " (follows " + status.name + " over c10d)";
+      rank.numbers["rank"] = r;
+      const std::string prefix = "rank" + std::to_string(r);
+      for (const char* field : {"_tokens", "_compute_s", "_allreduce_s"}) {
+        auto it = status.numbers.find(prefix + field);
+        if (it != status.numbers.end()) rank.numbers[std::string(field).substr(1)] = it->second;
+      }
+      ranks.push_back(std::move(rank));
+    }
+  }
+  for (auto& rank : ranks) statuses.push_back(std::move(rank));
+}
+
 // One snapshot in progress: replies arrive in any order, each in its slot.
 struct Gathering {
   std::vector<msg::ActorStatus> statuses;
@@ -52,7 +79,10 @@ void gather(IntrospectionSelf self, const std::vector<StatusActor>& actors, cons
       status.node = node_name(actor.node());
       status.actor_id = actor.id();
       gathering->statuses[i] = std::move(status);
-      if (--gathering->pending == 0) gathering->promise.deliver(gathering->statuses);
+      if (--gathering->pending == 0) {
+        add_learner_ranks(gathering->statuses);
+        gathering->promise.deliver(gathering->statuses);
+      }
     };
     const std::string name = i < names.size() ? names[i] : "actor-" + std::to_string(actors[i].id());
     // A busy actor reads its mailbox only after its job: answer from the

@@ -125,8 +125,9 @@ void start(CoordinatorSelf self) {
   self->monitor(state.metrics);
   self->monitor(state.introspection);
   self->monitor(state.weight_sync);
-  state.learner =
-      spawn_learner_actor(self->system(), LearnerActorConfig{run, state.config.policy, state.config.resume_from});
+  state.learner = spawn_learner_actor(
+      self->system(),
+      LearnerActorConfig{run, state.config.policy, state.config.resume_from, state.config.learner_ranks});
   state.config.policy = model::CausalLM{nullptr};  // the learner owns the weights now
   self->monitor(state.learner);
   state.replay = spawn_replay_actor(self->system(), run.replay, state.learner);

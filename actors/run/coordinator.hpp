@@ -5,6 +5,7 @@
 #pragma once
 
 #include "actors/protocol.hpp"
+#include "algo/rank_group.hpp"
 #include "config/run_config.hpp"
 #include "model/transformer.hpp"
 
@@ -28,6 +29,8 @@ struct CoordinatorConfig {
   // A cluster learner's bulk channel for weights (null: weights travel in
   // CAF messages only); handed to the weight-sync actor.
   std::shared_ptr<net::BulkServer> bulk_server = nullptr;
+  // learner.ranks > 1: the group the learner leads (join_learner_ranks).
+  std::shared_ptr<algo::RankGroup> learner_ranks = nullptr;
 };
 
 // Spawns the actor (state and behaviour are private to the .cpp).

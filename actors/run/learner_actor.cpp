@@ -5,7 +5,9 @@
 #include "actors/introspection.hpp"
 
 #include "algo/learner.hpp"
+#include "algo/learner_ranks.hpp"
 #include "base/error.hpp"
+#include "base/host_port.hpp"
 #include "gpu/device_weights.hpp"
 #include "model/checkpoint.hpp"
 #include "model/device.hpp"
@@ -25,6 +27,9 @@ namespace sao::actors {
 struct LearnerActorState {
   LearnerActorConfig config;
   std::unique_ptr<algo::Learner> learner;
+  // Every learner call that changes state goes through the leader, which
+  // repeats it on the other ranks (one rank: it only forwards).
+  std::unique_ptr<algo::RankLeader> leader;
   ReplayActor replay;
   WeightSyncActor weight_sync;
   MetricsActor metrics;
@@ -74,10 +79,22 @@ msg::ActorStatus learner_status(LearnerSelf self) {
   status.numbers["step"] = static_cast<double>(st.learner->steps());
   status.numbers["policy_version"] = static_cast<double>(st.learner->policy_version());
   status.numbers["last_step_ms"] = st.last_step_seconds * 1e3;
-  for (const char* key : {"policy_loss", "value_loss", "reward_mean", "entropy", "grad_norm", "explained_variance",
-                          "dis_reject_low_frac", "dis_reject_high_frac", "staleness_mean", "tokens_per_s"}) {
+  for (const char* key :
+       {"policy_loss", "value_loss", "reward_mean", "entropy", "grad_norm", "explained_variance", "dis_reject_low_frac",
+        "dis_reject_high_frac", "staleness_mean", "tokens_per_s", "allreduce_s", "allreduce_share"}) {
     auto it = st.last_metrics.find(key);
     if (it != st.last_metrics.end()) status.numbers[key] = it->second;
+  }
+  // Each rank's share of the last step and its time in collectives; the
+  // introspection snapshot shows ranks 1..N-1 as entries of their own.
+  const int ranks = st.learner->ranks().size();
+  status.numbers["ranks"] = static_cast<double>(ranks);
+  for (int r = 0; r < ranks && ranks > 1; ++r) {
+    for (const char* field : {"_tokens", "_compute_s", "_allreduce_s"}) {
+      const auto key = "rank" + std::to_string(r) + field;
+      auto it = st.last_metrics.find(key);
+      if (it != st.last_metrics.end()) status.numbers[key] = it->second;
+    }
   }
   return status;
 }
@@ -188,7 +205,15 @@ void run_step(LearnerSelf self, msg::TrainBatch& batch) {
   try {
     const auto posted = post_activity(self, "training");
     report::WorkTimer timer(state.counters.work[report::kWorkModel]);
-    result = state.learner->step(trajectories);
+    result = state.leader->step(trajectories);
+  } catch (const algo::RankFailure& error) {
+    // The group is broken: no rank can take another step. The run ends
+    // without a final checkpoint (this step may be half taken); --resume
+    // continues from the last one, with the ranks that are left.
+    state.counters.last_error = error.what();
+    std::fprintf(stderr, "learner: step %lld: %s\n", static_cast<long long>(state.learner->steps()), error.what());
+    self->quit(msg::make_error(msg::Errc::kRefused, error.what()));
+    return;
   } catch (const std::exception& error) {
     // A malformed batch must not kill the run: count it and go on. The
     // reason goes to stderr once per distinct message (metrics hold numbers).
@@ -257,8 +282,10 @@ LearnerActor::behavior_type learner_behavior(LearnerSelf self, LearnerActorConfi
     critic->to(device);
     model::init_value_from_policy(critic, state.config.policy);
   }
-  state.learner = std::make_unique<algo::Learner>(run.learner, state.config.policy, critic);
+  state.learner = std::make_unique<algo::Learner>(run.learner, state.config.policy, critic, state.config.ranks);
+  state.leader = std::make_unique<algo::RankLeader>(*state.learner);
   if (!state.config.resume_from.empty()) state.learner->load(state.config.resume_from);
+  state.leader->share_state();
   return counted_behavior<LearnerActor::behavior_type>(
       self,
       [self](atoms::start_atom, const ReplayActor& replay, const WeightSyncActor& weight_sync,
@@ -289,16 +316,15 @@ LearnerActor::behavior_type learner_behavior(LearnerSelf self, LearnerActorConfi
         }
       },
       [self](const msg::SetKnob& change) -> caf::result<std::string> {
-        auto& learner = *self->state.learner;
         std::string key;
         try {
           // A peer's knob number is checked before its name is used.
           if (!config::knob_from_value(static_cast<uint8_t>(change.knob))) throw Error("set: unknown live knob");
           key = config::knob_name(change.knob);
           if (change.knob == config::Knob::kActorLr) {
-            learner.set_actor_lr(change.value);
+            self->state.leader->set_actor_lr(change.value);
           } else if (change.knob == config::Knob::kCriticLr) {
-            learner.set_critic_lr(change.value);
+            self->state.leader->set_critic_lr(change.value);
           } else {
             throw Error("set " + key + ": not a learner knob");
           }
@@ -311,10 +337,40 @@ LearnerActor::behavior_type learner_behavior(LearnerSelf self, LearnerActorConfi
       [self](atoms::final_eval_atom) {
         auto report = evaluate(self);
         save_checkpoint(self);
+        try {
+          self->state.leader->stop();
+        } catch (const std::exception& error) {
+          // The other ranks are gone already; the checkpoint above is rank 0's alone anyway.
+          std::fprintf(stderr, "learner: stopping the other ranks: %s\n", error.what());
+        }
         self->state.state = "stopped";
         return report;
       },
       [self](atoms::status_atom) { return learner_status(self); });
+}
+
+std::shared_ptr<algo::RankGroup> join_learner_ranks(const config::RunConfig& run, const model::ModelConfig& model) {
+  const auto& learner = run.learner;
+  if (learner.ranks <= 1) return nullptr;
+  const auto address = base::parse_host_port(learner.rank_address, "learner.rank_address");
+  algo::RankGroupOptions options;
+  options.host = address.host;
+  options.port = address.port;
+  options.rank = 0;
+  options.size = static_cast<int>(learner.ranks);
+  options.timeout = std::chrono::seconds(learner.rank_timeout_s);
+  options.on_listening = [&](uint16_t port) {
+    std::fprintf(stderr,
+                 "learner: rank 0 of %lld waits up to %lld s for ranks 1..%lld at %s:%u "
+                 "(sao node --role learner-rank --rank-address %s:%u --rank R --ranks %lld)\n",
+                 static_cast<long long>(learner.ranks), static_cast<long long>(learner.rank_timeout_s),
+                 static_cast<long long>(learner.ranks - 1), address.host.c_str(), port, address.host.c_str(), port,
+                 static_cast<long long>(learner.ranks));
+  };
+  auto group = algo::join_gloo_group(options);
+  algo::send_rank_setup(*group,
+                        {{"model", model::model_config_settings_to_json(model)}, {"learner", learner.to_json()}});
+  return group;
 }
 
 LearnerActor spawn_learner_actor(caf::actor_system& system, LearnerActorConfig config) {

@@ -138,6 +138,7 @@ void learner_keys(Config& c, Visit visit) {
   visit("rank_address", c.rank_address);
   visit("rank_timeout_s", c.rank_timeout_s, IntRange{1, 86400});
   visit("rank_check_every", c.rank_check_every, IntRange{0, 100000000});
+  visit("rank_network_private", c.rank_network_private);
   visit("device", c.device);
   visit("bf16_autocast", c.bf16_autocast);
 }

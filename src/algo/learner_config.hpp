@@ -95,6 +95,9 @@ struct LearnerConfig {
   std::string rank_address = "127.0.0.1:29400";
   int64_t rank_timeout_s = 300;
   int64_t rank_check_every = 50;
+  // A rank_address off loopback is refused unless this says the network
+  // between the learners is private (config/run_config.cpp says why).
+  bool rank_network_private = false;
 
   // Placement: where the learner's policy and critic live ("cpu", "cuda",
   // "cuda:N"), and bf16 autocast of their forward and backward passes on

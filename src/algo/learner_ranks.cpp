@@ -3,6 +3,10 @@
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
+#include "base/json_reader.hpp"
+#include "model/device.hpp"
+#include "model/model_config.hpp"
+#include "model/transformer.hpp"
 
 #include <torch/torch.h>
 
@@ -253,6 +257,33 @@ int64_t follow_leader(Learner& learner) {
         throw RankFailure("learner ranks: unknown command " + std::to_string(header.kind) + " from rank 0");
     }
   }
+}
+
+int64_t serve_learner_rank(const RankGroupOptions& options, const std::string& device) {
+  if (options.rank == 0)
+    throw Error("learner ranks: rank 0 is the run's learner (sao train / sao node --role learner)");
+  auto group = join_gloo_group(options);
+  const auto setup = receive_rank_setup(*group);
+  const std::string where = "learner ranks: rank 0's setup";
+  if (!setup.is_object() || !setup.contains("model") || !setup.contains("learner")) {
+    throw Error(where + ": expected an object with 'model' and 'learner'");
+  }
+  const auto model_config =
+      model::model_config_from_json(setup.at("model"), where + ".model", model::ConfigKind::kRunConfig);
+  base::JsonReader reader(setup.at("learner"), where + ".learner");
+  auto config = LearnerConfig::from_json(reader);
+  if (!device.empty()) config.device = device;
+  const auto placement = model::parse_device(config.device, "learner-rank --device");
+  model::CausalLM policy(model_config);
+  policy->to(placement);
+  model::ValueModel critic{nullptr};
+  if (config.uses_critic()) {
+    critic = model::ValueModel(model_config);
+    critic->to(placement);
+  }
+  // Random weights until rank 0's first command shares its own.
+  Learner learner(config, policy, critic, group);
+  return follow_leader(learner);
 }
 
 }  // namespace sao::algo

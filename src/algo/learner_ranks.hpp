@@ -55,6 +55,13 @@ class RankLeader {
 // breaks (rank 0 died or the ranks diverged).
 int64_t follow_leader(Learner& learner);
 
+// A follower process (`sao node --role learner-rank`): joins the group,
+// receives rank 0's setup, builds the policy (and critic) from it on
+// `device` ("" = the leader's learner.device) and follows until rank 0 says
+// stop. Returns the steps run; throws RankFailure when the group breaks and
+// sao::Error for a setup it cannot build.
+int64_t serve_learner_rank(const RankGroupOptions& options, const std::string& device = "");
+
 // The trajectories as bytes and back, for the step command. decode checks
 // every count against the bytes left and names what is wrong.
 std::vector<uint8_t> encode_trajectories(const std::vector<Trajectory>& trajectories);

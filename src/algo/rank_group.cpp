@@ -1,6 +1,8 @@
 // Rank groups: the identity and c10d's Gloo process group; see rank_group.hpp.
 #include "algo/rank_group.hpp"
 
+#include "base/host_port.hpp"
+
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -55,7 +57,11 @@ class GlooRanks final : public RankGroup {
       auto store = c10::make_intrusive<c10d::TCPStore>(options.host, store_options);
       if (options.rank == 0 && options.on_listening) options.on_listening(store->getPort());
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.host));
+      // Each rank's Gloo listens on its own interface: the one that reaches
+      // rank 0's address on loopback, the machine's own name otherwise.
+      gloo_options->devices.push_back(base::is_loopback_host(options.host)
+                                          ? c10d::ProcessGroupGloo::createDeviceForHostname(options.host)
+                                          : c10d::ProcessGroupGloo::createDefaultDevice());
       // One Gloo thread: the learner issues one collective at a time.
       gloo_options->threads = 1;
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank, options.size, gloo_options);

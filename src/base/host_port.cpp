@@ -26,4 +26,8 @@ HostPort parse_host_port(std::string_view text, const std::string& what) {
   return {std::string(host), static_cast<uint16_t>(port)};
 }
 
+bool is_loopback_host(std::string_view host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 }  // namespace sao::base

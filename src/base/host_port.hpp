@@ -21,4 +21,8 @@ struct HostPort {
 //   "<what> '<text>': port must be a number in 0..65535"
 HostPort parse_host_port(std::string_view text, const std::string& what);
 
+// True for a name or address that stays on this machine: localhost, ::1,
+// 127.0.0.0/8.
+bool is_loopback_host(std::string_view host);
+
 }  // namespace sao::base

@@ -2,11 +2,12 @@
 #include "config/run_config.hpp"
 
 #include "base/error.hpp"
+#include "base/host_port.hpp"
 #include "base/json_parse.hpp"
 #include "base/json_reader.hpp"
-#include "env/tasks/arithmetic_env.hpp"
 #include "env/environment.hpp"
 #include "env/remote/plugin_loader.hpp"
+#include "env/tasks/arithmetic_env.hpp"
 #include "model/checkpoint.hpp"
 #include "model/device.hpp"
 #include "sao/build_info.hpp"
@@ -399,6 +400,21 @@ void derive_dependent_settings(RunConfig& config) {
                 std::to_string(config.rollout.weight_delay_versions) + ") exceeds replay.max_staleness (" +
                 std::to_string(config.replay.max_staleness) + (config.train.mode == "sync" ? ", 0 in sync mode" : "") +
                 "): every trajectory would be dropped as stale");
+  }
+  // Every learner rank needs one trajectory of each batch at least.
+  if (config.learner.ranks > config.replay.min_batch) {
+    throw Error(config.source + ": learner.ranks (" + std::to_string(config.learner.ranks) +
+                ") exceeds replay.min_batch (" + std::to_string(config.replay.min_batch) +
+                "): a batch must hold one trajectory per learner rank; raise replay.min_batch");
+  }
+  // c10d's rendezvous and Gloo speak an unauthenticated protocol (as under
+  // torchrun): off loopback, only a network the operator vouches for.
+  const auto rank_host = base::parse_host_port(config.learner.rank_address, "learner.rank_address").host;
+  if (config.learner.ranks > 1 && !base::is_loopback_host(rank_host) && !config.learner.rank_network_private) {
+    throw Error(config.source + ": learner.rank_address " + config.learner.rank_address +
+                " is not a loopback address: learner ranks talk c10d (TCPStore and Gloo), which authenticates "
+                "nobody, so its port must only be reachable on the learners' private network; say so with "
+                "learner.rank_network_private true");
   }
   config.replay.validate(config.where("replay"));
   config.learner.validate(config.where("learner"));
