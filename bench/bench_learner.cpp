@@ -49,33 +49,6 @@ std::vector<sao::algo::Trajectory> sample_batch(sao::model::CausalLM& policy, in
   return trajectories;
 }
 
-// Multi-turn episodes like the maze's: a 9-token prompt, then 1 to 8 turns of
-// 3 action tokens and an 8-token observation, so lengths run from 12 to 96
-// tokens in one batch. Tokens are random; behaviour log-probs are the
-// policy's own.
-std::vector<sao::algo::Trajectory> mixed_length_batch(sao::model::CausalLM& policy, int64_t batch, uint64_t seed) {
-  std::mt19937_64 random(seed);
-  const auto token = [&random] { return static_cast<int64_t>(random() % 250 + 2); };
-  std::vector<sao::algo::Trajectory> trajectories;
-  for (int64_t i = 0; i < batch; ++i) {
-    std::vector<int64_t> prompt = {257};
-    for (int k = 0; k < 8; ++k) prompt.push_back(token());
-    std::vector<sao::algo::Turn> turns(static_cast<size_t>(1 + i % 8));
-    for (size_t k = 0; k < turns.size(); ++k) {
-      turns[k].action_tokens = {token(), token(), token()};
-      if (k + 1 < turns.size()) {
-        for (int o = 0; o < 8; ++o) turns[k].observation.push_back(token());
-      }
-      turns[k].logprobs.assign(3, 0.0f);
-      turns[k].versions.assign(3, 0);
-    }
-    auto trajectory = sao::algo::make_trajectory(prompt, turns, static_cast<double>(random() % 2), true, i);
-    sao::bench::use_own_logprobs(policy, trajectory);
-    trajectories.push_back(std::move(trajectory));
-  }
-  return trajectories;
-}
-
 void mark_current(std::vector<sao::algo::Trajectory>& trajectories, int64_t version) {
   for (auto& trajectory : trajectories) {
     for (size_t t = 0; t < trajectory.size(); ++t) {
@@ -104,7 +77,7 @@ int bench_mixed_lengths(const sao::config::RunConfig& config, int64_t batch, int
     sao::model::init_weights(*policy, 1);
     sao::model::ValueModel critic(config.model);
     sao::model::init_value_from_policy(critic, policy);
-    if (trajectories.empty()) trajectories = mixed_length_batch(policy, batch, 7);
+    if (trajectories.empty()) trajectories = sao::bench::mixed_length_batch(policy, batch, 7);
     auto side_config = learner_config;
     side_config.max_length_buckets = side.buckets;
     side.learner = std::make_unique<sao::algo::Learner>(side_config, policy, critic);
