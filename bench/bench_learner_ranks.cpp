@@ -14,8 +14,8 @@
 // two processes on this machine's cores can do at best; the two-rank
 // learner is compared with it as well as with one rank.
 #include "algo/learner.hpp"
-#include "algo/length_buckets.hpp"
 #include "algo/learner_ranks.hpp"
+#include "algo/length_buckets.hpp"
 #include "algo/rank_group.hpp"
 #include "bench_models.hpp"
 #include "model/model_config.hpp"
@@ -92,8 +92,8 @@ sao::model::ValueModel make_critic(sao::model::CausalLM& policy) {
 }
 
 // Rank r's share of each batch (plan_rank_shares over the lengths), as batches of their own.
-std::vector<std::vector<sao::algo::Trajectory>> shares_of(const std::vector<std::vector<sao::algo::Trajectory>>& batches,
-                                                          int64_t rank) {
+std::vector<std::vector<sao::algo::Trajectory>> shares_of(
+    const std::vector<std::vector<sao::algo::Trajectory>>& batches, int64_t rank) {
   std::vector<std::vector<sao::algo::Trajectory>> out;
   for (const auto& batch : batches) {
     std::vector<int64_t> lengths;
@@ -127,6 +127,41 @@ pid_t spawn_self(const std::vector<std::string>& flags) {
     std::exit(1);
   }
   return child;
+}
+
+// Rank 0 here, rank 1 a child process; returns rank 0's timing and the
+// bytes of AdamW moments it holds after the last step.
+Timing run_two_ranks(const sao::algo::LearnerConfig& config,
+                     const std::vector<std::vector<sao::algo::Trajectory>>& batches, int64_t* state_bytes) {
+  Timing two;
+  pid_t child = -1;
+  {
+    sao::algo::RankGroupOptions options;
+    options.port = 0;
+    options.size = 2;
+    options.timeout = std::chrono::seconds(120);
+    options.on_listening = [&](uint16_t port) {
+      child = spawn_self({"--rank", "1", "--ranks", "2", "--port", std::to_string(port)});
+    };
+    auto group = sao::algo::join_gloo_group(options);
+    auto policy = make_policy();
+    auto critic = make_critic(policy);
+    sao::algo::send_rank_setup(*group, {{"model", sao::model::model_config_settings_to_json(policy->config())},
+                                        {"learner", config.to_json()}});
+    sao::algo::Learner learner(config, policy, critic, group);
+    sao::algo::RankLeader leader(learner);
+    leader.share_state();
+    two = run_steps([&](const auto& b) { return leader.step(b); }, batches, 1);
+    *state_bytes = learner.optimizer_state_bytes();
+    leader.stop();
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "bench_learner_ranks: rank 1 failed\n");
+    std::exit(1);
+  }
+  return two;
 }
 
 std::vector<std::vector<sao::algo::Trajectory>> make_batches(int64_t steps, int64_t batch) {
@@ -178,34 +213,16 @@ int main(int argc, char** argv) {
     one = run_steps([&](const auto& b) { return learner.step(b); }, batches, 1);
   }
 
-  Timing two;
-  pid_t child = -1;
-  {
-    sao::algo::RankGroupOptions options;
-    options.port = 0;
-    options.size = 2;
-    options.timeout = std::chrono::seconds(120);
-    options.on_listening = [&](uint16_t port) {
-      child = spawn_self({"--rank", "1", "--ranks", "2", "--port", std::to_string(port)});
-    };
-    auto group = sao::algo::join_gloo_group(options);
-    auto policy = make_policy();
-    auto critic = make_critic(policy);
-    sao::algo::send_rank_setup(*group, {{"model", sao::model::model_config_settings_to_json(policy->config())},
-                                        {"learner", config.to_json()}});
-    sao::algo::Learner learner(config, policy, critic, group);
-    sao::algo::RankLeader leader(learner);
-    leader.share_state();
-    two = run_steps([&](const auto& b) { return leader.step(b); }, batches, 1);
-    leader.stop();
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
+  int64_t replicated_bytes = 0, sharded_bytes = 0;
+  const Timing two = run_two_ranks(config, batches, &replicated_bytes);
+  auto zero1 = config;
+  zero1.shard_optimizer = true;
+  const Timing two_sharded = run_two_ranks(zero1, batches, &sharded_bytes);
 
   // The ceiling: both shares at once, in two processes that never talk.
   const std::string solo_file = "/tmp/bench_learner_ranks_solo_" + std::to_string(::getpid());
-  const pid_t solo = spawn_self({"--solo-share", "1", "--out", solo_file, "--steps", std::to_string(steps), "--batch",
-                                 std::to_string(batch)});
+  const pid_t solo = spawn_self(
+      {"--solo-share", "1", "--out", solo_file, "--steps", std::to_string(steps), "--batch", std::to_string(batch)});
   const auto solo0 = run_solo(shares_of(batches, 0));
   int solo_status = 0;
   waitpid(solo, &solo_status, 0);
@@ -219,10 +236,11 @@ int main(int argc, char** argv) {
 
   const double one_rate = one.tokens / one.seconds;
   const double two_rate = two.tokens / two.seconds;
-  std::printf("model: sao's default (%lld parameters), batch %lld mixed-length trajectories (12-96 tokens), %lld timed "
-              "steps after 1 warm-up, 1 LibTorch thread per rank\n",
-              static_cast<long long>(sao::model::ModelConfig{}.parameter_count()), static_cast<long long>(batch),
-              static_cast<long long>(steps));
+  std::printf(
+      "model: sao's default (%lld parameters), batch %lld mixed-length trajectories (12-96 tokens), %lld timed "
+      "steps after 1 warm-up, 1 LibTorch thread per rank\n",
+      static_cast<long long>(sao::model::ModelConfig{}.parameter_count()), static_cast<long long>(batch),
+      static_cast<long long>(steps));
   std::printf("learner tokens/s, 1 rank: %.0f\n", one_rate);
   std::printf("learner tokens/s, 2 ranks: %.0f\n", two_rate);
   std::printf("learner tokens/s, 2 ranks / 1 rank: %.2fx\n", two_rate / one_rate);
@@ -232,8 +250,14 @@ int main(int argc, char** argv) {
   std::printf("all-reduce share of the 2-rank step: %.1f%% (%.1f ms of %.1f ms a step, rank 0)\n",
               100.0 * two.collective_seconds / two.seconds, 1e3 * two.collective_seconds / static_cast<double>(steps),
               1e3 * two.seconds / static_cast<double>(steps));
+  std::printf("learner tokens/s, 2 ranks zero-1 / 2 ranks replicated: %.2fx\n",
+              (two_sharded.tokens / two_sharded.seconds) / two_rate);
+  std::printf("optimizer state bytes per rank, zero-1 / replicated: %.2fx (%lld of %lld bytes on rank 0)\n",
+              static_cast<double>(sharded_bytes) / static_cast<double>(replicated_bytes),
+              static_cast<long long>(sharded_bytes), static_cast<long long>(replicated_bytes));
   std::printf("compute outside collectives a step: rank 0 %.1f ms, rank 1 %.1f ms; 1 rank: %.1f ms\n",
               1e3 * two.compute_seconds[0] / static_cast<double>(steps),
-              1e3 * two.compute_seconds[1] / static_cast<double>(steps), 1e3 * one.seconds / static_cast<double>(steps));
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+              1e3 * two.compute_seconds[1] / static_cast<double>(steps),
+              1e3 * one.seconds / static_cast<double>(steps));
+  return 0;
 }

@@ -334,7 +334,7 @@ TEST_CASE("an N=2 checkpoint resumes on one rank and continues as an uninterrupt
   const auto dir = temp_dir("resume");
   const auto two = run_two_ranks(config, [&](sao::algo::RankLeader& leader) {
     for (size_t s = 0; s < 3; ++s) leader.step(batches[s]);
-    leader.learner().save(dir);
+    leader.save(dir);
   });
   REQUIRE(two.rank0_error == "");
   auto models = make_models(42, true);
@@ -471,4 +471,70 @@ TEST_CASE("a follower refuses rank 0 and a setup it cannot build, by name") {
   sao::algo::RankGroupOptions options;
   CHECK_THROWS_WITH_AS(sao::algo::serve_learner_rank(options),
                        "learner ranks: rank 0 is the run's learner (sao train / sao node --role learner)", sao::Error);
+}
+
+TEST_CASE("plan_parameter_owners: largest first to the lightest rank") {
+  // 100 -> 0; 60 -> 1; 50 -> 1 (110); 30 -> 0 (130)... ties to the lower rank.
+  CHECK(sao::algo::plan_parameter_owners({30, 100, 50, 60}, 2) == std::vector<int>{0, 0, 1, 1});
+  CHECK(sao::algo::plan_parameter_owners({5, 5, 5}, 1) == std::vector<int>{0, 0, 0});
+}
+
+TEST_CASE("ZeRO-1: sharded AdamW gives the replicated updates, holds about half the moments, checkpoints whole") {
+  auto config = sao_config();
+  config.shard_optimizer = true;
+  const auto batches = make_batches(config, 5, 6);
+  auto replicated = config;
+  replicated.shard_optimizer = false;
+  const auto one = run_one_rank(replicated, batches);
+  const auto dir = temp_dir("zero1");
+  int64_t sharded_bytes = 0;
+  const auto two = run_two_ranks(config, [&](sao::algo::RankLeader& leader) {
+    for (const auto& batch : batches) leader.step(batch);
+    sharded_bytes = leader.learner().optimizer_state_bytes();
+    leader.save(dir);  // gathers rank 1's shards into one complete state
+  });
+  REQUIRE(two.rank0_error == "");
+  REQUIRE(two.rank1_error == "");
+  CHECK(relative_difference(one.weights, two.rank0.weights) < 1e-5);
+  CHECK(relative_difference(two.rank0.weights, two.rank1.weights) == 0.0);
+  // Each rank holds its own moments only.
+  auto models = make_models(11, true);
+  Learner reference(replicated, models.policy, models.critic);
+  for (size_t s = 0; s < 2; ++s) reference.step(batches[s]);  // past the critic-only step: both models have moments
+  const int64_t replicated_bytes = reference.optimizer_state_bytes();
+  CHECK(static_cast<double>(sharded_bytes) / static_cast<double>(replicated_bytes) <= 0.55);
+  CHECK(two.rank0.moments.size() + two.rank1.moments.size() == one.moments.size());
+  // The gathered checkpoint is the replicated learner's state, moments included.
+  auto fresh = make_models(5, true);
+  Learner resumed(replicated, fresh.policy, fresh.critic);
+  resumed.load(dir);
+  const auto loaded = tensors_of(resumed);
+  CHECK(relative_difference(one.weights, loaded.weights) < 1e-5);
+  CHECK(relative_difference(one.moments, loaded.moments) < 1e-5);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("ZeRO-1: a one-rank checkpoint resumes on 2 sharded ranks and continues as one rank would") {
+  auto replicated = sao_config();
+  const auto batches = make_batches(replicated, 5, 6);
+  const auto uninterrupted = run_one_rank(replicated, batches);
+  const auto dir = temp_dir("zero1_resume");
+  {
+    auto models = make_models(11, true);
+    Learner first(replicated, models.policy, models.critic);
+    for (size_t s = 0; s < 3; ++s) first.step(batches[s]);
+    first.save(dir);
+  }
+  auto sharded = replicated;
+  sharded.shard_optimizer = true;
+  const auto two = run_two_ranks(sharded, [&](sao::algo::RankLeader& leader) {
+    leader.learner().load(dir);
+    leader.share_state();  // rank 1 takes the weights and its shard of the moments
+    for (size_t s = 3; s < 5; ++s) leader.step(batches[s]);
+  });
+  REQUIRE(two.rank0_error == "");
+  REQUIRE(two.rank1_error == "");
+  CHECK(relative_difference(uninterrupted.weights, two.rank0.weights) < 1e-5);
+  CHECK(relative_difference(uninterrupted.weights, two.rank1.weights) < 1e-5);
+  fs::remove_all(dir);
 }

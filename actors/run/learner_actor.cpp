@@ -154,7 +154,7 @@ std::string save_checkpoint(LearnerSelf self) {
   const auto dir = model::rl_checkpoint_dir(state.config.run.run.dir);
   report::WorkTimer timer(state.counters.work[report::kWorkCheckpoint]);
   model::write_directory_atomically(dir, [&](const std::string& staging) {
-    state.learner->save(model::checkpoint_learner_dir(staging));
+    state.leader->save(model::checkpoint_learner_dir(staging));
     model::save_policy_checkpoint(
         model::checkpoint_policy_dir(staging), state.learner->policy(),
         {{"tokenizer", state.config.run.model_path.empty() ? "byte" : state.config.run.model_path},

@@ -28,6 +28,12 @@ torch::optim::AdamWParamState* adamw_state(torch::optim::AdamW& optimizer, const
   return static_cast<torch::optim::AdamWParamState*>(it->second.get());
 }
 
+void put_adamw_state(torch::optim::AdamW& optimizer, const torch::Tensor& param,
+                     std::unique_ptr<torch::optim::AdamWParamState> state) {
+  auto& states = optimizer.state();
+  states[state_key(states, param)] = std::move(state);
+}
+
 void share_adamw_state(RankGroup& group, torch::optim::AdamW& optimizer, const std::vector<torch::Tensor>& params,
                        int root) {
   if (group.size() == 1 || params.empty()) return;

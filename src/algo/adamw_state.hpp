@@ -9,12 +9,17 @@
 
 #include <torch/optim/adamw.h>
 
+#include <memory>
 #include <vector>
 
 namespace sao::algo {
 
 // The state of `param` in `optimizer`, or nullptr before its first step.
 torch::optim::AdamWParamState* adamw_state(torch::optim::AdamW& optimizer, const torch::Tensor& param);
+
+// Installs `state` as `param`'s (replacing any).
+void put_adamw_state(torch::optim::AdamW& optimizer, const torch::Tensor& param,
+                     std::unique_ptr<torch::optim::AdamWParamState> state);
 
 // Every rank's optimizer state for `params` becomes rank `root`'s: step
 // counts, moments, and which parameters have state at all.

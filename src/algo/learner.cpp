@@ -129,13 +129,13 @@ std::vector<torch::Tensor> trainable(const std::vector<torch::Tensor>& parameter
   return out;
 }
 
-std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<torch::Tensor>& params, double lr,
-                                                const LearnerConfig& c) {
+std::unique_ptr<ShardedAdamW> make_adamw(const std::vector<torch::Tensor>& params, double lr, const LearnerConfig& c,
+                                         const std::shared_ptr<RankGroup>& ranks) {
   auto options = torch::optim::AdamWOptions(lr)
                      .betas(std::make_tuple(c.adam_beta1, c.adam_beta2))
                      .eps(c.adam_eps)
                      .weight_decay(c.weight_decay);
-  return std::make_unique<torch::optim::AdamW>(params, options);
+  return std::make_unique<ShardedAdamW>(params, options, ranks, c.shard_optimizer);
 }
 
 // Total L2 norm of the gradients (before clipping); scales them down to
@@ -296,32 +296,26 @@ Learner::Learner(LearnerConfig config, model::CausalLM policy, model::ValueModel
   device_ = policy_->parameters().front().device();
   actor_params_ = trainable(policy_->parameters());
   if (actor_params_.empty()) throw Error("learner: the policy has no trainable parameter");
-  actor_optimizer_ = make_adamw(actor_params_, config_.actor_lr, config_);
+  actor_optimizer_ = make_adamw(actor_params_, config_.actor_lr, config_, ranks_);
   if (!config_.uses_critic()) return;
   check_no_shared_storage(*policy_, *critic_);
   if (critic_->parameters().front().device() != device_) throw Error("learner: policy and critic on different devices");
   model::set_group_trainable(*critic_, model::ParamGroup::kAttention, !config_.freeze_critic_attention);
   critic_params_ = trainable(critic_->parameters());
-  critic_optimizer_ = make_adamw(critic_params_, config_.critic_lr, config_);
+  critic_optimizer_ = make_adamw(critic_params_, config_.critic_lr, config_, ranks_);
 }
-
-namespace {
-void set_optimizer_lr(torch::optim::AdamW& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-}
-}  // namespace
 
 void Learner::set_actor_lr(double lr) {
   if (!(lr > 0.0) || !std::isfinite(lr)) throw Error("learner: actor_lr must be a positive number");
   config_.actor_lr = lr;
-  set_optimizer_lr(*actor_optimizer_, lr);
+  actor_optimizer_->set_lr(lr);
 }
 
 void Learner::set_critic_lr(double lr) {
   if (!critic_optimizer_) throw Error("learner: critic_lr: this learner has no critic (baseline is not 'critic')");
   if (!(lr > 0.0) || !std::isfinite(lr)) throw Error("learner: critic_lr must be a positive number");
   config_.critic_lr = lr;
-  set_optimizer_lr(*critic_optimizer_, lr);
+  critic_optimizer_->set_lr(lr);
 }
 
 void Learner::check_admissible(const std::vector<Trajectory>& trajectories) const {
@@ -615,8 +609,8 @@ void Learner::share_state(int root) {
     for (const auto& p : critic_->parameters()) parameters.push_back(p);
   }
   broadcast_tensors(*ranks_, parameters, root);
-  share_adamw_state(*ranks_, *actor_optimizer_, actor_params_, root);
-  if (critic_optimizer_) share_adamw_state(*ranks_, *critic_optimizer_, critic_params_, root);
+  actor_optimizer_->share_from(root);
+  if (critic_optimizer_) critic_optimizer_->share_from(root);
 }
 
 int64_t Learner::fingerprint() {
@@ -624,18 +618,22 @@ int64_t Learner::fingerprint() {
   if (!critic_.is_empty()) {
     for (const auto& p : critic_->parameters()) tensors.push_back(p);
   }
-  auto add_moments = [&](torch::optim::AdamW* optimizer, const std::vector<torch::Tensor>& params) {
-    if (optimizer == nullptr) return;
-    for (const auto& p : params) {
-      if (const auto* state = adamw_state(*optimizer, p)) {
+  auto add_moments = [&](ShardedAdamW* optimizer) {
+    if (optimizer == nullptr || optimizer->sharded()) return;
+    for (const auto& p : optimizer->params()) {
+      if (const auto* state = adamw_state(optimizer->local(), p)) {
         tensors.push_back(state->exp_avg());
         tensors.push_back(state->exp_avg_sq());
       }
     }
   };
-  add_moments(actor_optimizer_.get(), actor_params_);
-  add_moments(critic_optimizer_.get(), critic_params_);
+  add_moments(actor_optimizer_.get());
+  add_moments(critic_optimizer_.get());
   return bit_fingerprint(tensors);
+}
+
+int64_t Learner::optimizer_state_bytes() {
+  return actor_optimizer_->state_bytes() + (critic_optimizer_ ? critic_optimizer_->state_bytes() : 0);
 }
 
 void Learner::check_ranks_agree() {
@@ -654,15 +652,20 @@ void Learner::check_ranks_agree() {
   }
 }
 
-void Learner::save(const std::string& dir) const {
+void Learner::save(const std::string& dir) {
+  if (ranks_->rank() != 0) {  // ZeRO-1: send this rank's shards to rank 0
+    actor_optimizer_->save("", 0);
+    if (critic_optimizer_) critic_optimizer_->save("", 0);
+    return;
+  }
   fs::create_directories(dir);
   const fs::path root(dir);
   model::save_safetensors((root / "policy.safetensors").string(), model::named_tensors_of(*policy_),
                           {{"policy_version", std::to_string(policy_version_)}});
-  torch::save(*actor_optimizer_, (root / "actor_optimizer.pt").string());
+  actor_optimizer_->save((root / "actor_optimizer.pt").string(), 0);
   if (config_.uses_critic()) {
     model::save_safetensors((root / "critic.safetensors").string(), model::named_tensors_of(*critic_));
-    torch::save(*critic_optimizer_, (root / "critic_optimizer.pt").string());
+    critic_optimizer_->save((root / "critic_optimizer.pt").string(), 0);
   }
   const auto& window = running_baseline_.values();
   nlohmann::json state = {{"format", kStateFormat},
@@ -730,10 +733,10 @@ void Learner::load(const std::string& dir) {
                 " rewards exceed running_mean_window " + std::to_string(config_.running_mean_window));
   }
   model::load_into_module(*policy_, (root / "policy.safetensors").string(), /*strict=*/true);
-  load_optimizer_state(*actor_optimizer_, root / "actor_optimizer.pt");
+  load_optimizer_state(actor_optimizer_->load_target(), root / "actor_optimizer.pt");
   if (config_.uses_critic()) {
     model::load_into_module(*critic_, (root / "critic.safetensors").string(), /*strict=*/true);
-    load_optimizer_state(*critic_optimizer_, root / "critic_optimizer.pt");
+    load_optimizer_state(critic_optimizer_->load_target(), root / "critic_optimizer.pt");
   }
   running_baseline_.restore(window);
   steps_ = step;

@@ -29,6 +29,7 @@
 #include "algo/length_buckets.hpp"
 #include "algo/losses.hpp"
 #include "algo/rank_group.hpp"
+#include "algo/sharded_adamw.hpp"
 #include "algo/step_plan.hpp"
 #include "algo/trajectory.hpp"
 #include "model/transformer.hpp"
@@ -151,7 +152,11 @@ class Learner {
   // that every file exists and reads the state file before touching any
   // weight; if a tensor file then fails to validate (sao::Error naming file
   // and tensor), files loaded before it stay loaded: discard the learner.
-  void save(const std::string& dir) const;
+  // With ZeRO-1 over several ranks save() is a collective: every rank
+  // calls it (RankLeader::save does), the shards gather on rank 0, and only
+  // rank 0 writes (the other ranks' `dir` is ignored). load() is rank 0's
+  // alone; share_state() then hands the state to the other ranks.
+  void save(const std::string& dir);
   void load(const std::string& dir);
 
   // Ranks: every rank's weights, optimiser state, step counters and
@@ -159,16 +164,19 @@ class Learner {
   // its learner). A collective: every rank calls it.
   void share_state(int root = 0);
   // The bit fingerprint (rank_group.hpp) of the policy's and critic's
-  // parameters and moments.
+  // parameters and, unless the optimizer is sharded (each rank then holds
+  // other moments), their moments.
   int64_t fingerprint();
   // Throws RankFailure naming the ranks whose fingerprints differ from rank
   // 0's. A collective: every rank calls it.
   void check_ranks_agree();
   RankGroup& ranks() { return *ranks_; }
-  // The optimisers (their per-parameter state: adamw_state.hpp). The critic's
-  // is null without a critic.
-  torch::optim::AdamW& actor_optimizer() { return *actor_optimizer_; }
-  torch::optim::AdamW* critic_optimizer() { return critic_optimizer_.get(); }
+  // The AdamW this rank steps for each model (its share under ZeRO-1;
+  // per-parameter state: adamw_state.hpp). The critic's is null without a critic.
+  torch::optim::AdamW& actor_optimizer() { return actor_optimizer_->local(); }
+  torch::optim::AdamW* critic_optimizer() { return critic_optimizer_ ? &critic_optimizer_->local() : nullptr; }
+  // Bytes of AdamW moments this rank holds, both models.
+  int64_t optimizer_state_bytes();
 
   // Live knobs (console `set`): take effect at the next step; the optimiser
   // state (moments) is kept. Learning rates must be > 0; throws sao::Error.
@@ -206,7 +214,7 @@ class Learner {
   std::shared_ptr<RankGroup> ranks_;
   torch::Device device_;
   std::vector<torch::Tensor> actor_params_, critic_params_;
-  std::unique_ptr<torch::optim::AdamW> actor_optimizer_, critic_optimizer_;
+  std::unique_ptr<ShardedAdamW> actor_optimizer_, critic_optimizer_;
   RunningMeanBaseline running_baseline_;
   int64_t steps_ = 0;
   int64_t policy_version_ = 0;

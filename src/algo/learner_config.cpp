@@ -134,6 +134,7 @@ void learner_keys(Config& c, Visit visit) {
   visit("pad_id", c.pad_id, IntRange{0, 1 << 24});
   visit("max_length_buckets", c.max_length_buckets, IntRange{1, 16});
   visit("micro_batch_tokens", c.micro_batch_tokens, IntRange{0, int64_t{1} << 40});
+  visit("shard_optimizer", c.shard_optimizer);
   visit("ranks", c.ranks, IntRange{1, 1024});
   visit("rank_address", c.rank_address);
   visit("rank_timeout_s", c.rank_timeout_s, IntRange{1, 86400});

@@ -83,6 +83,10 @@ struct LearnerConfig {
   // activations held at once are one micro-batch's; the gradient is the
   // whole batch's (same maths, algo/step_plan.hpp). 0 = one pass.
   int64_t micro_batch_tokens = 0;
+  // ZeRO-1: with several ranks each keeps the AdamW moments of ~1/N of the
+  // parameters (algo/sharded_adamw.hpp). Same updates; checkpoints stay one
+  // complete state that resumes with any number of ranks.
+  bool shard_optimizer = false;
 
   // Data-parallel learner ranks (algo/rank_group.hpp, learner_ranks.hpp):
   // rank 0 is the run's learner; ranks 1..ranks-1 are `sao node --role

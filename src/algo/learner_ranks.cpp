@@ -18,7 +18,7 @@ namespace sao::algo {
 
 namespace {
 
-enum Command : int64_t { kStep = 1, kActorLr = 2, kCriticLr = 3, kShareState = 4, kStop = 5 };
+enum Command : int64_t { kStep = 1, kActorLr = 2, kCriticLr = 3, kShareState = 4, kStop = 5, kSave = 6 };
 
 // Header: [command, payload bytes, value's bits].
 constexpr int64_t kHeaderSize = 3;
@@ -212,6 +212,11 @@ void RankLeader::share_state() {
   learner_.share_state(0);
 }
 
+void RankLeader::save(const std::string& dir) {
+  command(kSave);
+  learner_.save(dir);
+}
+
 void RankLeader::stop() {
   if (stopped_ || learner_.ranks().size() == 1) return;
   command(kStop);
@@ -250,6 +255,9 @@ int64_t follow_leader(Learner& learner) {
         break;
       case kShareState:
         learner.share_state(0);
+        break;
+      case kSave:
+        learner.save("");
         break;
       case kStop:
         return steps;

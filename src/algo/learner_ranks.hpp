@@ -40,6 +40,8 @@ class RankLeader {
   // After load() (or any change made on rank 0 alone): every rank takes rank
   // 0's weights, optimiser state and counters.
   void share_state();
+  // Writes the learner checkpoint (Learner::save) with every rank's part.
+  void save(const std::string& dir);
   // The followers return from follow_leader. Idempotent.
   void stop();
   Learner& learner() { return learner_; }
