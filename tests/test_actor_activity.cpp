@@ -4,8 +4,8 @@
 // instead of waiting out the status timeout and calling it "unresponsive".
 // The evaluation is held by the test's own gate, not by a sleep.
 #include "actors/console/introspection_actor.hpp"
-#include "actors/run/learner_actor.hpp"
 #include "actors/protocol.hpp"
+#include "actors/run/learner_actor.hpp"
 #include "config/run_config.hpp"
 #include "env/environment.hpp"
 #include "test_tiny_model.hpp"
@@ -64,7 +64,7 @@ TEST_CASE("a learner held in its evaluation shows as busy, evaluating at step 0,
   run.eval.batch_size = 1;
   sao::model::CausalLM policy(sao_test::tiny_byte_model());
   sao::model::init_weights(*policy, 1);
-  auto learner = sao::actors::spawn_learner_actor(system, {run, policy, ""});
+  auto learner = sao::actors::spawn_learner_actor(system, {run, policy, "", nullptr});
   // The coordinator's one job here: list the learner for the snapshot.
   auto coordinator = system.spawn([learner](caf::event_based_actor*) -> caf::behavior {
     return {[learner](sao::atoms::actors_atom) {
@@ -117,4 +117,39 @@ TEST_CASE("a learner held in its evaluation shows as busy, evaluating at step 0,
   for (const auto& actor : {learner.address(), coordinator.address(), introspection.address()})
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   gate = nullptr;
+}
+
+TEST_CASE("the snapshot lists learner ranks 1..N-1 from the learner's status, with their share of the step") {
+  sao::msg::ActorStatus learner;
+  learner.name = "learner";
+  learner.kind = "learner";
+  learner.state = "training";
+  learner.numbers = {{"ranks", 3},
+                     {"rank0_tokens", 500},
+                     {"rank1_tokens", 480},
+                     {"rank1_compute_s", 0.7},
+                     {"rank1_allreduce_s", 0.05},
+                     {"rank2_tokens", 510}};
+  sao::msg::ActorStatus replay;
+  replay.name = "replay";
+  replay.kind = "replay";
+  std::vector<sao::msg::ActorStatus> statuses = {learner, replay};
+  sao::actors::add_learner_ranks(statuses);
+  REQUIRE(statuses.size() == 4);
+  CHECK(statuses[2].name == "learner-rank-1");
+  CHECK(statuses[2].kind == "learner-rank");
+  CHECK(statuses[2].state == "training");
+  CHECK(statuses[2].node == "rank 1 of 3 (follows learner over c10d)");
+  CHECK(statuses[2].numbers.at("tokens") == 480);
+  CHECK(statuses[2].numbers.at("compute_s") == 0.7);
+  CHECK(statuses[2].numbers.at("allreduce_s") == 0.05);
+  CHECK(statuses[3].name == "learner-rank-2");
+  CHECK(statuses[3].numbers.at("tokens") == 510);
+  CHECK(statuses[3].numbers.count("compute_s") == 0);  // not reported: not invented
+  // One rank: nothing added.
+  std::vector<sao::msg::ActorStatus> alone = {replay};
+  learner.numbers = {{"ranks", 1}};
+  alone.push_back(learner);
+  sao::actors::add_learner_ranks(alone);
+  CHECK(alone.size() == 2);
 }

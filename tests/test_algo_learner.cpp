@@ -460,6 +460,14 @@ TEST_CASE("staleness is measured against the learner's policy version, never fil
   auto m = make_models(18);
   Learner learner(sao_config(), m.policy, m.critic);
   CHECK(throws_with([&] { learner.step(make_batch(m.policy, 19, 2, /*version=*/5)); }, "newer than the learner's 0"));
+  // A token the embedding cannot look up is refused by name, not by LibTorch's index error.
+  auto outside = make_batch(m.policy, 19, 2);
+  outside[1].tokens[3] = 16;
+  CHECK_THROWS_WITH_AS(learner.step(outside),
+                       "trajectory 1: token at position 3 is 16, outside the model's vocabulary of 16", sao::Error);
+  outside[1].tokens[3] = -1;
+  CHECK_THROWS_WITH_AS(learner.step(outside), "trajectory 1: negative token id -1 at position 3", sao::Error);
+  CHECK(learner.steps() == 0);
   learner.step(make_batch(m.policy, 20));
   REQUIRE(learner.policy_version() == 1);
   // Staleness admission is replay's alone: a stale trajectory reaching the

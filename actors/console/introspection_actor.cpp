@@ -18,21 +18,6 @@ struct IntrospectionState {
   static inline const char* name = "introspection";
 };
 
-namespace {
-using IntrospectionSelf = IntrospectionActor::stateful_pointer<IntrospectionState>;
-
-// CAF names nodes only once the network layer is up; a purely local run's
-// actors are named by host and process instead.
-std::string node_name(const caf::node_id& node) {
-  if (node != caf::node_id{}) return caf::to_string(node);
-  return report::host_process_name();
-}
-
-using SnapshotPromise = caf::typed_response_promise<std::vector<msg::ActorStatus>>;
-
-// Learner ranks 1..N-1 are processes outside the actor system (they follow
-// rank 0 over c10d, algo/learner_ranks.hpp); rank 0's status carries their
-// share of the last step, and each becomes an entry of its own here.
 void add_learner_ranks(std::vector<msg::ActorStatus>& statuses) {
   std::vector<msg::ActorStatus> ranks;
   for (const auto& status : statuses) {
@@ -56,6 +41,18 @@ void add_learner_ranks(std::vector<msg::ActorStatus>& statuses) {
   }
   for (auto& rank : ranks) statuses.push_back(std::move(rank));
 }
+
+namespace {
+using IntrospectionSelf = IntrospectionActor::stateful_pointer<IntrospectionState>;
+
+// CAF names nodes only once the network layer is up; a purely local run's
+// actors are named by host and process instead.
+std::string node_name(const caf::node_id& node) {
+  if (node != caf::node_id{}) return caf::to_string(node);
+  return report::host_process_name();
+}
+
+using SnapshotPromise = caf::typed_response_promise<std::vector<msg::ActorStatus>>;
 
 // One snapshot in progress: replies arrive in any order, each in its slot.
 struct Gathering {

@@ -15,6 +15,13 @@ namespace sao::actors {
 // unresponsive (a learner step is ~0.2 s on the default model).
 constexpr auto kStatusTimeout = std::chrono::seconds(3);
 
+// Learner ranks 1..N-1 are processes outside the actor system (they follow
+// rank 0 over c10d, algo/learner_ranks.hpp). The learner's status carries
+// "ranks" and each rank's share of the last step (rank<r>_tokens,
+// _compute_s, _allreduce_s); this appends one "learner-rank-<r>" entry per
+// follower with those numbers (tokens, compute_s, allreduce_s).
+void add_learner_ranks(std::vector<msg::ActorStatus>& statuses);
+
 IntrospectionActor spawn_introspection_actor(caf::actor_system& system, CoordinatorActor coordinator);
 
 }  // namespace sao::actors

@@ -319,11 +319,17 @@ void Learner::set_critic_lr(double lr) {
 }
 
 void Learner::check_admissible(const std::vector<Trajectory>& trajectories) const {
+  const int64_t vocabulary = policy_->config().vocab_size;
   for (size_t i = 0; i < trajectories.size(); ++i) {
     const auto& tr = trajectories[i];
     const std::string where = "trajectory " + std::to_string(i);
     tr.validate(where);
     for (size_t t = 0; t < tr.size(); ++t) {
+      // A peer's or an environment's token the embedding cannot look up.
+      if (tr.tokens[t] >= vocabulary) {  // negative ids: validate() above
+        throw Error(where + ": token at position " + std::to_string(t) + " is " + std::to_string(tr.tokens[t]) +
+                    ", outside the model's vocabulary of " + std::to_string(vocabulary));
+      }
       if (tr.action_mask[t] && tr.policy_versions[t] > policy_version_) {
         throw Error(where + ": action token at position " + std::to_string(t) + " comes from policy version " +
                     std::to_string(tr.policy_versions[t]) + ", newer than the learner's " +

@@ -267,19 +267,25 @@ int64_t follow_leader(Learner& learner) {
   }
 }
 
+RankSetup read_rank_setup(const nlohmann::json& setup) {
+  const std::string where = "learner ranks: rank 0's setup";
+  if (!setup.is_object() || !setup.contains("model") || !setup.contains("learner") || setup.size() != 2) {
+    throw Error(where + ": expected an object with 'model' and 'learner' only");
+  }
+  RankSetup out;
+  out.model = model::model_config_from_json(setup.at("model"), where + ".model", model::ConfigKind::kRunConfig);
+  base::JsonReader reader(setup.at("learner"), where + ".learner");
+  out.learner = LearnerConfig::from_json(reader);
+  return out;
+}
+
 int64_t serve_learner_rank(const RankGroupOptions& options, const std::string& device) {
   if (options.rank == 0)
     throw Error("learner ranks: rank 0 is the run's learner (sao train / sao node --role learner)");
   auto group = join_gloo_group(options);
-  const auto setup = receive_rank_setup(*group);
-  const std::string where = "learner ranks: rank 0's setup";
-  if (!setup.is_object() || !setup.contains("model") || !setup.contains("learner")) {
-    throw Error(where + ": expected an object with 'model' and 'learner'");
-  }
-  const auto model_config =
-      model::model_config_from_json(setup.at("model"), where + ".model", model::ConfigKind::kRunConfig);
-  base::JsonReader reader(setup.at("learner"), where + ".learner");
-  auto config = LearnerConfig::from_json(reader);
+  auto setup = read_rank_setup(receive_rank_setup(*group));
+  const auto& model_config = setup.model;
+  auto& config = setup.learner;
   if (!device.empty()) config.device = device;
   const auto placement = model::parse_device(config.device, "learner-rank --device");
   model::CausalLM policy(model_config);

@@ -11,6 +11,7 @@
 #include "algo/learner.hpp"
 #include "algo/rank_group.hpp"
 #include "algo/trajectory.hpp"
+#include "model/model_config.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +26,12 @@ namespace sao::algo {
 // (LearnerConfig::to_json). Rank 0 sends, the others receive.
 void send_rank_setup(RankGroup& group, const nlohmann::json& setup);
 nlohmann::json receive_rank_setup(RankGroup& group);
+// The setup checked and read: throws sao::Error naming the key.
+struct RankSetup {
+  model::ModelConfig model;
+  LearnerConfig learner;
+};
+RankSetup read_rank_setup(const nlohmann::json& setup);
 
 // Rank 0's side. Wraps the learner: every call is broadcast, then run here.
 class RankLeader {

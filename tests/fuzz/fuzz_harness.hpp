@@ -95,6 +95,10 @@ Surface normalizer_growth_surface();
 Surface weight_packet_surface();
 Surface weight_delta_surface();
 
+// rank_surfaces.cpp: a learner rank's step message and setup from rank 0
+Surface rank_step_surface();
+Surface rank_setup_surface();
+
 // server_surfaces.cpp: live servers (console, bulk, gatekeeper, TLS port)
 Counts fuzz_http(int64_t cases, uint64_t seed, const fs::path& scratch, const fs::path& out);
 Counts fuzz_console_trickle(int64_t cases, uint64_t seed, const fs::path& scratch, const fs::path& out);

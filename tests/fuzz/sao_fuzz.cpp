@@ -16,6 +16,8 @@
 //   tls_frames raw bytes (BASP headers, broken ClientHellos) to a learner's TLS port
 //   weight_packet  a weight version as a peer's CAF bytes, checked, taken and loaded by a rollout's receiver
 //   weight_delta   a bf16 delta's change count and payload, applied to a replica's image
+//   rank_step      rank 0's step message to a learner rank (trajectories as bytes), decoded and stepped
+//   rank_setup     rank 0's setup for a learner rank (model settings, learner config), read and built
 // Each case is a valid seed input with 1-4 mutations drawn from a seeded
 // generator (byte flips, insertions, deletions, duplications, extreme
 // numbers, type swaps, deep nesting, invalid UTF-8, truncation), so a run is
@@ -560,7 +562,7 @@ int main(int argc, char** argv) {
                    "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|template_limits|normalizer_"
                    "growth|tool_call|countdown|data_file|http|join|bulk|tls_frames|descriptor_flood|console_trickle|"
                    "weight_packet|"
-                   "weight_delta|all, "
+                   "weight_delta|rank_step|rank_setup|all, "
                    "or a comma list] "
                    "[--cases N] "
                    "[--seed S] [--out DIR]\n");
@@ -587,7 +589,9 @@ int main(int argc, char** argv) {
                                         "descriptor_flood",
                                         "console_trickle",
                                         "weight_packet",
-                                        "weight_delta"};
+                                        "weight_delta",
+                                        "rank_step",
+                                        "rank_setup"};
   // --surface takes one name, a comma list, or "all".
   std::vector<std::string> wanted;
   for (size_t at = 0; at <= surface_name.size();) {
@@ -623,6 +627,8 @@ int main(int argc, char** argv) {
     if (name == "countdown") counts = fuzz_isolated(countdown_surface(), cases, seed, scratch, out);
     if (name == "weight_packet") counts = fuzz_isolated(weight_packet_surface(), cases, seed, scratch, out);
     if (name == "weight_delta") counts = fuzz_isolated(weight_delta_surface(), cases, seed, scratch, out);
+    if (name == "rank_step") counts = fuzz_isolated(rank_step_surface(), cases, seed, scratch, out);
+    if (name == "rank_setup") counts = fuzz_isolated(rank_setup_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "console_trickle") counts = fuzz_console_trickle(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
