@@ -40,6 +40,20 @@ the reply, a step) and takes the next prompt at once (continuous batching):
          the latency-0 rate R0 (CPU-bound) stays a ceiling:
          trajectories/s = min(R0, N / rd, N E / E[reset + step])
 The expectations are Monte-Carlo means of 20,000 draws.
+
+    bench/scaling_model.py ranks [TOKENS_PER_STEP] [ACHIEVED_TFLOPS] [BUS_GB_PER_S]
+
+The all-reduce term: data-parallel learner ranks (learner.ranks). A SAO step
+with K critic updates costs (2 + 6 K + 2 + 6) P T FLOPs for P parameters a
+model and T tokens (critic snapshot and fresh forwards, K critic
+forward+backward, one actor forward+backward); N ranks split it, and each of
+the K + 1 optimiser steps first all-reduces one model's fp32 gradients
+(4 P bytes), a ring moving 2 (N - 1) / N of them over each rank's link:
+  step(N) = 22 P T / (N F) + (K + 1) (2 (N - 1) / N) 4 P / B + (K + 1) 2 (N - 1) a
+with F the FLOP rate a rank achieves, B the bus bandwidth, a ~20 us a hop.
+Prints the step time, the all-reduce share and the speed-up over one rank
+for 1..8 ranks, for the 135M and 1.5B shapes (defaults: 65,536 tokens a
+step, 300 TFLOP/s achieved, NCCL at 100 GB/s).
 """
 import json
 import math
@@ -153,7 +167,31 @@ def latency_main(out, sigma):
         print(f"{mode:>10} {n:>6} {latency:>10} {predicted:>16.1f} {measured:>9.1f} {measured / predicted:>9.2f}")
 
 
+def ranks_main(tokens, tflops, bus_gbps):
+    critic_updates = 2
+    hop_seconds = 20e-6
+    print(f"learner ranks, {tokens:,} tokens a step, {tflops:g} TFLOP/s achieved a rank, all-reduce bus "
+          f"{bus_gbps:g} GB/s, K = {critic_updates} critic updates")
+    print(f"{'model':>6} {'ranks':>5} {'compute s':>10} {'allreduce s':>12} {'step s':>8} {'share':>7} {'speed-up':>9}")
+    for name, params in (("135M", 134.5e6), ("1.5B", 1.54e9)):
+        single = None
+        for ranks in (1, 2, 4, 8):
+            compute = (2 + 6 * critic_updates + 2 + 6) * params * tokens / (ranks * tflops * 1e12)
+            reduces = critic_updates + 1
+            allreduce = 0.0 if ranks == 1 else reduces * (
+                2 * (ranks - 1) / ranks * 4 * params / (bus_gbps * 1e9) + 2 * (ranks - 1) * hop_seconds)
+            step = compute + allreduce
+            single = single or step
+            print(f"{name:>6} {ranks:>5} {compute:>10.3f} {allreduce:>12.4f} {step:>8.3f} "
+                  f"{allreduce / step:>7.1%} {single / step:>8.2f}x")
+
+
 def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "ranks":
+        args = [float(a) for a in sys.argv[2:5]]
+        ranks_main(int(args[0]) if len(args) > 0 else 65536, args[1] if len(args) > 1 else 300.0,
+                   args[2] if len(args) > 2 else 100.0)
+        return
     if len(sys.argv) >= 3 and sys.argv[1] == "latency":
         latency_main(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 1.0)
         return
