@@ -133,7 +133,7 @@ void learner_keys(Config& c, Visit visit) {
   visit("running_mean_window", c.running_mean_window, IntRange{1, 1 << 24});
   visit("pad_id", c.pad_id, IntRange{0, 1 << 24});
   visit("max_length_buckets", c.max_length_buckets, IntRange{1, 16});
-  visit("micro_batch_tokens", c.micro_batch_tokens, IntRange{0, int64_t{1} << 40});
+  visit("micro_batch_tokens", c.micro_batch_tokens, IntRange{0, int64_t{1} << 30});
   visit("shard_optimizer", c.shard_optimizer);
   visit("ranks", c.ranks, IntRange{1, 1024});
   visit("rank_address", c.rank_address);
