@@ -12,6 +12,8 @@
 #include "model_flops.hpp"
 #include "report/system_info.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -109,10 +111,49 @@ int bench_mixed_lengths(const sao::config::RunConfig& config, int64_t batch, int
   return 0;
 }
 
+// Activation checkpointing: the same mixed-length steps with the layers
+// recomputed in backward, then without. Peak resident memory is read after
+// each (checkpointed first: the peak only grows, so the plain run's extra
+// over it is what checkpointing saves) and step times are compared.
+int bench_checkpointing(const sao::config::RunConfig& config, int64_t batch, int steps) {
+  auto policy_seed = sao::model::CausalLM(config.model);
+  sao::model::init_weights(*policy_seed, 1);
+  const auto trajectories = sao::bench::mixed_length_batch(policy_seed, batch, 7);
+  double tokens = 0;
+  for (const auto& trajectory : trajectories) tokens += static_cast<double>(trajectory.size());
+  std::printf("activation checkpointing, %lld mixed-length trajectories (%.0f tokens) a step, %d steps each:\n",
+              static_cast<long long>(batch), tokens, steps);
+  double seconds[2] = {0, 0};
+  long peak_kb[2] = {0, 0};
+  for (const bool checkpointing : {true, false}) {
+    auto policy = sao::model::clone_policy(policy_seed);
+    sao::model::ValueModel critic(config.model);
+    sao::model::init_value_from_policy(critic, policy);
+    auto learner_config = config.learner;
+    learner_config.critic_warmup_steps = 0;
+    learner_config.activation_checkpointing = checkpointing;
+    sao::algo::Learner learner(learner_config, policy, critic);
+    learner.step(trajectories);  // warm-up
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) learner.step(trajectories);
+    const int side = checkpointing ? 0 : 1;
+    seconds[side] = seconds_since(start) / steps;
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    peak_kb[side] = usage.ru_maxrss;
+    std::printf("  %-24s %.1f ms/step, peak resident %.1f MB\n", checkpointing ? "checkpointed layers" : "plain",
+                seconds[side] * 1e3, static_cast<double>(peak_kb[side]) / 1024.0);
+  }
+  std::printf("  plain's peak over checkpointed's: +%.1f MB; step time checkpointed / plain: %.2fx\n",
+              static_cast<double>(peak_kb[1] - peak_kb[0]) / 1024.0, seconds[0] / seconds[1]);
+  return 0;
+}
+
 }  // namespace
 
-// Usage: bench_learner [BATCH=64] [STEPS=10] [mixed]
+// Usage: bench_learner [BATCH=64] [STEPS=10] [mixed|checkpointing]
 //   mixed: multi-turn episodes of mixed lengths, length buckets vs one padded batch
+//   checkpointing: the same steps with and without learner.activation_checkpointing
 int main(int argc, char** argv) {
   sao::base::keep_freed_memory_for_reuse();  // as sao itself runs
   const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 64;
@@ -128,6 +169,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(config.learner.critic_updates));
 
   if (argc > 3 && std::string(argv[3]) == "mixed") return bench_mixed_lengths(config, batch, steps);
+  if (argc > 3 && std::string(argv[3]) == "checkpointing") return bench_checkpointing(config, batch, steps);
 
   sao::model::CausalLM policy(config.model);
   sao::model::init_weights(*policy, 1);

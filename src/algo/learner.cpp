@@ -294,6 +294,8 @@ Learner::Learner(LearnerConfig config, model::CausalLM policy, model::ValueModel
                 "'; it would never be trained");
   }
   device_ = policy_->parameters().front().device();
+  policy_->model->set_activation_checkpointing(config_.activation_checkpointing);
+  if (!critic_.is_empty()) critic_->model->set_activation_checkpointing(config_.activation_checkpointing);
   actor_params_ = trainable(policy_->parameters());
   if (actor_params_.empty()) throw Error("learner: the policy has no trainable parameter");
   actor_optimizer_ = make_adamw(actor_params_, config_.actor_lr, config_, ranks_);

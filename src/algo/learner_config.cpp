@@ -135,6 +135,7 @@ void learner_keys(Config& c, Visit visit) {
   visit("max_length_buckets", c.max_length_buckets, IntRange{1, 16});
   visit("micro_batch_tokens", c.micro_batch_tokens, IntRange{0, int64_t{1} << 30});
   visit("shard_optimizer", c.shard_optimizer);
+  visit("activation_checkpointing", c.activation_checkpointing);
   visit("ranks", c.ranks, IntRange{1, 1024});
   visit("rank_address", c.rank_address);
   visit("rank_timeout_s", c.rank_timeout_s, IntRange{1, 86400});

@@ -87,6 +87,10 @@ struct LearnerConfig {
   // parameters (algo/sharded_adamw.hpp). Same updates; checkpoints stay one
   // complete state that resumes with any number of ranks.
   bool shard_optimizer = false;
+  // Keep only each decoder layer's input through a training pass and
+  // recompute the layer in backward (model/activation_checkpoint.hpp): less
+  // activation memory for one more forward pass. Same gradients.
+  bool activation_checkpointing = false;
 
   // Data-parallel learner ranks (algo/rank_group.hpp, learner_ranks.hpp):
   // rank 0 is the run's learner; ranks 1..ranks-1 are `sao node --role

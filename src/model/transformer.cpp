@@ -1,6 +1,8 @@
 // Llama/Qwen2-layout transformer; see transformer.hpp for the design.
 #include "model/transformer.hpp"
 
+#include "model/activation_checkpoint.hpp"
+
 #include "base/error.hpp"
 #include "model/batched_matmul.hpp"
 
@@ -89,8 +91,8 @@ void write_paged(torch::Tensor& stored, const torch::Tensor& fresh, const PagedA
 // the row's blocks gathered in order. The gather costs one read of the keys,
 // as attention does; it is what lets a row's blocks sit anywhere in the pool.
 torch::Tensor gather_paged(const torch::Tensor& stored, const PagedGroup& group, c10::ScalarType dtype) {
-  auto gathered = stored.index_select(0, group.read_slots)
-                      .view({group.rows, group.keys_per_row, stored.size(1), stored.size(2)});
+  auto gathered =
+      stored.index_select(0, group.read_slots).view({group.rows, group.keys_per_row, stored.size(1), stored.size(2)});
   if (gathered.scalar_type() != dtype) gathered = gathered.to(dtype);
   return gathered.transpose(1, 2);
 }
@@ -253,8 +255,14 @@ torch::Tensor BackboneImpl::run_layers(torch::Tensor hidden, const torch::Tensor
   // messages carry parameters only), so module.to(device) leaves them behind.
   if (inv_freq_.device() != positions.device()) inv_freq_ = inv_freq_.to(positions.device());
   const auto rotary = rotary_angles(positions, inv_freq_);
+  // Only a pass that builds a graph has activations to spare.
+  const bool checkpoint = activation_checkpointing_ && paged == nullptr && torch::GradMode::is_enabled();
   for (size_t i = 0; i < layers->size(); ++i) {
     auto layer = layers->ptr<DecoderLayerImpl>(i);
+    if (checkpoint) {
+      hidden = checkpointed_layer(*layer, hidden, rotary, visible);
+      continue;
+    }
     if (paged == nullptr) {
       hidden = layer->forward(hidden, rotary, visible, nullptr);
       continue;

@@ -40,8 +40,8 @@ struct PagedGroup {
 struct PagedAttention {
   std::vector<torch::Tensor>* keys = nullptr;    // per layer [pool slots, n_kv_heads, head_dim]
   std::vector<torch::Tensor>* values = nullptr;  // per layer [pool slots, n_kv_heads, head_dim]
-  torch::Tensor positions;    // [1, N] int64 rotary position of each new token
-  torch::Tensor write_slots;  // [N] int64 pool slot of each new token
+  torch::Tensor positions;                       // [1, N] int64 rotary position of each new token
+  torch::Tensor write_slots;                     // [N] int64 pool slot of each new token
   std::vector<PagedGroup> groups;
 };
 
@@ -132,6 +132,10 @@ class BackboneImpl : public torch::nn::Module {
   torch::Tensor forward_paged(const torch::Tensor& input_ids, const PagedAttention& paged);
 
   const ModelConfig& config() const { return config_; }
+  // Training passes keep only each layer's input and recompute the layer in
+  // backward (activation_checkpoint.hpp): less memory, one more forward.
+  void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
+  bool activation_checkpointing() const { return activation_checkpointing_; }
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
@@ -141,6 +145,7 @@ class BackboneImpl : public torch::nn::Module {
                            const PagedAttention* paged);
   ModelConfig config_;
   torch::Tensor inv_freq_;  // [head_dim / 2] float32 rotary frequencies, rope_scaling applied
+  bool activation_checkpointing_ = false;
 };
 TORCH_MODULE(Backbone);
 
