@@ -6,14 +6,20 @@
 #include "app/commands.hpp"
 #include "base/allocator.hpp"
 #include "base/error.hpp"
+#include "base/json_parse.hpp"
 #include "config/model_directory.hpp"
 #include "model/device.hpp"
+#include "model/model_config.hpp"
+#include "model/regular_file.hpp"
 #include "report/system_info.hpp"
 #include "sao/build_info.hpp"
+#include "train/memory_estimate.hpp"
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 namespace sao::cli {
@@ -22,6 +28,10 @@ int run_doctor(const Args& args) {
   const std::vector<FlagSpec> specs = {
       {"--threads", true, false, "LibTorch/OpenBLAS threads to configure before measuring (default 2)"},
       {"--model", true, false, "also inspect a Hugging Face model directory (exit status 1 if sao cannot use it)"},
+      {"--device-memory", true, false,
+       "with --model: GiB one learner rank may use, for the memory advice (default: this machine's available memory)"},
+      {"--batch-tokens", true, false,
+       "with --model: padded tokens of one learner step, for the advice (default 65536)"},
       {"--help", false, false, "show this help"}};
   const auto parsed = parse_args("doctor", specs, args);
   if (parsed.has("--help")) {
@@ -68,6 +78,31 @@ int run_doctor(const Args& args) {
   std::printf("verdict                %s\n", model.usable()
                                                  ? "every part above is readable by sao: use it with --model DIR"
                                                  : "sao cannot use this directory (see the errors above)");
+  const bool architecture_known = std::any_of(model.parts.begin(), model.parts.end(), [](const auto& part) {
+    return part.name == "config.json" && part.usable;
+  });
+  if (!architecture_known) return 1;
+  // What one learner rank needs (fp32, SAO: policy and critic), and which
+  // of the learner's memory switches make it fit.
+  const auto config_path = (std::filesystem::path(model.directory) / "config.json").string();
+  const auto architecture = model::model_config_from_json(
+      base::parse_json_limited(model::read_regular_file(config_path, 16u << 20), config_path), config_path,
+      model::ConfigKind::kHuggingFace);
+  const int64_t batch_tokens = parsed.get_int("--batch-tokens", 65536);
+  if (batch_tokens < 1 || batch_tokens > (int64_t{1} << 30)) {
+    throw Error("--batch-tokens must be in [1, 2^30], got " + std::to_string(batch_tokens));
+  }
+  int64_t device_bytes = train::available_memory_bytes();
+  if (parsed.has("--device-memory")) {
+    const double gib = parsed.get_double("--device-memory", 0.0);
+    if (!(gib > 0.0) || gib > 1e6) throw Error("--device-memory must be a number of GiB in (0, 1e6]");
+    device_bytes = static_cast<int64_t>(gib * 1024.0 * 1024.0 * 1024.0);
+  }
+  std::printf("\nlearner memory per rank, SAO (policy + critic, fp32), a step of %lld padded tokens:\n",
+              static_cast<long long>(batch_tokens));
+  for (const auto& line : train::learner_memory_advice(architecture, /*critic=*/true, batch_tokens, device_bytes)) {
+    std::printf("  %s\n", line.c_str());
+  }
   return model.usable() ? 0 : 1;
 }
 

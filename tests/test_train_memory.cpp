@@ -41,3 +41,39 @@ TEST_CASE("the estimate grows with replicas, batch and context") {
         sao::train::estimate_sft_memory(config_with({})).bytes);
   CHECK(sao::train::available_memory_bytes() > 0);  // /proc/meminfo on Linux
 }
+
+TEST_CASE("a learner rank's memory: each switch takes off what it should, and the advice names the first fit") {
+  sao::model::ModelConfig model;  // sao's default byte model
+  const double p = static_cast<double>(model.parameter_count()) * 4.0;
+  const int64_t batch_tokens = 65536;
+  // Activations per token: 16 hidden + 3 intermediate values a layer, and 2 x vocabulary (logits), fp32.
+  auto activations = [&](double tokens, int64_t layers) {
+    return tokens * ((16.0 * model.hidden_size + 3.0 * model.intermediate_size) * layers + 2.0 * model.vocab_size) *
+           4.0;
+  };
+  sao::algo::LearnerConfig learner;
+  const auto plain = sao::train::estimate_learner_rank_memory(model, true, batch_tokens, learner);
+  // weights + gradients + two moments, for policy and critic, + one pass over the whole batch.
+  CHECK(plain.bytes == static_cast<int64_t>(2 * p + 2 * p + 4 * p + activations(65536, model.num_hidden_layers)));
+  learner.ranks = 2;
+  const auto two = sao::train::estimate_learner_rank_memory(model, true, batch_tokens, learner);
+  CHECK(two.bytes == static_cast<int64_t>(8 * p + activations(32768, model.num_hidden_layers)));
+  learner.shard_optimizer = true;
+  const auto sharded = sao::train::estimate_learner_rank_memory(model, true, batch_tokens, learner);
+  CHECK(two.bytes - sharded.bytes == static_cast<int64_t>(2 * p));  // half of the 4P of moments
+  learner.micro_batch_tokens = 8192;
+  const auto micro = sao::train::estimate_learner_rank_memory(model, true, batch_tokens, learner);
+  CHECK(micro.bytes == static_cast<int64_t>(6 * p + activations(8192, model.num_hidden_layers)));
+  learner.activation_checkpointing = true;
+  const auto checkpointed = sao::train::estimate_learner_rank_memory(model, true, batch_tokens, learner);
+  CHECK(checkpointed.bytes == static_cast<int64_t>(6 * p + 8192.0 * model.hidden_size * model.num_hidden_layers * 4.0 +
+                                                   activations(8192, 1)));
+  CHECK(checkpointed.breakdown.find("activations (checkpointed)") != std::string::npos);
+  // The advice: everything fits in plenty; in the plain 2-rank bytes, the first fit is 2 ranks with no switch.
+  const auto roomy = sao::train::learner_memory_advice(model, true, batch_tokens, int64_t{1} << 40);
+  CHECK(roomy.back() == "the first that fits: learner.ranks 1 with no switch");
+  const auto tight = sao::train::learner_memory_advice(model, true, batch_tokens, two.bytes);
+  CHECK(tight.back() == "the first that fits: learner.ranks 1, activation_checkpointing");
+  const auto none = sao::train::learner_memory_advice(model, true, batch_tokens, 1024);
+  CHECK(none.back().find("none of these fits") == 0);
+}

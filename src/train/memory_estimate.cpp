@@ -3,6 +3,8 @@
 
 #include "base/error.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -72,16 +74,75 @@ MemoryEstimate estimate_train_memory(const config::RunConfig& config) {
   const double actors = static_cast<double>(config.rollout.num_actors);
   // The most a rollout's paged KV pool can hold (rollout.kv_cache_tokens);
   // its storage grows with the blocks in use up to that.
-  const double kv_cache =
-      static_cast<double>(config.rollout.kv_pool_tokens(model.max_position_embeddings)) * 2.0 *
-      static_cast<double>(model.num_hidden_layers) * static_cast<double>(model.num_key_value_heads) *
-      static_cast<double>(model.head_dim()) * kFloatBytes;
+  const double kv_cache = static_cast<double>(config.rollout.kv_pool_tokens(model.max_position_embeddings)) * 2.0 *
+                          static_cast<double>(model.num_hidden_layers) *
+                          static_cast<double>(model.num_key_value_heads) * static_cast<double>(model.head_dim()) *
+                          kFloatBytes;
   tally.add("rollout replicas", actors * parameters);
   tally.add("KV pools", actors * kv_cache);
   tally.add("learner activations",
             models * activation_bytes(model, static_cast<double>(config.replay.max_batch) *
                                                  static_cast<double>(model.max_position_embeddings)));
   return tally.done();
+}
+
+MemoryEstimate estimate_learner_rank_memory(const model::ModelConfig& model, bool critic, int64_t batch_tokens,
+                                            const algo::LearnerConfig& learner) {
+  const double parameters = static_cast<double>(model.parameter_count()) * kFloatBytes;
+  const double models = critic ? 2.0 : 1.0;
+  const double ranks = static_cast<double>(std::max<int64_t>(learner.ranks, 1));
+  double tokens = std::ceil(static_cast<double>(batch_tokens) / ranks);
+  if (learner.micro_batch_tokens > 0) tokens = std::min(tokens, static_cast<double>(learner.micro_batch_tokens));
+  Tally tally;
+  tally.add("weights", models * parameters);
+  tally.add("gradients", models * parameters);
+  tally.add("AdamW moments", models * 2 * parameters / (learner.shard_optimizer ? ranks : 1.0));
+  if (learner.activation_checkpointing) {
+    // Each layer's input, then one layer recomputed at a time, and the logits.
+    auto one_layer = model;
+    one_layer.num_hidden_layers = 1;
+    const double inputs = tokens * static_cast<double>(model.hidden_size * model.num_hidden_layers) * kFloatBytes;
+    tally.add("activations (checkpointed)", inputs + activation_bytes(one_layer, tokens));
+  } else {
+    tally.add("activations", activation_bytes(model, tokens));
+  }
+  return tally.done();
+}
+
+std::vector<std::string> learner_memory_advice(const model::ModelConfig& model, bool critic, int64_t batch_tokens,
+                                               int64_t device_bytes) {
+  std::vector<std::string> lines;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-5s %-66s %12s  fits in %s", "ranks", "learner switches", "per rank",
+                gib(static_cast<double>(device_bytes)).c_str());
+  lines.emplace_back(line);
+  std::string first_fit;
+  for (const int64_t ranks : {1, 2, 4, 8}) {
+    algo::LearnerConfig learner;
+    learner.ranks = ranks;
+    // Each row adds one switch to the one above it.
+    for (int level = 0; level < 4; ++level) {
+      learner.activation_checkpointing = level >= 1;
+      learner.shard_optimizer = level >= 2 && ranks > 1;
+      learner.micro_batch_tokens = level >= 3 ? 8192 : 0;
+      if (level == 2 && ranks == 1) continue;  // ZeRO-1 needs ranks to shard over
+      std::string switches = level == 0 ? "none" : "activation_checkpointing";
+      if (learner.shard_optimizer) switches += " +shard_optimizer";
+      if (learner.micro_batch_tokens > 0) switches += " +micro_batch_tokens 8192";
+      const auto estimate = estimate_learner_rank_memory(model, critic, batch_tokens, learner);
+      const bool fits = estimate.bytes <= device_bytes;
+      std::snprintf(line, sizeof(line), "%-5lld %-66s %12s  %s", static_cast<long long>(ranks),
+                    level == 0 ? "none" : switches.c_str(), gib(static_cast<double>(estimate.bytes)).c_str(),
+                    fits ? "yes" : "no");
+      lines.emplace_back(line);
+      if (fits && first_fit.empty()) {
+        first_fit = "learner.ranks " + std::to_string(ranks) + (level == 0 ? " with no switch" : ", " + switches);
+      }
+    }
+  }
+  lines.push_back(first_fit.empty() ? "none of these fits: a smaller model, a smaller batch, or more memory a rank"
+                                    : "the first that fits: " + first_fit);
+  return lines;
 }
 
 void require_memory(const MemoryEstimate& estimate, int64_t available_bytes, const std::string& what) {
