@@ -1,7 +1,8 @@
 // `sao export CHECKPOINT --out DIR`: a sao checkpoint as a Hugging Face model
-// directory. The tokenizer files come from the model directory the run was
-// started from (recorded in the checkpoint's sao.json) or --tokenizer-from;
-// a byte-level run gets the byte tokenizer written as tokenizer.json.
+// directory (a LoRA checkpoint's adapters merged in), or with --adapter a
+// LoRA checkpoint's adapters alone as a PEFT adapter directory. The tokenizer files come from the model directory the
+// run was started from (recorded in the checkpoint's sao.json) or --tokenizer-from; a byte-level run gets the byte
+// tokenizer written as tokenizer.json.
 #include "app/commands.hpp"
 
 #include "app/args.hpp"
@@ -9,6 +10,7 @@
 #include "base/error.hpp"
 #include "model/checkpoint.hpp"
 #include "model/hf_export.hpp"
+#include "model/lora.hpp"
 #include "tokenizer/byte_tokenizer.hpp"
 #include "tokenizer/byte_tokenizer_files.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
@@ -48,6 +50,9 @@ int run_export(const Args& args) {
       {"--dtype", true, false, "dtype of the weights on disk: fp32 (default), bf16 or fp16"},
       {"--shard-size-mb", true, false, "shard the weights above this many MB (default 5000, as save_pretrained)"},
       {"--tokenizer-from", true, false, "copy tokenizer files from this directory (default: the run's model.path)"},
+      {"--adapter", false, false,
+       "LoRA checkpoints: write the adapters alone in PEFT's layout (adapter_config.json + "
+       "adapter_model.safetensors) instead of merging them into the weights"},
       {"--help", false, false, "show this help"}};
   const auto parsed = parse_args("export", specs, args);
   if (parsed.has("--help")) {
@@ -58,7 +63,26 @@ int run_export(const Args& args) {
   if (!parsed.has("--out")) throw Error("--out DIR is required");
   const auto& checkpoint = parsed.positional[0];
   nlohmann::json info;
-  const auto policy = model::load_policy_checkpoint(checkpoint, &info);
+  const auto loaded = model::load_policy_checkpoint(checkpoint, &info);
+  const auto& lora = loaded->config().lora;
+  const auto& out = parsed.get("--out");
+  if (parsed.has("--adapter")) {
+    if (!lora.enabled())
+      throw Error("export: " + checkpoint + " has no LoRA adapters (no " + model::kPeftConfigFile +
+                  "); export it without --adapter");
+    const auto base = info.value("tokenizer", nlohmann::json("byte"));
+    const std::string base_model = base.is_string() && base != "byte" ? base.get<std::string>() : "";
+    model::write_directory_atomically(
+        out, [&](const std::string& staging) { model::write_peft_adapter(staging, loaded, base_model); });
+    std::printf(
+        "export: wrote %s: LoRA adapters in PEFT's layout (r=%lld, alpha=%g, %zu target projection(s), %zu "
+        "tensors) for the base %s\n",
+        out.c_str(), static_cast<long long>(lora.rank), lora.alpha, lora.targets.size(),
+        model::lora_tensors(*loaded).size(), base_model.empty() ? "(none recorded)" : base_model.c_str());
+    return 0;
+  }
+  // A LoRA checkpoint exports as one plain model: W + alpha/r B A in every target.
+  const auto policy = lora.enabled() ? model::merge_lora(loaded) : loaded;
 
   model::HfExportOptions options;
   options.dtype = model::export_dtype_from_name(parsed.get("--dtype", "fp32"));
@@ -100,7 +124,6 @@ int run_export(const Args& args) {
     if (source.max_position_embeddings > policy->config().max_position_embeddings)
       exported = with_context(policy, source.max_position_embeddings);
   }
-  const auto& out = parsed.get("--out");
   const auto report = model::export_hf_directory(exported, out, options);
   const std::string tokenizer_files = byte_tokenizer
                                           ? std::string("sao's byte tokenizer as tokenizer.json")

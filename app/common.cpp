@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "model/checkpoint.hpp"
+#include "model/lora.hpp"
 #include "report/system_info.hpp"
 
 #include <nlohmann/json.hpp>
@@ -65,7 +66,10 @@ void write_resolved_config(const config::RunConfig& config) {
 model::CausalLM train_warm_start(const config::RunConfig& config, train::SftResult* result) {
   model::CausalLM policy{nullptr};
   if (config.model_path.empty()) {
-    policy = model::CausalLM(config.model);
+    // LoRA adapters come after the warm start (prepare_training): SFT trains the whole model.
+    auto base = config.model;
+    base.lora = model::LoraConfig{};
+    policy = model::CausalLM(base);
     model::init_weights(*policy, static_cast<uint64_t>(config.run.seed));
   } else {
     // A model brought by the user starts from its own weights.
@@ -120,6 +124,13 @@ model::CausalLM warm_start_policy(const config::RunConfig& config, const std::st
   return policy;
 }
 
+int64_t trainable_parameter_count(const model::CausalLM& policy) {
+  int64_t count = 0;
+  for (const auto& parameter : policy->parameters())
+    if (parameter.requires_grad()) count += parameter.numel();
+  return count;
+}
+
 std::atomic<bool> g_stop_requested{false};
 
 extern "C" void request_stop(int) {
@@ -154,6 +165,15 @@ TrainingStart prepare_training(const ParsedArgs& parsed, const std::string& comm
                  static_cast<long long>(algo::read_learner_state(start.resume_from).step));
   } else {
     start.policy = warm_start_policy(config, command);
+    if (config.model.lora.enabled() && !start.policy->config().lora.enabled()) {
+      // LoRA trains adapters on the warm start's weights, which stay frozen.
+      start.policy->attach_lora(config.model.lora);
+      model::init_lora(start.policy, static_cast<uint64_t>(config.run.seed) ^ 0x4c6f5241ull);
+      std::fprintf(stderr, "%s: LoRA r=%lld alpha=%g on %zu projections a layer: %lld trainable of %lld parameters\n",
+                   command.c_str(), static_cast<long long>(config.model.lora.rank), config.model.lora.alpha,
+                   config.model.lora.targets.size(), static_cast<long long>(trainable_parameter_count(start.policy)),
+                   static_cast<long long>(start.policy->config().parameter_count()));
+    }
   }
   model::require_same_model(config.model, "the run config (" + config.source + ")", start.policy->config(),
                             parsed.has("--resume") ? "the checkpoint being resumed" : "the warm start");

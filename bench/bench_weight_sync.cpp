@@ -11,11 +11,16 @@
 //
 // Usage: bench_weight_sync [REPEATS] [CERTS]   (default 3; the median is printed)
 //        bench_weight_sync --delta [STEPS]      (default 20)
+//        bench_weight_sync --lora [RANK]        (default 16)
 // --delta: what a bf16 replica of the SmolLM2-135M shape would be sent over
 // STEPS real SAO learner steps at the default config's learning rates
 // (weights/delta.hpp): per version the changed elements, delta/full bytes,
 // the time to encode and to apply the delta against copying the full bf16
 // image, and whether the rebuilt image matched the version's checksum.
+// --lora: bytes per version of a LoRA policy of the SmolLM2-135M shape at
+// RANK (default 16) for three target sets, against the full fp32 version
+// (what full fine-tuning sends), with the time to pack and to load each:
+// `lora/full sync bytes: X.XXXx`.
 // CERTS: a directory made by `deploy/cluster-certs CERTS learner node-1`; the
 // bulk channel then runs over TLS with those certificates, as in a cluster
 // started with --certs.
@@ -27,6 +32,7 @@
 #include "base/error.hpp"
 #include "bench_models.hpp"
 #include "config/run_config.hpp"
+#include "model/lora.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
 #include "net/bulk_transfer.hpp"
@@ -47,6 +53,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -255,12 +262,61 @@ struct ModelCase {
   sao::model::ModelConfig config;
 };
 
+int bench_lora(int64_t rank) {
+  const auto shape = sao::bench::smollm2_135m_shape();
+  sao::model::CausalLM full(shape);
+  auto time_it = [](const std::function<void()>& work) {
+    std::vector<double> runs;
+    for (int i = 0; i < 3; ++i) {
+      const auto start = Clock::now();
+      work();
+      runs.push_back(seconds_since(start));
+    }
+    std::sort(runs.begin(), runs.end());
+    return runs[1];
+  };
+  sao::model::PackedTensors full_packet;
+  const double full_pack_s = time_it([&] { full_packet = sao::model::pack_module(*full); });
+  sao::model::CausalLM receiver(shape);
+  const double full_load_s = time_it([&] { sao::model::load_packed_into_module(*receiver, full_packet, "bench"); });
+  const double full_bytes = static_cast<double>(full_packet.bytes.size());
+  std::printf("SmolLM2-135M shape: %lld parameters; full fp32 version %.1f MB (pack %.3f s, load %.3f s)\n",
+              static_cast<long long>(shape.parameter_count()), full_bytes / 1e6, full_pack_s, full_load_s);
+  std::printf("%-40s %12s %10s %10s %10s %10s\n", ("targets (r=" + std::to_string(rank) + ")").c_str(),
+              "adapter_params", "MB", "lora/full", "pack_s", "load_s");
+  double headline = 0.0;
+  for (const auto& targets : std::vector<std::vector<std::string>>{
+           {"q_proj", "v_proj"},
+           {"q_proj", "k_proj", "v_proj", "o_proj"},
+           {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}) {
+    auto config = shape;
+    config.lora.rank = rank;
+    config.lora.targets = targets;
+    sao::model::CausalLM policy(config);
+    sao::model::CausalLM replica(config);
+    sao::model::PackedTensors packet;
+    const double pack_s = time_it([&] { packet = sao::model::pack_tensors(sao::model::lora_tensors(*policy)); });
+    const double load_s = time_it([&] { sao::model::load_packed_into_module(*replica, packet, "bench"); });
+    const double ratio = static_cast<double>(packet.bytes.size()) / full_bytes;
+    std::string names;
+    for (const auto& name : targets) names += (names.empty() ? "" : ",") + name.substr(0, name.find('_'));
+    std::printf("%-40s %12lld %10.2f %10.4f %10.4f %10.4f\n", names.c_str(),
+                static_cast<long long>(config.lora_parameter_count()), static_cast<double>(packet.bytes.size()) / 1e6,
+                ratio, pack_s, load_s);
+    if (targets.size() == 4) headline = ratio;
+  }
+  std::printf("lora/full sync bytes: %.4fx (r=%lld on q,k,v,o; target <= 0.02)\n", headline,
+              static_cast<long long>(rank));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   sao::base::keep_freed_memory_for_reuse();  // as sao itself runs
   if (argc > 1 && std::string(argv[1]) == "--delta")
     return bench_delta(argc > 2 ? std::max(1, std::atoi(argv[2])) : 20);
+  if (argc > 1 && std::string(argv[1]) == "--lora") return bench_lora(argc > 2 ? std::max(1, std::atoi(argv[2])) : 16);
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
   const std::string certs = argc > 2 ? argv[2] : "";
   // Fork first, before LibTorch or CAF start threads in this process.

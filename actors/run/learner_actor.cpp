@@ -11,6 +11,7 @@
 #include "gpu/device_weights.hpp"
 #include "model/checkpoint.hpp"
 #include "model/device.hpp"
+#include "model/lora.hpp"
 #include "model/tensor_blob.hpp"
 #include "report/metrics_schema.hpp"
 #include "train/task_runner.hpp"
@@ -44,6 +45,9 @@ struct LearnerActorState {
   // environment's processes start once, not at every evaluation.
   train::EnvironmentPool eval_environments;
   std::string env_dead;  // set once an evaluation found the environment dead
+  // A LoRA policy's first version goes whole (the weight-sync actor keeps it
+  // as the base for rollouts that join later), every later one as adapters.
+  bool sent_base = false;
   ActorCounters counters;
   static inline const char* name = "learner";
 };
@@ -61,14 +65,20 @@ weights::Packet current_weights(LearnerActorState& state) {
   const auto learner_device = model::parse_device(run.learner.device, "learner.device");
   const auto rollout_device = model::parse_device(run.rollout.device, "rollout.device");
   const int64_t version = state.learner->policy_version();
+  auto& policy = *state.learner->policy();
+  if (policy.config().lora.enabled() && state.sent_base) {
+    // The frozen base never changes: a version is its adapters, a few MB at most.
+    return weights::host_packet(version, model::pack_tensors(model::lora_tensors(policy)));
+  }
+  state.sent_base = true;
   if (learner_device.is_cuda() && rollout_device.is_cuda()) {
     // GPU to GPU: one device buffer per version, no host round trip; the
     // weight-sync actor chooses each rollout's route from it
     // (weights/sender.hpp).
-    return weights::device_packet(version, std::make_shared<const model::DevicePackedTensors>(
-                                               gpu::pack_for_rollouts(*state.learner->policy(), learner_device)));
+    return weights::device_packet(
+        version, std::make_shared<const model::DevicePackedTensors>(gpu::pack_for_rollouts(policy, learner_device)));
   }
-  return weights::host_packet(version, model::pack_module(*state.learner->policy()));
+  return weights::host_packet(version, model::pack_module(policy));
 }
 
 msg::ActorStatus learner_status(LearnerSelf self) {

@@ -22,6 +22,13 @@ struct WeightSyncState {
   // version, a bulk-channel notice, a CUDA IPC handle), each on the first
   // push that needs it and shared by every such push of the version.
   std::map<weights::Route, caf::message> latest_by_route;
+  // A LoRA policy's versions after its first carry adapters only; `base` is
+  // the newest whole version, sent first to a rollout that has none (a new
+  // or restarted one), with its messages by route.
+  caf::message base;
+  int64_t base_version = -1;
+  std::map<weights::Route, caf::message> base_by_route;
+  int64_t base_pushes = 0;
   // Chooses each rollout's route and makes the packets (weights/sender.hpp).
   std::unique_ptr<weights::Sender> sender;
   std::shared_ptr<net::BulkServer> bulk_server;  // for its numbers in status
@@ -58,17 +65,18 @@ using WeightSyncSelf = WeightSyncActor::stateful_pointer<WeightSyncState>;
 // The message carrying the latest version by `route`: the learner's own
 // packet, or one made now (once per version and route). Null when the route
 // cannot carry this version (CUDA cannot share the buffer).
-const caf::message* message_for(WeightSyncSelf self, weights::Route route) {
+const caf::message* message_for(WeightSyncSelf self, const caf::message& packet,
+                                std::map<weights::Route, caf::message>& by_route, weights::Route route) {
   auto& state = self->state;
-  const auto& source = state.latest.get_as<weights::Packet>(0);
-  if (route == source.route) return &state.latest;
-  auto made = state.latest_by_route.find(route);
-  if (made != state.latest_by_route.end()) return &made->second;
+  const auto& source = packet.get_as<weights::Packet>(0);
+  if (route == source.route) return &packet;
+  auto made = by_route.find(route);
+  if (made != by_route.end()) return &made->second;
   try {
     // The owner keeps the learner's buffers alive while a route serves them
     // (the bulk server holds it until the version is replaced).
-    auto owner = std::make_shared<caf::message>(state.latest);
-    made = state.latest_by_route.emplace(route, caf::make_message(state.sender->carry(route, source, owner))).first;
+    auto owner = std::make_shared<caf::message>(packet);
+    made = by_route.emplace(route, caf::make_message(state.sender->carry(route, source, owner))).first;
     return &made->second;
   } catch (const std::exception& error) {
     state.counters.last_error = std::string(weights::route_name(route)) + " cannot carry v" +
@@ -81,21 +89,32 @@ void push_latest(WeightSyncSelf self, const std::string& rollout) {
   auto& state = self->state;
   if (state.latest_version < 0 || state.awaiting_ack[rollout]) return;
   if (state.running_version[rollout] >= state.latest_version) return;
+  // A rollout without the frozen base of a LoRA run gets the base first;
+  // its acknowledgement brings the latest adapters.
+  const bool adapters_only = weights::carries_adapters_only(state.latest.get_as<weights::Packet>(0));
+  if (adapters_only && state.base_version < 0) return;  // never: a learner's first version is whole
+  const bool needs_base = adapters_only && state.running_version[rollout] < state.base_version;
+  const caf::message& packet = needs_base ? state.base : state.latest;
+  auto& by_route = needs_base ? state.base_by_route : state.latest_by_route;
   const auto& target = state.rollouts[rollout];
-  const auto& source = state.latest.get_as<weights::Packet>(0);
+  const auto& source = packet.get_as<weights::Packet>(0);
   weights::Placement placement;
   placement.device = state.placement[rollout].device;
   placement.gpu_uuid = state.placement[rollout].gpu_uuid;
   placement.same_process = target.node() == self->node();
   auto route = state.sender->choose(source, rollout, placement);
-  const caf::message* message = message_for(self, route);
+  // The bulk server keeps the newest versions only, which the base is not.
+  if (needs_base && route == weights::Route::kBulkChannel) route = weights::Route::kCafBytes;
+  const caf::message* message = message_for(self, packet, by_route, route);
   while (message == nullptr) {
     // This rollout takes the next route from now on (CAF bytes always work).
     state.sender->refuse(rollout, route);
     route = state.sender->choose(source, rollout, placement);
-    message = message_for(self, route);
+    if (needs_base && route == weights::Route::kBulkChannel) route = weights::Route::kCafBytes;
+    message = message_for(self, packet, by_route, route);
   }
-  if (state.sender->reads_source_in_place(route)) state.read_in_place[rollout] = state.latest;
+  if (needs_base) ++state.base_pushes;
+  if (state.sender->reads_source_in_place(route)) state.read_in_place[rollout] = packet;
   const std::string used = weights::route_name(route);
   ++state.pushes_by_route[used];
   const auto previous = state.route_of.find(rollout);
@@ -183,6 +202,11 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         state.latest_version = version;
         state.latest = std::move(chosen);
         state.latest_by_route.clear();
+        if (!weights::carries_adapters_only(state.latest.get_as<weights::Packet>(0))) {
+          state.base = state.latest;
+          state.base_version = version;
+          state.base_by_route.clear();
+        }
         for (const auto& item : state.rollouts) push_latest(self, item.first);
       },
       [self](atoms::register_atom, const std::string& name, const RolloutActor& rollout,
@@ -219,6 +243,8 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         status.numbers["delay_versions"] = static_cast<double>(state.delay_versions);
         status.numbers["rollouts"] = static_cast<double>(state.rollouts.size());
         status.numbers["pushes"] = static_cast<double>(state.pushes);
+        status.numbers["base_pushes"] = static_cast<double>(state.base_pushes);
+        status.numbers["base_version"] = static_cast<double>(state.base_version);
         if (state.bulk_server) {
           const auto bulk = state.bulk_server->stats();
           status.numbers["bulk_port"] = state.bulk_server->port();

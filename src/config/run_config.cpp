@@ -110,6 +110,9 @@ void apply_override(nlohmann::json& document, const std::string& assignment) {
   while (std::getline(parts, part, '.')) keys.push_back(part);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (keys[i].empty()) throw Error("--set '" + assignment + "': empty key segment in '" + path + "'");
+    // A section the document leaves out (model.lora) starts empty; the
+    // strict readers still refuse one that no config has.
+    if (i > 0 && node->is_null()) *node = nlohmann::json::object();
     if (!node->is_object()) throw Error("--set '" + assignment + "': '" + keys[i - 1] + "' is not a section");
     node = &(*node)[keys[i]];
   }

@@ -6,6 +6,8 @@
 // before a model of that size is built.
 #include "model/checkpoint.hpp"
 
+#include "model/lora.hpp"
+
 #include "base/error.hpp"
 #include "base/failpoint.hpp"
 #include "base/hash.hpp"
@@ -377,7 +379,16 @@ std::string resolve_checkpoint(const std::string& dir, std::string* notice) {
 void save_policy_checkpoint(const std::string& dir, const CausalLM& policy, const nlohmann::json& info) {
   write_directory_atomically(dir, [&](const std::string& staging) {
     write_json(fs::path(staging) / "config.json", model_config_to_json(policy->config()));
-    save_safetensors((fs::path(staging) / "model.safetensors").string(), named_tensors_of(*policy), {{"format", "pt"}});
+    // A LoRA policy: the frozen base in model.safetensors (a plain Hugging
+    // Face directory) and the adapters beside it in PEFT's layout.
+    const bool lora = policy->config().lora.enabled();
+    save_safetensors((fs::path(staging) / "model.safetensors").string(),
+                     lora ? base_tensors(*policy) : named_tensors_of(*policy), {{"format", "pt"}});
+    if (lora) {
+      const auto base_model = info.value("tokenizer", nlohmann::json("byte"));
+      write_peft_adapter(staging, policy,
+                         base_model.is_string() && base_model != "byte" ? base_model.get<std::string>() : "");
+    }
     nlohmann::json sao_info = info;
     sao_info["tokenizer"] = info.value("tokenizer", "byte");
     write_json(fs::path(staging) / "sao.json", sao_info);
@@ -427,6 +438,7 @@ CausalLM load_policy_checkpoint(const std::string& dir, nlohmann::json* info) {
   CausalLM policy(config);
   load_weight_files(*policy, weights,
                     config.tie_word_embeddings ? std::set<std::string>{"lm_head.weight"} : std::set<std::string>{});
+  if (has_peft_adapter(dir)) load_peft_adapter(policy, dir);
   if (info != nullptr) *info = std::move(stored_info);
   return policy;
 }

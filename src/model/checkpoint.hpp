@@ -1,7 +1,9 @@
 // Checkpoint directories in the Hugging Face layout: `config.json`,
 // `model.safetensors` and, for the value model, `value_model.safetensors`,
 // plus `sao.json` with what the runtime needs to resume (tokenizer kind,
-// step, policy version). A directory is written next to its final place and
+// step, policy version). A LoRA policy's directory holds its frozen base
+// in model.safetensors and its adapters in PEFT's layout beside it
+// (adapter_config.json, adapter_model.safetensors; model/lora.hpp). A directory is written next to its final place and
 // swapped in by rename, so a crash mid-save keeps the last good checkpoint.
 #pragma once
 

@@ -73,6 +73,7 @@ void ModelConfig::validate(const std::string& source) const {
   require(std::isfinite(rms_norm_eps) && rms_norm_eps > 0, source, "rms_norm_eps must be positive and finite");
   require(std::isfinite(rope_theta) && rope_theta > 0, source, "rope_theta must be positive and finite");
   validate_rope_scaling(rope_scaling, source);
+  lora.validate(source);
 }
 
 int64_t ModelConfig::parameter_count() const {
@@ -85,6 +86,24 @@ int64_t ModelConfig::parameter_count() const {
   const int64_t embedding = vocab_size * hidden_size;
   return num_hidden_layers * (attention + mlp + norms) + hidden_size + embedding +
          (tie_word_embeddings ? 0 : embedding);
+}
+
+int64_t ModelConfig::lora_parameter_count() const {
+  if (!lora.enabled()) return 0;
+  const int64_t q_dim = num_attention_heads * head_dim();
+  const int64_t kv_dim = num_key_value_heads * head_dim();
+  const std::pair<const char*, std::pair<int64_t, int64_t>> shapes[] = {
+      {"q_proj", {hidden_size, q_dim}},
+      {"k_proj", {hidden_size, kv_dim}},
+      {"v_proj", {hidden_size, kv_dim}},
+      {"o_proj", {q_dim, hidden_size}},
+      {"gate_proj", {hidden_size, intermediate_size}},
+      {"up_proj", {hidden_size, intermediate_size}},
+      {"down_proj", {intermediate_size, hidden_size}}};
+  int64_t per_layer = 0;
+  for (const auto& [name, in_out] : shapes)
+    if (lora.targets_projection(name)) per_layer += lora.rank * (in_out.first + in_out.second);
+  return num_hidden_layers * per_layer;
 }
 
 namespace {
@@ -150,6 +169,10 @@ ModelConfig model_config_from_json(const nlohmann::json& json, const std::string
   model_keys(config, base::ReadKeys{reader});
   reader.read("head_dim", config.explicit_head_dim, IntRange{1, kMaxHeadDim});
   if (reader.has("rope_scaling")) config.rope_scaling = read_rope_scaling(reader.section("rope_scaling"), kind);
+  if (kind == ConfigKind::kRunConfig && reader.has("lora")) {
+    reader.mark_known("lora");
+    config.lora = lora_config_from_run_json(present["lora"], source);
+  }
   // Hugging Face's defaults for configs that leave these out.
   if (!reader.has("num_key_value_heads")) config.num_key_value_heads = config.num_attention_heads;
   if (!reader.has("attention_bias") && config.model_type == "qwen2") config.attention_bias = true;
@@ -211,11 +234,13 @@ nlohmann::json model_config_settings_to_json(const ModelConfig& config) {
   // Written only when set, so a config without them stays the one it was.
   if (config.explicit_head_dim > 0) json["head_dim"] = config.explicit_head_dim;
   if (!config.rope_scaling.type.empty()) json["rope_scaling"] = rope_scaling_to_json(config.rope_scaling);
+  if (config.lora.enabled()) json["lora"] = lora_config_to_run_json(config.lora);
   return json;
 }
 
 nlohmann::json model_config_to_json(const ModelConfig& config) {
   auto json = model_config_settings_to_json(config);
+  json.erase("lora");  // a PEFT adapter_config.json carries it (model/lora.hpp)
   const char* architecture = config.model_type == "qwen2"     ? "Qwen2ForCausalLM"
                              : config.model_type == "qwen3"   ? "Qwen3ForCausalLM"
                              : config.model_type == "mistral" ? "MistralForCausalLM"

@@ -3,6 +3,8 @@
 // checkpoint's config can be read without renaming anything.
 #pragma once
 
+#include "model/lora_config.hpp"
+
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
@@ -62,6 +64,10 @@ struct ModelConfig {
   // Qwen3 sets it apart from that ratio (1024 hidden, 16 heads, head_dim 128).
   int64_t explicit_head_dim = 0;
   RopeScaling rope_scaling;
+  // A run config's "lora" section: adapters on the policy (model/lora.hpp).
+  // Never in a Hugging Face config.json; a checkpoint keeps it in its PEFT
+  // adapter_config.json.
+  LoraConfig lora;
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
   bool qk_norm() const { return model_type == "qwen3"; }
@@ -71,6 +77,10 @@ struct ModelConfig {
   void validate(const std::string& source) const;
   // Parameter count of a policy with this config (LM head counted once if tied).
   int64_t parameter_count() const;
+  // Parameters of the LoRA adapters (0 without): what a LoRA policy trains.
+  int64_t lora_parameter_count() const;
+  // What the learner trains of the policy: the adapters, or every parameter.
+  int64_t trainable_parameter_count() const { return lora.enabled() ? lora_parameter_count() : parameter_count(); }
 };
 
 // Reads HF-style keys. For kRunConfig unknown keys are an error; for

@@ -1,6 +1,8 @@
 // Packed tensors <-> module; see tensor_blob.hpp.
 #include "model/tensor_blob.hpp"
 
+#include "model/lora_config.hpp"
+
 #include "base/allocator.hpp"
 #include "base/error.hpp"
 #include "model/safetensors.hpp"
@@ -71,7 +73,14 @@ std::vector<std::pair<torch::Tensor, const PackedTensor*>> match_index(torch::nn
     copies.emplace_back(it->second, &entry);
     targets.erase(it);
   }
-  if (!targets.empty()) throw Error(where + ": tensor '" + targets.begin()->first + "' is missing");
+  // A LoRA policy's versions after the first carry its adapters only (the
+  // base is frozen): exactly every adapter tensor, nothing else, is whole too.
+  const bool adapters_only = !copies.empty() && std::all_of(copies.begin(), copies.end(), [](const auto& copy) {
+    return is_lora_tensor_name(copy.second->name);
+  });
+  for (const auto& [name, tensor] : targets) {
+    if (!adapters_only || is_lora_tensor_name(name)) throw Error(where + ": tensor '" + name + "' is missing");
+  }
   return copies;
 }
 

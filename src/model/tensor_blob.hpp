@@ -53,7 +53,9 @@ torch::Tensor unpack_tensor(const PackedTensors& packed, size_t position);
 // Copies the packed tensors into the module's parameters and buffers.
 // Validates the whole index first (every name known and present once, shape
 // and dtype equal to the module's, bytes inside the buffer), so a bad message
-// leaves the module unchanged. Throws sao::Error naming `where` and the tensor.
+// leaves the module unchanged. Every module tensor must be there, or, for a
+// LoRA policy, exactly its adapters (a version after the first: the base is
+// frozen). Throws sao::Error naming `where` and the tensor.
 void load_packed_into_module(torch::nn::Module& module, const PackedTensors& packed, const std::string& where);
 // The same for an index and bytes held apart (a buffer the rollouts of one
 // process share).

@@ -122,6 +122,14 @@ torch::Tensor rotary_inverse_frequencies(const ModelConfig& config) {
   return torch::where(medium, smoothed, scaled).to(torch::kFloat32);
 }
 
+torch::Tensor project(torch::nn::Linear& linear, LoraPath& lora, const torch::Tensor& x, bool training) {
+  auto y = linear->forward(x);
+  if (!lora) return y;
+  const auto input =
+      lora.dropout > 0.0 && training ? F::dropout(x, F::DropoutFuncOptions().p(lora.dropout).training(true)) : x;
+  return y + lora.b->forward(lora.a->forward(input)) * lora.scaling;
+}
+
 AttentionImpl::AttentionImpl(const ModelConfig& config)
     : num_heads_(config.num_attention_heads), num_kv_heads_(config.num_key_value_heads), head_dim_(config.head_dim()) {
   const int64_t d = config.hidden_size;
@@ -142,19 +150,20 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryAngles&
                                      const LayerCache* cache) {
   const int64_t batch = x.size(0);
   const int64_t steps = x.size(1);
-  auto q = q_proj(x).view({batch, steps, num_heads_, head_dim_});     // [B, T, H, hd]
-  auto k = k_proj(x).view({batch, steps, num_kv_heads_, head_dim_});  // [B, T, KV, hd]
+  const bool training = is_training();
+  auto q = project(q_proj, q_lora, x, training).view({batch, steps, num_heads_, head_dim_});     // [B, T, H, hd]
+  auto k = project(k_proj, k_lora, x, training).view({batch, steps, num_kv_heads_, head_dim_});  // [B, T, KV, hd]
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
   }
   q = q.transpose(1, 2);  // [B, H, T, hd]
   k = k.transpose(1, 2);  // [B, KV, T, hd]
-  auto v = v_proj(x).view({batch, steps, num_kv_heads_, head_dim_}).transpose(1, 2);
+  auto v = project(v_proj, v_lora, x, training).view({batch, steps, num_kv_heads_, head_dim_}).transpose(1, 2);
   q = apply_rotary(q, rotary) * constant_like(q, 1.0 / std::sqrt(static_cast<double>(head_dim_)));
   k = apply_rotary(k, rotary);
-  if (cache != nullptr) return o_proj(forward_paged(q, k, v, *cache));
-  return o_proj(attend(q, k, v, visible));
+  const auto context = cache != nullptr ? forward_paged(q, k, v, *cache) : attend(q, k, v, visible);
+  return project(o_proj, o_lora, context, training);
 }
 
 torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -224,7 +233,9 @@ MLPImpl::MLPImpl(const ModelConfig& config) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  return down_proj(F::silu(gate_proj(x)) * up_proj(x));  // SwiGLU
+  const bool training = is_training();
+  const auto gated = F::silu(project(gate_proj, gate_lora, x, training)) * project(up_proj, up_lora, x, training);
+  return project(down_proj, down_lora, gated, training);  // SwiGLU
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config) {
@@ -309,6 +320,43 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config) {
     lm_head = register_module(
         "lm_head", torch::nn::Linear(torch::nn::LinearOptions(config.hidden_size, config.vocab_size).bias(false)));
   }
+  if (config.lora.enabled()) {
+    model->set_lora(LoraConfig{});
+    attach_lora(config.lora);
+  }
+}
+
+void CausalLMImpl::attach_lora(const LoraConfig& lora) {
+  if (config().lora.enabled()) throw Error("attach_lora: the policy has adapters already");
+  lora.validate("attach_lora");
+  if (!lora.enabled()) return;
+  for (auto& parameter : parameters()) parameter.set_requires_grad(false);
+  const auto attach = [&](torch::nn::Linear& linear, LoraPath& path, const char* name) {
+    if (!lora.targets_projection(name)) return;
+    const int64_t in = linear->options.in_features();
+    const int64_t out = linear->options.out_features();
+    path.a = linear->register_module("lora_A", torch::nn::Linear(torch::nn::LinearOptions(in, lora.rank).bias(false)));
+    path.b = linear->register_module("lora_B", torch::nn::Linear(torch::nn::LinearOptions(lora.rank, out).bias(false)));
+    path.a->to(linear->weight.device());  // adapters stay fp32 whatever the base's dtype
+    path.b->to(linear->weight.device());
+    torch::NoGradGuard no_grad;
+    path.b->weight.zero_();  // PEFT's init: the adapter starts as the identity change
+    path.scaling = lora.scaling();
+    path.dropout = lora.dropout;
+  };
+  for (const auto& layer_module : *model->layers) {
+    auto* layer = layer_module->as<DecoderLayerImpl>();
+    auto& attention = *layer->self_attn;
+    attach(attention.q_proj, attention.q_lora, "q_proj");
+    attach(attention.k_proj, attention.k_lora, "k_proj");
+    attach(attention.v_proj, attention.v_lora, "v_proj");
+    attach(attention.o_proj, attention.o_lora, "o_proj");
+    auto& mlp = *layer->mlp;
+    attach(mlp.gate_proj, mlp.gate_lora, "gate_proj");
+    attach(mlp.up_proj, mlp.up_lora, "up_proj");
+    attach(mlp.down_proj, mlp.down_lora, "down_proj");
+  }
+  model->set_lora(lora);
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> policy_tensor_shapes(const ModelConfig& config) {
@@ -322,6 +370,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> policy_tensor_shapes(c
     const auto linear = [&](const std::string& name, int64_t in, int64_t out, bool bias) {
       shapes.push_back({layer + name + ".weight", {out, in}});
       if (bias) shapes.push_back({layer + name + ".bias", {out}});
+      if (config.lora.enabled() && config.lora.targets_projection(name.substr(name.find('.') + 1))) {
+        shapes.push_back({layer + name + ".lora_A.weight", {config.lora.rank, in}});
+        shapes.push_back({layer + name + ".lora_B.weight", {out, config.lora.rank}});
+      }
     };
     const int64_t q_dim = config.num_attention_heads * config.head_dim();
     linear("self_attn.q_proj", d, q_dim, config.attention_bias);
@@ -351,7 +403,10 @@ torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids) {
   return logits_from_hidden(model->forward(input_ids));
 }
 
-ValueModelImpl::ValueModelImpl(const ModelConfig& config) {
+ValueModelImpl::ValueModelImpl(const ModelConfig& policy_config) {
+  // The critic stays a full model: the policy's adapters are not its own.
+  auto config = policy_config;
+  config.lora = LoraConfig{};
   model = register_module("model", Backbone(config));
   score = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(config.hidden_size, 1).bias(false)));
   torch::NoGradGuard no_grad;
@@ -376,7 +431,16 @@ void copy_parameters(torch::nn::Module& destination, const torch::nn::Module& so
 }  // namespace
 
 void init_value_from_policy(ValueModel& value_model, const CausalLM& policy) {
-  copy_parameters(*value_model, *policy, "model.");
+  // The critic has no adapters: it starts from the policy's base weights
+  // (a fresh adapter's B is zero, so they are the policy's weights too).
+  torch::NoGradGuard no_grad;
+  auto destination_params = value_model->named_parameters(/*recurse=*/true);
+  for (const auto& item : policy->named_parameters(/*recurse=*/true)) {
+    if (item.key().rfind("model.", 0) != 0 || is_lora_tensor_name(item.key())) continue;
+    auto* target = destination_params.find(item.key());
+    if (target == nullptr) throw Error("parameter '" + item.key() + "' has no counterpart in the critic");
+    target->copy_(item.value());
+  }
 }
 
 CausalLM clone_policy(const CausalLM& policy) {

@@ -77,6 +77,22 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// One low-rank adapter beside a projection W: y = W x + scaling * B A
+// dropout(x), PEFT's LoRA. A [r, in] and B [out, r] are registered under the
+// projection as "lora_A" and "lora_B" (so the policy's parameter names are
+// PEFT's without its "base_model.model." prefix); B starts at zero, so an
+// attached adapter leaves the model's output unchanged.
+struct LoraPath {
+  torch::nn::Linear a{nullptr};
+  torch::nn::Linear b{nullptr};
+  double scaling = 0.0;
+  double dropout = 0.0;
+  explicit operator bool() const { return !a.is_empty(); }
+};
+// `linear`(x), plus the adapter's term when `lora` is attached (dropout
+// only while `training`).
+torch::Tensor project(torch::nn::Linear& linear, LoraPath& lora, const torch::Tensor& x, bool training);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
@@ -86,6 +102,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const RotaryAngles& rotary, const torch::Tensor& visible,
                         const LayerCache* cache);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  LoraPath q_lora, k_lora, v_lora, o_lora;  // attached by CausalLM when its config has lora
   // Qwen3: RMSNorm over each head's query and key before rotation; null otherwise.
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
 
@@ -105,6 +122,7 @@ class MLPImpl : public torch::nn::Module {
   explicit MLPImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  LoraPath gate_lora, up_lora, down_lora;
 };
 TORCH_MODULE(MLP);
 
@@ -135,6 +153,8 @@ class BackboneImpl : public torch::nn::Module {
   // Training passes keep only each layer's input and recompute the layer in
   // backward (activation_checkpoint.hpp): less memory, one more forward.
   void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
+  // Only CausalLM::attach_lora calls this: the config then says what it attached.
+  void set_lora(const LoraConfig& lora) { config_.lora = lora; }
   bool activation_checkpointing() const { return activation_checkpointing_; }
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -150,12 +170,21 @@ class BackboneImpl : public torch::nn::Module {
 TORCH_MODULE(Backbone);
 
 // Policy: backbone + LM head ("lm_head.weight", or tied to the embeddings).
+// With config.lora enabled, every targeted projection of every layer gets a
+// LoraPath and every other parameter is frozen (requires_grad false): the
+// learner then trains the adapters only. Adapters start as PEFT's do (A
+// Kaiming-uniform from torch's generator, B zero); init_lora (lora.hpp)
+// draws A from a seed.
 class CausalLMImpl : public torch::nn::Module {
  public:
   explicit CausalLMImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& input_ids);  // logits [B, T, V]
   torch::Tensor logits_from_hidden(const torch::Tensor& hidden);
-  const ModelConfig& config() const { return model->config(); }
+  const ModelConfig& config() const { return model->config(); }  // lora included
+  // Attaches adapters to a policy built without them (its weights loaded
+  // first: a checkpoint's base) and freezes everything else; config().lora
+  // says so from then on. Throws sao::Error if adapters are attached already.
+  void attach_lora(const LoraConfig& lora);
   Backbone model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // null when tied
 };

@@ -69,8 +69,10 @@ MemoryEstimate estimate_train_memory(const config::RunConfig& config) {
   const double parameters = static_cast<double>(model.parameter_count()) * kFloatBytes;
   const double models = config.learner.uses_critic() ? 2.0 : 1.0;
   Tally tally;
-  tally.add("learner models", models * parameters);
-  tally.add("gradients and optimisers", models * 3 * parameters);
+  // A LoRA policy keeps gradients and AdamW moments for its adapters only.
+  const double trained = static_cast<double>(model.trainable_parameter_count()) * kFloatBytes;
+  tally.add("learner models", models * parameters + (trained < parameters ? trained : 0.0));
+  tally.add("gradients and optimisers", 3 * (trained + (models - 1.0) * parameters));
   const double actors = static_cast<double>(config.rollout.num_actors);
   // The most a rollout's paged KV pool can hold (rollout.kv_cache_tokens);
   // its storage grows with the blocks in use up to that.
@@ -94,9 +96,11 @@ MemoryEstimate estimate_learner_rank_memory(const model::ModelConfig& model, boo
   double tokens = std::ceil(static_cast<double>(batch_tokens) / ranks);
   if (learner.micro_batch_tokens > 0) tokens = std::min(tokens, static_cast<double>(learner.micro_batch_tokens));
   Tally tally;
-  tally.add("weights", models * parameters);
-  tally.add("gradients", models * parameters);
-  tally.add("AdamW moments", models * 2 * parameters / (learner.shard_optimizer ? ranks : 1.0));
+  const double trained = static_cast<double>(model.trainable_parameter_count()) * kFloatBytes;
+  const double trained_total = trained + (models - 1.0) * parameters;  // a LoRA policy trains its adapters only
+  tally.add("weights", models * parameters + (trained < parameters ? trained : 0.0));
+  tally.add("gradients", trained_total);
+  tally.add("AdamW moments", 2 * trained_total / (learner.shard_optimizer ? ranks : 1.0));
   if (learner.activation_checkpointing) {
     // Each layer's input, then one layer recomputed at a time, and the logits.
     auto one_layer = model;

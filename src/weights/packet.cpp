@@ -1,6 +1,10 @@
 // Routes and packets; see packet.hpp.
 #include "weights/packet.hpp"
 
+#include "model/lora_config.hpp"
+
+#include <algorithm>
+
 #include "base/error.hpp"
 #include "weights/checksum.hpp"
 
@@ -43,6 +47,13 @@ Packet device_packet(int64_t version, std::shared_ptr<const model::DevicePackedT
   packet.tensors.index = packed->index;
   packet.on_device = std::move(packed);
   return packet;
+}
+
+bool carries_adapters_only(const Packet& packet) {
+  const auto& index = packet.on_device && packet.tensors.index.empty() ? packet.on_device->index : packet.tensors.index;
+  return !index.empty() && std::all_of(index.begin(), index.end(), [](const model::PackedTensor& entry) {
+    return model::is_lora_tensor_name(entry.name);
+  });
 }
 
 void check_packet(const Packet& packet, const std::string& where) {

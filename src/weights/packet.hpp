@@ -46,6 +46,10 @@ Packet host_packet(int64_t version, model::PackedTensors tensors);
 // Of one version packed on a device (route kDeviceCopy, checksum set).
 Packet device_packet(int64_t version, std::shared_ptr<const model::DevicePackedTensors> packed);
 
+// Whether the packet carries a LoRA policy's adapters only (every entry an
+// adapter tensor): a receiver must hold the version's frozen base already.
+bool carries_adapters_only(const Packet& packet);
+
 // Checks that a packet's fields agree with its route (bytes only on
 // kCafBytes, a handle on kCudaIpc, a port and size on kBulkChannel, a
 // device buffer on kDeviceCopy). Throws sao::Error naming `where` and what

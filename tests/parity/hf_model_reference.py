@@ -14,9 +14,11 @@ little-endian data), shards through model.safetensors.index.json.
   make DIR --layout L [--dtype bf16|fp16|fp32] [--shards N] [--seed S] [--vocab V]
       writes a random-weight Hugging Face directory of layout L (llama,
       llama3, mistral, qwen2, qwen3) as transformers' save_pretrained lays it out
-  forward DIR IDS.json OUT.safetensors
+  forward DIR IDS.json OUT.safetensors [--adapter ADAPTER_DIR]
       logits [B, T, V] (F64) of every sequence in IDS.json ([[id, ...], ...],
-      equal lengths) under the directory's config and weights
+      equal lengths) under the directory's config and weights; with
+      --adapter, with the LoRA adapter directory applied as Hugging Face PEFT
+      defines it (see load_peft_adapter)
 
 Needs Debian's python3-torch (CPU); no transformers, no network.
 """
@@ -83,6 +85,55 @@ def load_weights(directory):
     return {k: v.to(torch.float64) for k, v in weights.items()}
 
 
+def load_peft_adapter(directory, weights):
+    """A PEFT LoRA adapter directory, read as PeftModel.from_pretrained reads
+    it (PEFT's LoraConfig and LoraLayer): adapter_config.json gives r,
+    lora_alpha and target_modules (a module is targeted when its name is a
+    target or ends in "." + target; "all-linear" is every linear layer but
+    the output head); adapter_model.safetensors holds, for each targeted
+    module M, "base_model.model.M.lora_A.weight" [r, in] and
+    "base_model.model.M.lora_B.weight" [out, r]; a targeted linear computes
+    W x + (lora_alpha / r) * B (A x) (dropout is off in evaluation). Returns
+    {module: (A, B, scaling)}. Keys that match no targeted module, and
+    targeted modules without both tensors, are errors here (PEFT reports
+    the first as unexpected and leaves the second at its initialisation)."""
+    with open(os.path.join(directory, "adapter_config.json")) as f:
+        config = json.load(f)
+    if config.get("peft_type") != "LORA":
+        sys.exit("adapter: peft_type is not LORA")
+    for key in ("use_rslora", "use_dora", "fan_in_fan_out"):
+        if config.get(key):
+            sys.exit("adapter: this reference does not compute " + key)
+    if config.get("bias", "none") != "none":
+        sys.exit("adapter: bias is not none")
+    r = config["r"]
+    scaling = config["lora_alpha"] / r
+    targets = config["target_modules"]
+    linear_modules = sorted({name[:-len(".weight")] for name in weights
+                             if name.endswith(".weight") and weights[name].dim() == 2
+                             and not name.startswith("lm_head") and "embed_tokens" not in name})
+    if targets == "all-linear":
+        targeted = linear_modules
+    else:
+        if isinstance(targets, str):
+            targets = [targets]
+        targeted = [m for m in linear_modules if any(m == t or m.endswith("." + t) for t in targets)]
+    tensors = read_safetensors(os.path.join(directory, "adapter_model.safetensors"))
+    prefix = "base_model.model."
+    adapters = {}
+    for module in targeted:
+        a_key, b_key = prefix + module + ".lora_A.weight", prefix + module + ".lora_B.weight"
+        if a_key not in tensors or b_key not in tensors:
+            sys.exit("adapter: no lora_A/lora_B for targeted module " + module)
+        a, b = tensors.pop(a_key).to(torch.float64), tensors.pop(b_key).to(torch.float64)
+        if a.shape[0] != r or b.shape[1] != r:
+            sys.exit("adapter: rank of " + module + " is not r")
+        adapters[module] = (a, b, scaling)
+    if tensors:
+        sys.exit("adapter: unexpected keys " + ", ".join(sorted(tensors)))
+    return adapters
+
+
 # --- the model, as transformers defines it -----------------------------------
 
 def rms_norm(x, weight, eps):
@@ -117,7 +168,8 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def forward(config, w, ids):
+def forward(config, w, ids, adapters=None):
+    adapters = adapters or {}
     hidden = config["hidden_size"]
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
@@ -136,6 +188,9 @@ def forward(config, w, ids):
         y = x @ w[name + ".weight"].T
         if name + ".bias" in w:
             y = y + w[name + ".bias"]
+        if name in adapters:
+            a, b, scaling = adapters[name]
+            y = y + scaling * ((x @ a.T) @ b.T)
         return y
 
     h = w["model.embed_tokens.weight"][ids]
@@ -269,12 +324,18 @@ def main(argv):
         make(argv[1], options["--layout"], dtype, int(options["--shards"]), int(options["--seed"]),
              int(options["--vocab"]))
         return 0
-    if len(argv) == 4 and argv[0] == "forward":
+    if len(argv) in (4, 6) and argv[0] == "forward":
         with open(os.path.join(argv[1], "config.json")) as f:
             config = json.load(f)
         with open(argv[2]) as f:
             ids = torch.tensor(json.load(f), dtype=torch.int64)
-        logits = forward(config, load_weights(argv[1]), ids)
+        weights = load_weights(argv[1])
+        adapters = None
+        if len(argv) == 6:
+            if argv[4] != "--adapter":
+                sys.exit("unknown option " + argv[4])
+            adapters = load_peft_adapter(argv[5], weights)
+        logits = forward(config, weights, ids, adapters)
         write_safetensors(argv[3], {"logits": logits.contiguous()})
         return 0
     sys.exit(__doc__)
