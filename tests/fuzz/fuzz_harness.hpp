@@ -90,6 +90,7 @@ Counts fuzz_isolated(const Surface& surface, int64_t cases, uint64_t seed, const
 // model_dir_surfaces.cpp: hostile chat templates and tokenizer.json pipelines
 Surface template_limits_surface();
 Surface normalizer_growth_surface();
+Surface peft_adapter_surface(const fs::path& scratch);
 
 // weights_surfaces.cpp: a peer's weight packet, a bf16 delta's payload
 Surface weight_packet_surface();

@@ -2,6 +2,7 @@
 // templates that overflow, recurse or grow, and tokenizer.json pipelines
 // that grow their text; see sao_fuzz.cpp.
 #include "fuzz_harness.hpp"
+#include "model/lora.hpp"
 
 namespace sao_fuzz {
 
@@ -224,5 +225,43 @@ Surface normalizer_growth_surface() {
 
 // The policy's text is input too: whatever it writes, the calculator answers
 // with a bounded observation or ends the episode, and never throws.
+
+// ---- a downloaded PEFT adapter directory (issue 46) -------------------------
+
+// One case is adapter_config.json, a separator line, then
+// adapter_model.safetensors: mutations land in either file. The adapters
+// are loaded onto the tiny base and, when accepted, run once.
+Surface peft_adapter_surface(const fs::path& scratch) {
+  static const std::string separator = "\n--SAFETENSORS--\n";
+  Surface surface;
+  surface.name = "peft_adapter";
+  auto config = tiny();
+  config.lora.rank = 2;
+  config.lora.targets = {"q_proj", "v_proj", "down_proj"};
+  sao::model::CausalLM policy(config);
+  const auto seed_dir = scratch / "peft_seed";
+  fs::create_directories(seed_dir);
+  sao::model::write_peft_adapter(seed_dir.string(), policy, "base");
+  const auto read = [](const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  surface.seeds = {read(seed_dir / sao::model::kPeftConfigFile) + separator +
+                   read(seed_dir / sao::model::kPeftWeightsFile)};
+  surface.run = [](const std::string& input, const fs::path& dir) {
+    const auto at = input.find(separator);
+    const auto adapter_dir = dir / "adapter";
+    fs::create_directories(adapter_dir);
+    std::ofstream(adapter_dir / sao::model::kPeftConfigFile, std::ios::binary) << input.substr(0, at);
+    std::ofstream(adapter_dir / sao::model::kPeftWeightsFile, std::ios::binary)
+        << (at == std::string::npos ? std::string() : input.substr(at + separator.size()));
+    sao::model::CausalLM base(tiny());
+    sao::model::load_peft_adapter(base, adapter_dir.string());
+    torch::NoGradGuard no_grad;
+    base->forward(torch::tensor(std::vector<int64_t>{1, 2, 3}).view({1, 3}));
+    return Outcome::kAccepted;
+  };
+  return surface;
+}
 
 }  // namespace sao_fuzz

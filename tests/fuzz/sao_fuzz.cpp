@@ -18,6 +18,7 @@
 //   weight_delta   a bf16 delta's change count and payload, applied to a replica's image
 //   rank_step      rank 0's step message to a learner rank (trajectories as bytes), decoded and stepped
 //   rank_setup     rank 0's setup for a learner rank (model settings, learner config), read and built
+//   peft_adapter   a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) loaded onto a base
 // Each case is a valid seed input with 1-4 mutations drawn from a seeded
 // generator (byte flips, insertions, deletions, duplications, extreme
 // numbers, type swaps, deep nesting, invalid UTF-8, truncation), so a run is
@@ -591,7 +592,8 @@ int main(int argc, char** argv) {
                                         "weight_packet",
                                         "weight_delta",
                                         "rank_step",
-                                        "rank_setup"};
+                                        "rank_setup",
+                                        "peft_adapter"};
   // --surface takes one name, a comma list, or "all".
   std::vector<std::string> wanted;
   for (size_t at = 0; at <= surface_name.size();) {
@@ -629,6 +631,7 @@ int main(int argc, char** argv) {
     if (name == "weight_delta") counts = fuzz_isolated(weight_delta_surface(), cases, seed, scratch, out);
     if (name == "rank_step") counts = fuzz_isolated(rank_step_surface(), cases, seed, scratch, out);
     if (name == "rank_setup") counts = fuzz_isolated(rank_setup_surface(), cases, seed, scratch, out);
+    if (name == "peft_adapter") counts = fuzz_isolated(peft_adapter_surface(scratch), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "console_trickle") counts = fuzz_console_trickle(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
