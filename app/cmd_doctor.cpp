@@ -32,6 +32,8 @@ int run_doctor(const Args& args) {
        "with --model: GiB one learner rank may use, for the memory advice (default: this machine's available memory)"},
       {"--batch-tokens", true, false,
        "with --model: padded tokens of one learner step, for the advice (default 65536)"},
+      {"--lora-rank", true, false,
+       "with --model: the advice for a LoRA policy of this rank on all 7 projections (model.lora; default: full)"},
       {"--help", false, false, "show this help"}};
   const auto parsed = parse_args("doctor", specs, args);
   if (parsed.has("--help")) {
@@ -85,12 +87,18 @@ int run_doctor(const Args& args) {
   // What one learner rank needs (fp32, SAO: policy and critic), and which
   // of the learner's memory switches make it fit.
   const auto config_path = (std::filesystem::path(model.directory) / "config.json").string();
-  const auto architecture = model::model_config_from_json(
+  auto architecture = model::model_config_from_json(
       base::parse_json_limited(model::read_regular_file(config_path, 16u << 20), config_path), config_path,
       model::ConfigKind::kHuggingFace);
   const int64_t batch_tokens = parsed.get_int("--batch-tokens", 65536);
   if (batch_tokens < 1 || batch_tokens > (int64_t{1} << 30)) {
     throw Error("--batch-tokens must be in [1, 2^30], got " + std::to_string(batch_tokens));
+  }
+  if (parsed.has("--lora-rank")) {
+    architecture.lora.rank = parsed.get_int("--lora-rank", 0);
+    if (architecture.lora.rank < 1 || architecture.lora.rank > model::kMaxLoraRank)
+      throw Error("--lora-rank must be in [1, " + std::to_string(model::kMaxLoraRank) + "], got " +
+                  std::to_string(architecture.lora.rank));
   }
   int64_t device_bytes = train::available_memory_bytes();
   if (parsed.has("--device-memory")) {
@@ -98,7 +106,10 @@ int run_doctor(const Args& args) {
     if (!(gib > 0.0) || gib > 1e6) throw Error("--device-memory must be a number of GiB in (0, 1e6]");
     device_bytes = static_cast<int64_t>(gib * 1024.0 * 1024.0 * 1024.0);
   }
-  std::printf("\nlearner memory per rank, SAO (policy + critic, fp32), a step of %lld padded tokens:\n",
+  std::printf("\nlearner memory per rank, SAO (policy%s + critic, fp32), a step of %lld padded tokens:\n",
+              architecture.lora.enabled()
+                  ? (" with LoRA r=" + std::to_string(architecture.lora.rank) + " (frozen base)").c_str()
+                  : "",
               static_cast<long long>(batch_tokens));
   for (const auto& line : train::learner_memory_advice(architecture, /*critic=*/true, batch_tokens, device_bytes)) {
     std::printf("  %s\n", line.c_str());

@@ -12,6 +12,7 @@
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
 #include "test_tiny_model.hpp"
+#include "train/memory_estimate.hpp"
 #include "weights/packet.hpp"
 
 #include <doctest/doctest.h>
@@ -327,4 +328,16 @@ TEST_CASE("a learner step on a LoRA policy moves the adapters and leaves the bas
   int64_t critic_parameters = 0;
   for (const auto& p : models.critic->parameters()) critic_parameters += p.requires_grad() ? p.numel() : 0;
   CHECK(learner.optimizer_state_bytes() == 2 * 4 * (policy->config().lora_parameter_count() + critic_parameters));
+}
+
+TEST_CASE("the learner's memory estimate counts gradients and AdamW moments of the adapters only") {
+  auto config = sao_test::tiny_config();
+  sao::algo::LearnerConfig learner;
+  const auto full = sao::train::estimate_learner_rank_memory(config, /*critic=*/true, 1024, learner);
+  config.lora = lora_of(4, 8.0, sao::model::lora_projection_names());
+  const auto adapted = sao::train::estimate_learner_rank_memory(config, /*critic=*/true, 1024, learner);
+  const int64_t p = config.parameter_count(), l = config.lora_parameter_count();
+  // Full: weights 2P, gradients 2P, moments 4P. LoRA: weights 2P + L,
+  // gradients L + P, moments 2(L + P). Float32 bytes.
+  CHECK(full.bytes - adapted.bytes == 4 * (3 * p - 4 * l));
 }
