@@ -10,6 +10,7 @@
 #include "algo/rank_group.hpp"
 #include "algo/step_plan.hpp"
 #include "base/error.hpp"
+#include "model/lora.hpp"
 #include "model/model_config.hpp"
 #include "model/transformer.hpp"
 #include "test_tiny_model.hpp"
@@ -35,8 +36,16 @@ using sao::algo::Trajectory;
 
 namespace {
 
+// When enabled, every learner here gets these LoRA adapters on its policy.
+sao::model::LoraConfig g_lora;
+
 auto make_models(uint64_t seed, bool critic) {
-  return sao_test::tiny_learner_models(seed, critic);
+  auto models = sao_test::tiny_learner_models(seed, critic);
+  if (g_lora.enabled()) {
+    models.policy->attach_lora(g_lora);
+    sao::model::init_lora(models.policy, seed);
+  }
+  return models;
 }
 
 // n single-turn trajectories of 3..9 tokens (so rows differ in length),
@@ -325,6 +334,35 @@ TEST_CASE("2 Gloo ranks end with the weights and AdamW moments of 1 rank on the 
       CHECK(two_metrics.back().count("allreduce_s") == 1);
     }
   }
+}
+
+TEST_CASE("LoRA: 2 Gloo ranks end with the adapters and AdamW moments of 1 rank; the base stays where it was") {
+  g_lora.rank = 2;
+  g_lora.alpha = 4.0;
+  g_lora.targets = {"q_proj", "v_proj", "down_proj"};
+  for (const bool shard : {false, true}) {
+    auto config = sao_config();
+    config.shard_optimizer = shard;
+    const auto batches = make_batches(config, 5, 6);
+    const auto one = run_one_rank(config, batches);
+    const auto two = run_two_ranks(config, [&](sao::algo::RankLeader& leader) {
+      for (const auto& batch : batches) leader.step(batch);
+    });
+    REQUIRE(two.rank0_error == "");
+    REQUIRE(two.rank1_error == "");
+    CHECK(relative_difference(one.weights, two.rank0.weights) < 1e-5);
+    // (Sharded, each rank holds its share of the moments; the weights say the updates were the same.)
+    if (!shard) CHECK(relative_difference(one.moments, two.rank0.moments) < 1e-5);
+    CHECK(relative_difference(two.rank0.weights, two.rank1.weights) == 0.0);
+    // Moments for the adapters and the critic only: 2 per adapter tensor (3
+    // targets, A and B) and 2 per trained critic tensor.
+    auto models = make_models(11, true);
+    Learner learner(config, models.policy, models.critic);  // applies the critic's frozen groups
+    int64_t critic_tensors = 0;
+    for (const auto& p : models.critic->parameters()) critic_tensors += p.requires_grad() ? 1 : 0;
+    CHECK(static_cast<int64_t>(one.moments.size()) == 2 * (3 * 2 + critic_tensors));
+  }
+  g_lora = sao::model::LoraConfig{};
 }
 
 TEST_CASE("an N=2 checkpoint resumes on one rank and continues as an uninterrupted run") {
