@@ -124,13 +124,6 @@ model::CausalLM warm_start_policy(const config::RunConfig& config, const std::st
   return policy;
 }
 
-int64_t trainable_parameter_count(const model::CausalLM& policy) {
-  int64_t count = 0;
-  for (const auto& parameter : policy->parameters())
-    if (parameter.requires_grad()) count += parameter.numel();
-  return count;
-}
-
 std::atomic<bool> g_stop_requested{false};
 
 extern "C" void request_stop(int) {
@@ -171,7 +164,8 @@ TrainingStart prepare_training(const ParsedArgs& parsed, const std::string& comm
       model::init_lora(start.policy, static_cast<uint64_t>(config.run.seed) ^ 0x4c6f5241ull);
       std::fprintf(stderr, "%s: LoRA r=%lld alpha=%g on %zu projections a layer: %lld trainable of %lld parameters\n",
                    command.c_str(), static_cast<long long>(config.model.lora.rank), config.model.lora.alpha,
-                   config.model.lora.targets.size(), static_cast<long long>(trainable_parameter_count(start.policy)),
+                   config.model.lora.targets.size(),
+                   static_cast<long long>(start.policy->config().trainable_parameter_count()),
                    static_cast<long long>(start.policy->config().parameter_count()));
     }
   }
