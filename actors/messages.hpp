@@ -5,6 +5,7 @@
 // Weights travel as one packed byte buffer with an index (model::PackedTensors).
 #pragma once
 
+#include "agent/openai_chat.hpp"
 #include "algo/trajectory.hpp"
 #include "base/allocator.hpp"
 #include "config/live_knobs.hpp"
@@ -116,6 +117,33 @@ typename Inspector::result_type inspect(Inspector& f, MetricsHistory& x) {
 }
 }  // namespace sao::report
 
+namespace sao::agent {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ToolCall& x) {
+  return f(caf::meta::type_name("ToolCall"), x.id, x.name, x.arguments);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ChatMessage& x) {
+  return f(caf::meta::type_name("ChatMessage"), x.role, x.content, x.tool_calls, x.tool_call_id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TurnResult& x) {
+  return f(caf::meta::type_name("TurnResult"), x.id, x.model, x.created_unix_s, x.message, x.closed, x.token_ids,
+           x.logprobs, x.versions, x.prompt_tokens, x.session, x.turn);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RewardRequest& x) {
+  return f(caf::meta::type_name("RewardRequest"), x.turn_rewards, x.held_out, x.success);
+}
+}  // namespace sao::agent
+
+namespace sao::tokenizer {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ChatTurnMessage& x) {
+  return f(caf::meta::type_name("ChatTurnMessage"), x.role, x.content);
+}
+}  // namespace sao::tokenizer
+
 namespace sao::rollout {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EnvOutcome& x) {
@@ -125,7 +153,8 @@ typename Inspector::result_type inspect(Inspector& f, EnvOutcome& x) {
   std::memcpy(&accuracy_bits, &x.accuracy, sizeof(accuracy_bits));
   std::memcpy(&regime_bits, &x.regime_index, sizeof(regime_bits));
   return f(caf::meta::type_name("EnvOutcome"), x.observation, x.reward, x.terminated, x.truncated, accuracy_bits,
-           x.success, regime_bits, x.reason, x.role, x.tools, x.counts, caf::meta::load_callback([&]() -> caf::error {
+           x.success, regime_bits, x.reason, x.role, x.tools, x.counts, x.messages, x.max_new_tokens, x.held_out,
+           x.turn_rewards, caf::meta::load_callback([&]() -> caf::error {
              std::memcpy(&x.accuracy, &accuracy_bits, sizeof(accuracy_bits));
              std::memcpy(&x.regime_index, &regime_bits, sizeof(regime_bits));
              return caf::none;
@@ -146,6 +175,11 @@ enum class Errc : uint8_t {
   kCheckpointFailed = 5,
   kJoinRefused = 6,  // the cluster gatekeeper refused a node (final: retrying will not help)
   kEnvDead = 7,      // the environment failed train.max_env_failures_in_a_row calls in a row; no more are made
+  // The agent endpoint's refusals (actors/agent/), each an HTTP status.
+  kAgentBadRequest = 8,    // 400: the call cannot be served as sent
+  kAgentNotFound = 9,      // 404: no such session
+  kAgentConflict = 10,     // 409: the session is not where the call expects it (a call in flight, edited history)
+  kAgentUnavailable = 11,  // 503: no rollout slot took the session in time, or the run is ending
 };
 inline const char* errc_name(uint8_t code) {
   switch (static_cast<Errc>(code)) {
@@ -163,6 +197,14 @@ inline const char* errc_name(uint8_t code) {
       return "join_refused";
     case Errc::kEnvDead:
       return "env_dead";
+    case Errc::kAgentBadRequest:
+      return "agent_bad_request";
+    case Errc::kAgentNotFound:
+      return "agent_not_found";
+    case Errc::kAgentConflict:
+      return "agent_conflict";
+    case Errc::kAgentUnavailable:
+      return "agent_unavailable";
   }
   return "unknown";
 }
@@ -199,12 +241,41 @@ struct EnvAction {
   int64_t episode_id = 0;
   std::string action;  // decoded action text, without the stop token
   int64_t deadline_unix_ms = 0;
+  // The turn as sampled: every action id (the stop token included), its
+  // log-prob and the policy version that sampled it. The agent endpoint
+  // returns them to its caller; environments read the text only.
+  std::vector<int64_t> action_ids;
+  std::vector<float> logprobs;
+  std::vector<int64_t> versions;
+  bool closed = false;         // the turn ended with a stop id (false: cut at its token budget)
+  int64_t context_tokens = 0;  // ids the turn was sampled after (prompt, earlier turns, observations)
 };
 // The environment's answer, with the info fields the runtime reads as typed
 // values (rollout/episode_engine.hpp), so nobody parses JSON text on arrival.
 struct EnvReply {
   int64_t episode_id = 0;
   rollout::EnvOutcome outcome;
+};
+
+// The agent endpoint: an HTTP worker asks the agent actor for a turn of a
+// session, or ends one with its reward (actors/agent/agent_actor.hpp).
+struct AgentCall {
+  std::string session;
+  std::vector<agent::ChatMessage> messages;  // the whole conversation, as the caller sent it
+  std::string tools_json;                    // "" or the request's tools
+  int64_t max_tokens = 0;                    // 0: the run's rollout.max_new_tokens
+};
+struct AgentTurn {
+  agent::TurnResult result;
+};
+struct AgentReward {
+  std::string session;
+  agent::RewardRequest reward;
+};
+struct AgentRewardAck {
+  std::string session;
+  int64_t turns = 0;
+  bool held_out = false;
 };
 
 // A finished episode travels from the rollout actor to replay and on to the
@@ -387,11 +458,28 @@ typename Inspector::result_type inspect(Inspector& f, EnvReset& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EnvAction& x) {
-  return f(caf::meta::type_name("EnvAction"), x.episode_id, x.action, x.deadline_unix_ms);
+  return f(caf::meta::type_name("EnvAction"), x.episode_id, x.action, x.deadline_unix_ms, x.action_ids, x.logprobs,
+           x.versions, x.closed, x.context_tokens);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EnvReply& x) {
   return f(caf::meta::type_name("EnvReply"), x.episode_id, x.outcome);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AgentCall& x) {
+  return f(caf::meta::type_name("AgentCall"), x.session, x.messages, x.tools_json, x.max_tokens);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AgentTurn& x) {
+  return f(caf::meta::type_name("AgentTurn"), x.result);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AgentReward& x) {
+  return f(caf::meta::type_name("AgentReward"), x.session, x.reward);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AgentRewardAck& x) {
+  return f(caf::meta::type_name("AgentRewardAck"), x.session, x.turns, x.held_out);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ReplayAck& x) {
@@ -501,6 +589,12 @@ CAF_ADD_ATOM(sao, sao::atoms, summary_atom, "summary")       // the run ended: m
 CAF_ADD_ATOM(sao, sao::atoms, final_eval_atom, "finaleval")  // the run ended: the learner's last evaluation
 CAF_ADD_TYPE_ID(sao, (sao::msg::SetKnob))
 CAF_ADD_TYPE_ID(sao, (sao::msg::RolloutVersions))
+CAF_ADD_TYPE_ID(sao, (sao::msg::AgentCall))
+CAF_ADD_TYPE_ID(sao, (sao::msg::AgentTurn))
+CAF_ADD_TYPE_ID(sao, (sao::msg::AgentReward))
+CAF_ADD_TYPE_ID(sao, (sao::msg::AgentRewardAck))
+CAF_ADD_ATOM(sao, sao::atoms, ended_atom, "ended")    // a rollout closed an episode its env did not end
+CAF_ADD_ATOM(sao, sao::atoms, expire_atom, "expire")  // self: the agent endpoint checks a session's deadline
 CAF_END_TYPE_ID_BLOCK(sao)
 
 namespace sao::actors {

@@ -29,7 +29,16 @@ using EnvActor = caf::typed_actor<caf::replies_to<msg::EnvReset>::with<msg::EnvR
                                   caf::replies_to<msg::EnvAction>::with<msg::EnvReply>,
                                   caf::reacts_to<atoms::train_step_atom, int64_t>,
                                   caf::reacts_to<atoms::reply_due_atom, int64_t>,  // self: env latency
+                                  // A rollout closed an episode the env did not end (cut by
+                                  // rollout.max_turns or the context, or lost), with why.
+                                  caf::reacts_to<atoms::ended_atom, int64_t, std::string>,
                                   caf::replies_to<atoms::status_atom>::with<msg::ActorStatus>>;
+
+// The agent endpoint's actor (actors/agent/agent_actor.hpp) is an env to the
+// rollouts, and answers the HTTP workers' calls.
+using AgentActor = EnvActor::extend<caf::replies_to<msg::AgentCall>::with<msg::AgentTurn>,
+                                    caf::replies_to<msg::AgentReward>::with<msg::AgentRewardAck>,
+                                    caf::reacts_to<atoms::expire_atom, std::string, int64_t>>;
 
 using RolloutActor = caf::typed_actor<caf::reacts_to<weights::Packet>,
                                       caf::reacts_to<atoms::decode_atom>,  // self: one decode step

@@ -2,9 +2,12 @@
 #include "actors/train.hpp"
 
 #include "model/device.hpp"
+#include "tokenizer/load_tokenizer.hpp"
 
 #include "actors/system_config.hpp"
 
+#include "actors/agent/agent_actor.hpp"
+#include "actors/agent/agent_server.hpp"
 #include "actors/console/console_server.hpp"
 #include "actors/protocol.hpp"
 #include "actors/run/coordinator.hpp"
@@ -88,11 +91,25 @@ TrainOutcome run_training(const config::RunConfig& config, model::CausalLM polic
   {
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
-    auto coordinator =
-        spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self, -1, nullptr, learner_ranks});
+    CoordinatorConfig coordinator_config{config, policy, resume_from, self, -1, nullptr, learner_ranks, EnvActor{}};
+    std::unique_ptr<AgentServer> agent_server;
+    if (config.agent.endpoint) {
+      // Agents bring their own loop: their sessions are the episodes (actors/agent/).
+      AgentActorConfig agent_config;
+      agent_config.model_name = served_model_name(config);
+      agent_config.session_timeout_ms = config.agent.session_timeout_s * 1000;
+      agent_config.queue_timeout_ms = config.agent.queue_timeout_s * 1000;
+      agent_config.max_sessions = config.agent.max_sessions;
+      auto agent = spawn_agent_actor(system, agent_config);
+      coordinator_config.agent_endpoint = agent;
+      agent_server = std::make_unique<AgentServer>(
+          system, agent, tokenizer::load_tokenizer(config.model_path, config.prompt_format), config);
+    }
+    auto coordinator = spawn_coordinator(system, coordinator_config);
     auto console = start_console(system, coordinator, config);
     outcome = await_run_finished(self, coordinator, stop_requested);
     outcome.summary_json = read_summary(config.run.dir);
+    agent_server.reset();
     console.reset();  // no requests into a system that is shutting down
     outcome.actors_left_running = actors_left_running(system);
   }

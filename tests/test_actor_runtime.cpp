@@ -1,8 +1,8 @@
 // Actor-level behaviour with a real actor system: replay triggers a learner
 // step for a single trajectory, drops stale ones, and weight updates reach
 // every rollout actor.
-#include "actors/run/env_actor.hpp"
 #include "actors/protocol.hpp"
+#include "actors/run/env_actor.hpp"
 #include "actors/run/replay_actor.hpp"
 #include "actors/run/rollout_actor.hpp"
 #include "actors/run/weight_sync_actor.hpp"
@@ -338,7 +338,10 @@ TEST_CASE("an env actor turns environment errors into error replies and stays up
   auto env = sao::actors::spawn_env_actor(*s.system, {"env-0", "arithmetic", nlohmann::json::object()});
   std::string error_text;
   caf::error failure;
-  self->request(env, kHangGuard, sao::msg::EnvAction{42, "1"})
+  sao::msg::EnvAction step;
+  step.episode_id = 42;
+  step.action = "1";
+  self->request(env, kHangGuard, step)
       .receive([](const sao::msg::EnvReply&) {}, [&](const caf::error& error) { failure = error; });
   CHECK(sao::msg::has_code(failure, sao::msg::Errc::kUnknownEpisode));
   CHECK(sao::msg::error_text(*s.system, failure) == "env-0: step for unknown episode 42");

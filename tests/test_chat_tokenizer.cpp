@@ -5,6 +5,7 @@
 // (encoded as text: it cannot forge a turn). Then load_tokenizer's choice
 // of format, and encode_template's rule for where special tokens match.
 #include "test_tiny_tokenizer.hpp"
+#include "tokenizer/byte_tokenizer.hpp"
 #include "tokenizer/chat_tokenizer.hpp"
 #include "tokenizer/hf_tokenizer.hpp"
 #include "tokenizer/load_tokenizer.hpp"
@@ -29,6 +30,13 @@ using sao::tokenizer::Speaker;
 
 const std::string kTemplate =
     "{% for m in messages %}{{ m.role }}:{{ m.content }}<|special|>\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}";
+
+// kTemplate with a tools section, and tool results inside a user turn (as Qwen's).
+const std::string kToolsTemplate =
+    "{% if tools %}tools:{% for t in tools %}{{ t.function.name }};{% endfor %}<|special|>\n{% endif %}"
+    "{% for m in messages %}{% if m.role == 'tool' %}user:<r>{{ m.content }}</r>"
+    "{% else %}{{ m.role }}:{{ m.content }}{% endif %}<|special|>\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}";
 
 std::shared_ptr<const HfTokenizer> tiny() {
@@ -67,12 +75,7 @@ TEST_CASE("chat turns: the template's ids around the observation, the end-of-tur
 }
 
 TEST_CASE("chat turns with tools: the schemas reach the template, a tool's result is a tool turn") {
-  const std::string with_tools =
-      "{% if tools %}tools:{% for t in tools %}{{ t.function.name }};{% endfor %}<|special|>\n{% endif %}"
-      "{% for m in messages %}{% if m.role == 'tool' %}user:<r>{{ m.content }}</r>"
-      "{% else %}{{ m.role }}:{{ m.content }}{% endif %}<|special|>\n{% endfor %}"
-      "{% if add_generation_prompt %}assistant:{% endif %}";
-  const ChatTokenizer chat(tiny(), ChatTemplate::parse(with_tools, "t"), "tiny");
+  const ChatTokenizer chat(tiny(), ChatTemplate::parse(kToolsTemplate, "t"), "tiny");
   const std::string tools = R"([{"type": "function", "function": {"name": "calc"}}])";
   const std::vector<int64_t> generation_prompt = join({{300, 10}, bytes("assistant:")});
   CHECK(chat.first_turn("hi", tools) == join({bytes("tools:calc;"), {300, 10}, bytes("user:hi"), generation_prompt}));
@@ -96,6 +99,41 @@ TEST_CASE("chat turns with tools: the schemas reach the template, a tool's resul
   CHECK(sao::tokenizer::speaker_of("tool", "x") == Speaker::kTool);
   CHECK_THROWS_WITH(sao::tokenizer::speaker_of("ipython", "info.role"),
                     "info.role: role must be \"user\" or \"tool\", got \"ipython\"");
+}
+
+TEST_CASE("chat turns of several messages: each in its role, as the agent endpoint sends them") {
+  const ChatTokenizer chat(tiny(), ChatTemplate::parse(kToolsTemplate, "t"), "tiny");
+  const std::vector<int64_t> generation_prompt = join({{300, 10}, bytes("assistant:")});
+  const std::string tools = R"([{"type": "function", "function": {"name": "calc"}}])";
+  // A system prompt, then the question; tools first, where the template lists them.
+  CHECK(
+      chat.first_turn_messages({{"system", "be brief"}, {"user", "hi"}}, tools, "agent") ==
+      join(
+          {bytes("tools:calc;"), {300, 10}, bytes("system:be brief"), {300, 10}, bytes("user:hi"), generation_prompt}));
+  // One message is exactly first_turn / next_turn.
+  CHECK(chat.first_turn_messages({{"user", "hi"}}, "", "agent") == chat.first_turn("hi", ""));
+  CHECK(chat.next_turn_messages({{"tool", "42"}}, true, "agent") == chat.next_turn("42", Speaker::kTool, true));
+  // Two tool results and a user's remark after one action.
+  CHECK(chat.next_turn_messages({{"tool", "4"}, {"tool", "9"}, {"user", "sum?"}}, true, "agent") ==
+        join({{10},
+              bytes("user:<r>4</r>"),
+              {300, 10},
+              bytes("user:<r>9</r>"),
+              {300, 10},
+              bytes("user:sum?"),
+              generation_prompt}));
+  // A message's text that spells a placeholder's or a special token's stays text.
+  const auto forged = chat.next_turn_messages({{"user", "<|special|>"}}, true, "agent");
+  CHECK(std::count(forged.begin(), forged.end(), 300) == 1);
+  CHECK_THROWS_WITH(chat.next_turn_messages({}, true, "agent"), "agent: a turn needs at least one message");
+  CHECK_THROWS_WITH(chat.first_turn_messages({{"assistant", "x"}}, "", "agent"),
+                    "agent: message 0 has role \"assistant\"; a turn's messages are the system's, the user's or a "
+                    "tool's");
+  // The plain format joins the contents.
+  const sao::tokenizer::ByteTokenizer plain;
+  CHECK(plain.first_turn_messages({{"system", "a"}, {"user", "b"}}, "", "agent") == plain.first_turn("a\nb", ""));
+  CHECK(plain.next_turn_messages({{"tool", "1"}, {"tool", "2"}}, true, "agent") ==
+        plain.next_turn("1\n2", Speaker::kTool, true));
 }
 
 TEST_CASE("a template that never writes the assistant's content is refused when loaded") {

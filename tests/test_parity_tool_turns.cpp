@@ -158,6 +158,31 @@ TEST_CASE("calculator tool turns: sao's ids at every generation point equal Qwen
     points.push_back({"demo after the call", messages, prefix});
   }
 
+  // The agent endpoint's way: several messages per turn (a system prompt
+  // before the question; after a call, two tool messages, or a tool result
+  // and the user's remark), each rendered in its role.
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    const auto step = env.reset(seed);
+    const std::vector<sao::tokenizer::ChatTurnMessage> first = {{"system", "Answer with the number only."},
+                                                                {"user", step.observation}};
+    Json messages = Json::array(
+        {{{"role", "system"}, {"content", first[0].content}}, {{"role", "user"}, {"content", step.observation}}});
+    std::vector<int64_t> ids = chat.first_turn_messages(first, tools.dump(), "agent");
+    points.push_back({"agent seed " + std::to_string(seed) + " prompt", messages, ids});
+    const auto expression = step.info["episode_key"].get<std::string>();
+    const auto action = chat.encode(calculator_call_text(expression));
+    ids.insert(ids.end(), action.begin(), action.end());
+    ids.push_back(chat.action_end()[0]);
+    const std::vector<sao::tokenizer::ChatTurnMessage> after =
+        seed % 2 == 0 ? std::vector<sao::tokenizer::ChatTurnMessage>{{"tool", "7"}, {"tool", "14"}}
+                      : std::vector<sao::tokenizer::ChatTurnMessage>{{"tool", "7"}, {"user", "Double-check it."}};
+    const auto turn = chat.next_turn_messages(after, /*action_closed=*/true, "agent");
+    ids.insert(ids.end(), turn.begin(), turn.end());
+    messages.push_back(assistant_message(calculator_call_text(expression)));
+    for (const auto& message : after) messages.push_back({{"role", message.role}, {"content", message.content}});
+    points.push_back({"agent seed " + std::to_string(seed) + " after two messages", messages, ids});
+  }
+
   Json cases = Json::array();
   for (const auto& point : points) {
     cases.push_back({{"messages", point.messages}, {"tools", tools}, {"add_generation_prompt", true}});

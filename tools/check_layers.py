@@ -17,7 +17,7 @@ LAYERS = [
     ["tokenizer", "model", "env", "report", "net"],  # net: the bulk weight channel (sockets, OpenSSL)
     ["algo", "gpu"],                    # the learner's maths; GPU weight transports (CUDA IPC, NCCL)
     ["replay", "weights"],              # weights: packets, checksums, deltas, transports
-    ["rollout"],                        # the one episode state machine
+    ["rollout", "agent"],               # the one episode state machine; the chat wire format of agents
     ["config"],                         # run config and live knobs: sees every module below
     ["train"],                          # SFT and held-out evaluation
     ["plot"],                           # Cairo, for `sao plot` only

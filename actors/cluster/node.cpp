@@ -91,8 +91,9 @@ TrainOutcome run_learner_node(const config::RunConfig& config, model::CausalLM p
         throw;
       }
     }
-    auto coordinator = spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self,
-                                                                   options.local_rollouts, bulk_server, learner_ranks});
+    auto coordinator =
+        spawn_coordinator(system, CoordinatorConfig{config, policy, resume_from, self, options.local_rollouts,
+                                                    bulk_server, learner_ranks, EnvActor{}});
     self->request(coordinator, caf::infinite, atoms::join_atom_v)
         .receive(
             [&](ReplayActor& replay, WeightSyncActor& weight_sync) {

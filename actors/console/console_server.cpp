@@ -1,6 +1,7 @@
 // HTTP endpoint of the introspection console; see console_server.hpp.
 #include "actors/console/console_server.hpp"
 
+#include "actors/http/http_router.hpp"
 #include "actors/protocol.hpp"
 #include "base/constant_time.hpp"
 #include "base/error.hpp"
@@ -25,16 +26,10 @@
 namespace sao::actors {
 
 namespace {
+using http::reply_error;
+using http::reply_json;
 
 constexpr auto kRequestTimeout = std::chrono::seconds(10);
-
-std::string random_token() {
-  std::random_device device;
-  std::string token;
-  const char* hex = "0123456789abcdef";
-  for (int i = 0; i < 32; ++i) token.push_back(hex[device() % 16]);
-  return token;
-}
 
 nlohmann::json number_or_null(double value) {
   return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
@@ -55,81 +50,15 @@ nlohmann::json status_to_json(const msg::ActorStatus& status) {
           {"numbers", numbers}};
 }
 
-void write_owner_only(const std::filesystem::path& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) throw Error("console: cannot write " + path.string());
-  const auto written = ::write(fd, text.data(), text.size());
-  ::close(fd);
-  if (written != static_cast<ssize_t>(text.size())) throw Error("console: short write to " + path.string());
-}
-
-void reply_json(httplib::Response& response, int status, const nlohmann::json& body) {
-  response.status = status;
-  response.set_content(base::dump_json(body), "application/json");
-}
-
-void reply_error(httplib::Response& response, int status, const std::string& message) {
-  reply_json(response, status, {{"error", message}});
-}
-
-// One request the event front has read whole, as httplib's parser reads a
-// socket; the reply httplib writes is collected for the front to send.
-class CompleteRequestStream : public httplib::Stream {
- public:
-  explicit CompleteRequestStream(const net::RawHttpRequest& request) : request_(request) {}
-  bool is_readable() const override { return position_ < request_.bytes.size(); }
-  bool is_writable() const override { return true; }
-  ssize_t read(char* ptr, size_t size) override {
-    const size_t count = std::min(size, request_.bytes.size() - position_);
-    std::copy_n(request_.bytes.data() + position_, count, ptr);
-    position_ += count;
-    return static_cast<ssize_t>(count);
-  }
-  ssize_t write(const char* ptr, size_t size) override {
-    reply_.append(ptr, size);
-    return static_cast<ssize_t>(size);
-  }
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    ip = request_.remote_address;
-    port = request_.remote_port;
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    ip.clear();
-    port = 0;
-  }
-  // No socket: httplib must not select() on one (it answers 500 to
-  // descriptors past FD_SETSIZE, which hundreds of clients reach).
-  socket_t socket() const override { return INVALID_SOCKET; }
-  std::string take_reply() { return std::move(reply_); }
-
- private:
-  const net::RawHttpRequest& request_;
-  size_t position_ = 0;
-  std::string reply_;
-};
-
-// httplib's request parsing and routing, fed complete requests instead of
-// sockets: its own accept loop gives each connection a worker for as long as
-// the client takes to send, which trickling clients used to starve it.
-class ConsoleRouter : public httplib::Server {
- public:
-  std::string answer(const net::RawHttpRequest& request) {
-    CompleteRequestStream stream(request);
-    bool connection_closed = true;
-    process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
-    return stream.take_reply();
-  }
-};
-
 }  // namespace
 
 struct ConsoleServer::Impl {
   caf::actor_system& system;
   CoordinatorActor coordinator;
-  std::string token = random_token();
+  std::string token = http::random_token();
   std::string host;
   int port = 0;
-  ConsoleRouter server;
+  http::HttpRouter server;
   std::unique_ptr<net::EventHttpServer> front;
   std::filesystem::path endpoint_file;
 
@@ -296,10 +225,7 @@ struct ConsoleServer::Impl {
                  response.set_content(prometheus_text(), "text/plain; version=0.0.4; charset=utf-8");
                }));
     server.Post("/api/control", [this](const httplib::Request& request, httplib::Response& response) {
-      std::string given;
-      const auto authorization = request.get_header_value("Authorization");
-      if (authorization.rfind("Bearer ", 0) == 0) given = authorization.substr(7);
-      if (given.empty()) given = request.get_header_value("X-Sao-Token");
+      const std::string given = http::presented_token(request);
       if (given.empty()) {
         reply_error(response, 401,
                     "control needs the run's token (Authorization: Bearer TOKEN; see RUN_DIR/console.json)");
@@ -334,28 +260,11 @@ ConsoleServer::ConsoleServer(caf::actor_system& system, const CoordinatorActor& 
   impl.server.set_payload_max_length(limits.max_body_bytes);
   impl.routes();
   auto answer = [&impl](const net::RawHttpRequest& request) { return impl.server.answer(request); };
-  net::check_event_http_limits(limits, "console");
-  std::string why_not_configured_port;
-  if (config.port > 0) {
-    try {
-      impl.front = std::make_unique<net::EventHttpServer>(config.listen, static_cast<uint16_t>(config.port), "console",
-                                                          limits, answer);
-    } catch (const Error& error) {
-      why_not_configured_port = error.what();  // the fallback below says it, or fails naming the address
-    }
-  }
-  if (!impl.front) {
-    impl.front = std::make_unique<net::EventHttpServer>(config.listen, 0, "console (console.listen)", limits, answer);
-    if (config.port > 0) {
-      std::fprintf(stderr, "console: port %lld on %s is taken (%s); using %d instead\n",
-                   static_cast<long long>(config.port), config.listen.c_str(), why_not_configured_port.c_str(),
-                   impl.front->port());
-    }
-  }
+  impl.front = http::listen_or_fall_back(config.listen, config.port, "console", "console.listen", limits, answer);
   impl.port = impl.front->port();
   std::filesystem::create_directories(run_dir);
   const nlohmann::json endpoint = {{"url", url()}, {"host", impl.host}, {"port", impl.port}, {"token", impl.token}};
-  write_owner_only(std::filesystem::path(run_dir) / "console.json", base::dump_json(endpoint, 2) + "\n");
+  http::write_owner_only(std::filesystem::path(run_dir) / "console.json", base::dump_json(endpoint, 2) + "\n");
   impl.endpoint_file = std::filesystem::path(run_dir) / "console.json";
   std::fprintf(stderr, "console: %s  token %s  (terminal: sao console --run-dir %s)\n", url().c_str(),
                impl.token.c_str(), run_dir.c_str());

@@ -86,6 +86,15 @@ void restart_env(CoordinatorSelf self, size_t index, const std::string& why) {
   const auto timeout = std::chrono::milliseconds(state.config.run.rollout.env_timeout_ms);
   // Many episodes of one batch time out together: restart once per incident.
   if (std::chrono::steady_clock::now() - state.env_started[index] < timeout) return;
+  if (state.config.agent_endpoint) {
+    // Its sessions are the run's: a fresh one would know none of them.
+    if (state.stopping) return;
+    state.end_detail = "the agent endpoint failed: " + why;
+    state.counters.last_error = state.end_detail;
+    std::fprintf(stderr, "coordinator: giving up: %s\n", state.end_detail.c_str());
+    finish(self, msg::RunEnd::kGaveUp);
+    return;
+  }
   const std::string name = "env-" + std::to_string(index);
   if (!state.restart_budget->allow_restart(name, why)) {
     give_up(self, name, why);
@@ -132,13 +141,20 @@ void start(CoordinatorSelf self) {
   self->monitor(state.learner);
   state.replay = spawn_replay_actor(self->system(), run.replay, state.learner);
   self->monitor(state.replay);
-  for (int64_t i = 0; i < run.rollout.env_actors; ++i) {
-    state.envs.push_back(spawn_env(self, static_cast<size_t>(i)));
+  if (state.config.agent_endpoint) {
+    self->monitor(state.config.agent_endpoint);
+    state.envs.push_back(state.config.agent_endpoint);
     state.env_started.push_back(std::chrono::steady_clock::time_point{});
+  } else {
+    for (int64_t i = 0; i < run.rollout.env_actors; ++i) {
+      state.envs.push_back(spawn_env(self, static_cast<size_t>(i)));
+      state.env_started.push_back(std::chrono::steady_clock::time_point{});
+    }
   }
   const auto shared_tokenizer = tokenizer::load_tokenizer(run.model_path, run.prompt_format);
   for (int64_t i = 0; i < local_rollouts; ++i) {
     auto config = rollout_config_from_run(run, "rollout-" + std::to_string(i), i, shared_tokenizer);
+    config.env_is_agent_endpoint = static_cast<bool>(state.config.agent_endpoint);
     config.replay = state.replay;
     config.weight_sync = state.weight_sync;
     config.coordinator = caf::actor_cast<CoordinatorActor>(self);

@@ -31,6 +31,10 @@ struct CoordinatorConfig {
   std::shared_ptr<net::BulkServer> bulk_server = nullptr;
   // learner.ranks > 1: the group the learner leads (join_learner_ranks).
   std::shared_ptr<algo::RankGroup> learner_ranks = nullptr;
+  // agent.endpoint: the agent actor (actors/agent/) is every local
+  // rollout's env instead of env actors. It holds the agents' sessions, so
+  // it is never restarted: if it fails, the run ends.
+  EnvActor agent_endpoint;
 };
 
 // Spawns the actor (state and behaviour are private to the .cpp).

@@ -147,6 +147,10 @@ EnvActor::behavior_type env_actor_behavior(EnvActor::stateful_pointer<EnvActorSt
         for (auto& environment : state.idle) environment->on_training_step(learner_step);
         for (auto& item : state.episodes) item.second->on_training_step(learner_step);
       },
+      [self](atoms::ended_atom, int64_t episode_id, const std::string&) {
+        // The rollout cut the episode short: its environment is free again.
+        release(self->state, episode_id);
+      },
       [self](atoms::reply_due_atom, int64_t key) {
         auto& state = self->state;
         auto it = state.held.find(key);

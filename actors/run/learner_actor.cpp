@@ -125,6 +125,12 @@ msg::EvalReport evaluate(LearnerSelf self) {
   report.step = state.learner->steps();
   report.policy_version = state.learner->policy_version();
   report.accuracy = std::numeric_limits<double>::quiet_NaN();
+  if (state.config.run.agent.endpoint) {
+    // No built-in task: agents score held-out episodes themselves ("split":
+    // "test"), which the agent actor counts (heldout_success_rate).
+    self->send(state.metrics, report);
+    return report;
+  }
   if (!state.env_dead.empty()) {
     // A dead environment would only fail again: the final evaluation is
     // skipped (accuracy null) and the report says why.

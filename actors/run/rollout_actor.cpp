@@ -78,6 +78,7 @@ struct RolloutActorState {
   // Introspection numbers.
   int64_t episodes_done = 0;
   int64_t episodes_lost = 0;
+  int64_t episodes_held_out = 0;
   int64_t tokens_generated = 0;
   int64_t weight_switches = 0;
   ActorCounters counters;
@@ -222,6 +223,28 @@ void report_lost(RolloutSelf self, size_t index, msg::LossCause cause, const std
   self->send(state.config.coordinator, msg::EpisodeLost{state.config.name, cause, detail});
 }
 
+// A row that ends without its environment saying so (cut by max_turns or
+// the context, or lost on our side) still holds an episode there: the env
+// hears why, so it frees it (and the agent endpoint answers its caller).
+void tell_env_of_cut(RolloutSelf self, size_t index) {
+  auto& state = self->state;
+  const auto& row = state.episodes->row(index);
+  if (!state.config.env || row.env_error) return;
+  std::string reason;
+  if (row.state == rollout::RowState::kLost) {
+    reason = row.lost_reason;
+  } else if (!row.ended_by_env) {
+    const auto max_turns = state.config.rollout.max_turns;
+    reason = static_cast<int64_t>(row.turns.size()) >= max_turns
+                 ? "the episode reached rollout.max_turns (" + std::to_string(max_turns) + ")"
+                 : "the conversation filled the model's context (" +
+                       std::to_string(state.config.model.max_position_embeddings) + " tokens)";
+  } else {
+    return;
+  }
+  self->send(state.config.env, atoms::ended_atom_v, state.ids.at(index).episode_id, reason);
+}
+
 // Sends every newly finished episode to replay and counts every newly lost
 // one, closes their rows (their blocks are already back in the pool) and
 // opens the next episodes in their slots.
@@ -232,6 +255,8 @@ void report_rows(RolloutSelf self) {
     if (row.state == rollout::RowState::kLost) {
       // Env errors were counted with their cause when they happened.
       report_lost(self, index, msg::LossCause::kBadEpisode, row.lost_reason);
+    } else if (row.state == rollout::RowState::kFinished && row.held_out) {
+      ++state.episodes_held_out;  // scored by the agent endpoint, never trained on
     } else if (row.state == rollout::RowState::kFinished) {
       algo::Trajectory trajectory;
       bool valid = true;
@@ -259,6 +284,7 @@ void report_rows(RolloutSelf self) {
     } else {
       continue;
     }
+    tell_env_of_cut(self, index);
     state.episodes->close(index);
     state.ids.erase(index);
   }
@@ -296,7 +322,11 @@ int64_t env_request_budget_ms(RolloutActorState& state) {
 template <typename Request>
 void ask_env(RolloutSelf self, size_t index, Request request, int64_t timeout_ms) {
   constexpr bool is_reset = std::is_same<Request, msg::EnvReset>::value;
-  self->request(self->state.config.env, std::chrono::milliseconds(timeout_ms), std::move(request))
+  // The agent endpoint answers when its agent calls (or ends the session itself).
+  const caf::duration timeout = self->state.config.env_is_agent_endpoint
+                                    ? caf::duration{caf::infinite}
+                                    : caf::duration{std::chrono::milliseconds(timeout_ms)};
+  self->request(self->state.config.env, timeout, std::move(request))
       .then(
           [self, index](const msg::EnvReply& reply) {
             auto& st = self->state;
@@ -329,8 +359,20 @@ void request_step(RolloutSelf self, const rollout::TurnEnd& ended) {
   auto& state = self->state;
   const size_t index = ended.row;
   const auto timeout = env_request_budget_ms(state);
-  ask_env(self, index, msg::EnvAction{state.ids.at(index).episode_id, ended.action_text, unix_time_ms() + timeout},
-          timeout);
+  msg::EnvAction action;
+  action.episode_id = state.ids.at(index).episode_id;
+  action.action = ended.action_text;
+  action.deadline_unix_ms = unix_time_ms() + timeout;
+  const auto& row = state.episodes->row(index);
+  const auto& turn = row.current;
+  action.context_tokens = static_cast<int64_t>(row.prompt.size());
+  for (const auto& earlier : row.turns)
+    action.context_tokens += static_cast<int64_t>(earlier.action_tokens.size() + earlier.observation.size());
+  action.action_ids = turn.action_tokens;
+  action.logprobs = turn.logprobs;
+  action.versions = turn.versions;
+  action.closed = ended.closed;
+  ask_env(self, index, std::move(action), timeout);
 }
 
 void schedule_decode(RolloutSelf self) {
@@ -420,6 +462,7 @@ msg::ActorStatus status_of(RolloutSelf self) {
       {{"policy_version", static_cast<double>(state.version)},
        {"episodes_done", static_cast<double>(state.episodes_done)},
        {"episodes_lost", static_cast<double>(state.episodes_lost)},
+       {"episodes_held_out", static_cast<double>(state.episodes_held_out)},
        {"tokens_generated", static_cast<double>(state.tokens_generated)},
        {"tokens_per_s", decode_seconds > 0 ? static_cast<double>(state.tokens_generated) / decode_seconds : 0.0},
        {"weight_switches", static_cast<double>(state.weight_switches)},

@@ -35,6 +35,11 @@ struct RolloutActorConfig {
   bool synchronous = false;  // one batch per weight version (batch barrier)
   uint64_t seed = 1;
   EnvActor env;  // may start null (a cluster rollout served by env nodes): it waits for one
+  // The env is the agent endpoint (agent.endpoint): a reset waits for an
+  // agent to start a session and a step for its next call, as long as the
+  // agent takes; the endpoint ends abandoned sessions itself
+  // (agent.session_timeout_s), so requests to it carry no timeout here.
+  bool env_is_agent_endpoint = false;
   ReplayActor replay;
   WeightSyncActor weight_sync;
   CoordinatorActor coordinator;

@@ -217,6 +217,18 @@ void console_keys(Console& console, Visit visit) {
   visit("port", console.port, IntRange{0, 65535});  // 0: any free port
 }
 
+template <typename Agent, typename Visit>
+void agent_keys(Agent& agent, Visit visit) {
+  visit("endpoint", agent.endpoint);
+  visit("listen", agent.listen);
+  visit("port", agent.port, IntRange{0, 65535});  // 0: any free port
+  visit("session_timeout_s", agent.session_timeout_s, IntRange{1, 86400});
+  visit("queue_timeout_s", agent.queue_timeout_s, IntRange{1, 86400});
+  visit("max_sessions", agent.max_sessions, IntRange{1, 4096});
+  visit("max_body_bytes", agent.max_body_bytes, IntRange{1024, 64 * 1024 * 1024});
+  visit("model_name", agent.model_name);
+}
+
 template <typename Env, typename Visit>
 void env_keys(Env& env, Visit visit) {
   visit("name", env.name);
@@ -356,6 +368,12 @@ void read_console(JsonReader reader, ConsoleSection& console) {
   if (console.listen.empty()) throw Error(reader.where() + ".listen: must be an address such as 127.0.0.1");
 }
 
+void read_agent(JsonReader reader, AgentSection& agent) {
+  agent_keys(agent, base::ReadKeys{reader});
+  reader.reject_unknown_keys();
+  if (agent.listen.empty()) throw Error(reader.where() + ".listen: must be an address such as 127.0.0.1");
+}
+
 void read_env(JsonReader reader, EnvSection& env) {
   env_keys(env, base::ReadKeys{reader});
   reader.reject_unknown_keys();
@@ -418,6 +436,13 @@ void derive_dependent_settings(RunConfig& config) {
                 " is not a loopback address: learner ranks talk c10d (TCPStore and Gloo), which authenticates "
                 "nobody, so its port must only be reachable on the learners' private network; say so with "
                 "learner.rank_network_private true");
+  }
+  // An agent's session is one episode: one rollout per prompt, and a
+  // group baseline would need G sessions of one prompt, which agents do not send.
+  if (config.agent.endpoint && config.replay.group_size != 1) {
+    throw Error(config.source +
+                ": agent.endpoint needs learner.group_size 1 (a critic baseline): an agent's session "
+                "is one episode, never a group of G on one prompt");
   }
   config.replay.validate(config.where("replay"));
   config.learner.validate(config.where("learner"));
@@ -520,6 +545,7 @@ RunConfig parse_run_config(const nlohmann::json& document, const std::string& so
   read_rollout(section("rollout"), config.rollout);
   read_train(section("train"), config.train);
   read_console(section("console"), config.console);
+  read_agent(section("agent"), config.agent);
   read_replay(section("replay"), config.replay);
   auto learner_reader = section("learner");
   config.learner = algo::LearnerConfig::from_json(learner_reader);
@@ -545,6 +571,7 @@ nlohmann::json run_config_to_json(const RunConfig& config) {
   eval_keys(config.eval, base::WriteKeys{document["eval"]});
   train_keys(config.train, base::WriteKeys{document["train"]});
   console_keys(config.console, base::WriteKeys{document["console"]});
+  agent_keys(config.agent, base::WriteKeys{document["agent"]});
   rollout_keys(config.rollout, base::WriteKeys{document["rollout"]});
   replay_keys(config.replay, base::WriteKeys{document["replay"]});
   document["learner"] = config.learner.to_json();

@@ -177,6 +177,23 @@ struct ConsoleSection {
   int64_t port = 8470;  // taken: falls back to a free port (printed, and in RUN_DIR/console.json)
 };
 
+// The agent endpoint (actors/agent/): agents that run their own loop call
+// an OpenAI-compatible chat API, and their sessions are the run's episodes
+// in place of an environment's. Off by default; the bearer token is written
+// to RUN_DIR/agent.json at start.
+struct AgentSection {
+  bool endpoint = false;
+  std::string listen = "127.0.0.1";
+  int64_t port = 8471;  // taken: falls back to a free port (printed, and in RUN_DIR/agent.json)
+  // A session neither calling nor rewarding for this long is abandoned (its episode counted lost).
+  int64_t session_timeout_s = 300;
+  // A new session waits this long for a free rollout slot (then 503).
+  int64_t queue_timeout_s = 120;
+  int64_t max_sessions = 256;                // open or queued at once (503 beyond)
+  int64_t max_body_bytes = 4 * 1024 * 1024;  // a larger request gets 413
+  std::string model_name;                    // what /v1/models and replies call the model; "" = the run's
+};
+
 struct RunConfig {
   // The default run's choices where they differ from the bare sections'
   // defaults (ArithmeticConfig{} is a plain-answer teacher, SftSection{} has
@@ -211,6 +228,7 @@ struct RunConfig {
   EnvSection env;
   TrainSection train;
   ConsoleSection console;
+  AgentSection agent;
   replay::ReplayConfig replay;
   algo::LearnerConfig learner;
   nlohmann::json document;  // the resolved JSON, as written to the run directory

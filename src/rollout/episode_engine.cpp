@@ -133,10 +133,12 @@ void EpisodeEngine::reset_done(size_t index, const EnvOutcome& first) {
     return;
   }
   try {
-    row.prompt = tokenizer_.first_turn(first.observation, first.tools);
+    row.prompt = first.messages.empty()
+                     ? tokenizer_.first_turn(first.observation, first.tools)
+                     : tokenizer_.first_turn_messages(first.messages, first.tools, "the agent's first messages");
     // Refused when the prompt leaves no room to reply in the model's
     // context, or its turn is larger than the whole KV pool.
-    row.sequence = engine_.add(row.prompt);
+    row.sequence = engine_.add(row.prompt, turn_budget(first));
   } catch (const std::exception& error) {
     lose(row, error.what());
     return;
@@ -176,11 +178,13 @@ std::vector<TurnEnd> EpisodeEngine::decode_step(model::CausalLM& policy, int64_t
     row.current.versions.assign(sequence.versions.begin() + begin, sequence.versions.end());
     std::vector<int64_t> answer(row.current.action_tokens);
     const auto& stops = settings_.sampling.stop_tokens;
-    answer.erase(std::find_first_of(answer.begin(), answer.end(), stops.begin(), stops.end()), answer.end());
+    const auto stop = std::find_first_of(answer.begin(), answer.end(), stops.begin(), stops.end());
+    const bool closed = stop != answer.end();
+    answer.erase(stop, answer.end());
     std::string text = tokenizer::decode_generated(tokenizer_, answer);
     if (settings_.keep_transcripts) row.transcript += " | " + text;
     row.state = RowState::kWaitingEnv;
-    ended.push_back({index, std::move(text)});
+    ended.push_back({index, std::move(text), closed});
   }
   return ended;
 }
@@ -193,6 +197,17 @@ void EpisodeEngine::step_done(size_t index, const EnvOutcome& outcome) {
   row.reward_sum += outcome.reward;
   if (!std::isnan(outcome.regime_index)) row.regime_index = outcome.regime_index;
   const bool out_of_turns = static_cast<int64_t>(row.turns.size()) + 1 >= settings_.max_turns;
+  if (!outcome.turn_rewards.empty()) {
+    if (!outcome.done() || outcome.turn_rewards.size() != row.turns.size() + 1) {
+      lose(row, "per-turn rewards: " + std::to_string(outcome.turn_rewards.size()) + " for an episode of " +
+                    std::to_string(row.turns.size() + 1) + " turns" + (outcome.done() ? "" : " that goes on"));
+      return;
+    }
+    for (size_t turn = 0; turn < row.turns.size(); ++turn) row.turns[turn].reward = outcome.turn_rewards[turn];
+    row.current.reward = outcome.turn_rewards.back();
+    row.reward_sum = 0.0;
+    for (const auto reward : outcome.turn_rewards) row.reward_sum += reward;
+  }
   if (outcome.done() || out_of_turns || context_full) {
     finish_row(row, outcome, /*cut_short=*/false);
     return;
@@ -201,9 +216,13 @@ void EpisodeEngine::step_done(size_t index, const EnvOutcome& outcome) {
     const auto closer = tokenizer_.action_end();
     const auto& action = row.current.action_tokens;
     const bool closed = !action.empty() && std::find(closer.begin(), closer.end(), action.back()) != closer.end();
-    const auto speaker = outcome.role.empty() ? tokenizer::Speaker::kUser
-                                              : tokenizer::speaker_of(outcome.role, "the environment's info.role");
-    row.current.observation = tokenizer_.next_turn(outcome.observation, speaker, closed);
+    if (outcome.messages.empty()) {
+      const auto speaker = outcome.role.empty() ? tokenizer::Speaker::kUser
+                                                : tokenizer::speaker_of(outcome.role, "the environment's info.role");
+      row.current.observation = tokenizer_.next_turn(outcome.observation, speaker, closed);
+    } else {
+      row.current.observation = tokenizer_.next_turn_messages(outcome.messages, closed, "the agent's new messages");
+    }
   } catch (const std::exception& error) {
     lose(row, error.what());
     return;
@@ -218,7 +237,7 @@ void EpisodeEngine::step_done(size_t index, const EnvOutcome& outcome) {
     return;
   }
   try {
-    engine_.continue_turn(row.sequence, row.current.observation, settings_.sampling.max_new_tokens);
+    engine_.continue_turn(row.sequence, row.current.observation, turn_budget(outcome));
   } catch (const std::exception& error) {
     lose(row, error.what());
     return;
@@ -229,8 +248,15 @@ void EpisodeEngine::step_done(size_t index, const EnvOutcome& outcome) {
   row.state = RowState::kGenerating;
 }
 
+int64_t EpisodeEngine::turn_budget(const EnvOutcome& outcome) const {
+  const auto run = settings_.sampling.max_new_tokens;
+  return outcome.max_new_tokens > 0 ? std::min(outcome.max_new_tokens, run) : run;
+}
+
 void EpisodeEngine::finish_row(EpisodeRow& row, const EnvOutcome& outcome, bool cut_short) {
   release_sequence(row);
+  row.held_out = outcome.held_out;
+  row.ended_by_env = outcome.done();
   row.turns.push_back(std::move(row.current));
   row.current = algo::Turn{};
   row.terminated = outcome.terminated;

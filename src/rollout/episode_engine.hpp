@@ -70,6 +70,19 @@ struct EnvOutcome {
   // Finite numbers only, at most kMaxCounts names of at most 64 bytes; other
   // entries count as absent.
   std::map<std::string, double> counts;
+  // Set by the agent endpoint (agent/), whose callers speak in chat
+  // messages: the observation as messages (system, user, tool), rendered
+  // by the tokenizer's *_turn_messages instead of `observation` (empty for
+  // environments); the new-token budget of the turn this answer starts (0:
+  // rollout.max_new_tokens, and never more than it); held_out: the episode
+  // is scored for held-out accuracy and never trained on.
+  std::vector<tokenizer::ChatTurnMessage> messages;
+  int64_t max_new_tokens = 0;
+  bool held_out = false;
+  // On a final step from the agent endpoint: one reward per turn of the
+  // episode, replacing the rewards its steps carried ("rewards" in the
+  // agent's reward call); empty: `reward` falls on the last turn as usual.
+  std::vector<double> turn_rewards;
 
   bool done() const { return terminated || truncated; }
 };
@@ -106,7 +119,9 @@ struct EpisodeRow {
   double regime_index = std::numeric_limits<double>::quiet_NaN();
   std::map<std::string, double> counts;  // the final step's info "counts"
   std::string lost_reason;
-  bool env_error = false;  // lost because the environment failed (threw, timed out, crashed)
+  bool env_error = false;     // lost because the environment failed (threw, timed out, crashed)
+  bool ended_by_env = false;  // finished on a step the environment said was the last
+  bool held_out = false;      // finished as a held-out episode: scored, never trained on (EnvOutcome::held_out)
   std::string transcript;
   model::SequenceId sequence = -1;  // in the decode engine while generating or waiting for the env; -1 after
 };
@@ -115,6 +130,7 @@ struct EpisodeRow {
 struct TurnEnd {
   size_t row = 0;
   std::string action_text;
+  bool closed = false;  // the turn ended on a stop id (false: cut at its token budget or the context)
 };
 
 class EpisodeEngine {
@@ -172,6 +188,8 @@ class EpisodeEngine {
   // but the context had no room for it.
   void finish_row(EpisodeRow& row, const EnvOutcome& outcome, bool cut_short);
   void release_sequence(EpisodeRow& row);
+  // The turn budget an answer asks for, capped by the run's.
+  int64_t turn_budget(const EnvOutcome& outcome) const;
 
   const tokenizer::Tokenizer& tokenizer_;
   EpisodeSettings settings_;

@@ -51,15 +51,19 @@ class ChatTokenizer final : public Tokenizer {
   std::vector<int64_t> first_turn(std::string_view observation, std::string_view tools_json) const override;
   // A tool turn the template cannot render (it raises) throws sao::Error with the template's message.
   std::vector<int64_t> next_turn(std::string_view observation, Speaker speaker, bool action_closed) const override;
+  std::vector<int64_t> first_turn_messages(const std::vector<ChatTurnMessage>& messages, std::string_view tools_json,
+                                           const std::string& where) const override;
+  std::vector<int64_t> next_turn_messages(const std::vector<ChatTurnMessage>& messages, bool action_closed,
+                                          const std::string& where) const override;
   std::vector<int64_t> action_end() const override { return {end_of_turn_}; }
 
   int64_t end_of_turn_id() const { return end_of_turn_; }
 
  private:
-  // `text` with every occurrence of the observation placeholder replaced by
-  // `observation`, encoded as one text (HfTokenizer::encode_template): special
-  // tokens are matched in the template's text only.
-  std::vector<int64_t> encode_around(const std::string& text, std::string_view observation) const;
+  // `text` with every occurrence of a message's placeholder replaced by its
+  // content, encoded as one text (HfTokenizer::encode_template): special
+  // tokens are matched in the template's text only, never in a message.
+  std::vector<int64_t> encode_around(const std::string& text, const std::vector<ChatTurnMessage>& messages) const;
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                      const nlohmann::ordered_json* tools = nullptr) const;
 

@@ -522,6 +522,8 @@ std::string clean_up_tokenization(std::string text) {
 
 namespace sao::tokenizer {
 
-const std::string& byte_level_char(std::uint8_t byte) { return hf::byte_map().to_char[byte]; }
+const std::string& byte_level_char(std::uint8_t byte) {
+  return hf::byte_map().to_char[byte];
+}
 
 }  // namespace sao::tokenizer

@@ -23,6 +23,20 @@ enum class Speaker { kUser, kTool };
 // `where` and the value.
 Speaker speaker_of(std::string_view role, const std::string& where);
 
+struct ChatTurnMessage;
+// Throws sao::Error naming `where` for an empty list or a message whose role
+// is not "system", "user" or "tool".
+void check_turn_messages(const std::vector<ChatTurnMessage>& messages, const std::string& where);
+
+// One message of a conversation an agent sends over the chat endpoint
+// (agent/): its role ("system", "user" or "tool") and its text. The
+// policy's own (assistant) messages are never rendered from text: they are
+// the ids it sampled.
+struct ChatTurnMessage {
+  std::string role;
+  std::string content;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -65,6 +79,16 @@ class Tokenizer {
   // action_end()'s (else it stopped on another stop id or was cut at its
   // length limit, and the format closes the turn).
   virtual std::vector<int64_t> next_turn(std::string_view observation, Speaker speaker, bool action_closed) const;
+  // The same two, for a turn made of several messages (an agent's system
+  // prompt and first question; two tool results after a call): a chat
+  // template renders each in its role; the plain format has no roles and
+  // joins the contents with "\n" (a tool's message makes the speaker a
+  // tool only when every message is a tool's). Throws sao::Error naming
+  // `where` for an empty list or a role other than system, user or tool.
+  virtual std::vector<int64_t> first_turn_messages(const std::vector<ChatTurnMessage>& messages,
+                                                   std::string_view tools_json, const std::string& where) const;
+  virtual std::vector<int64_t> next_turn_messages(const std::vector<ChatTurnMessage>& messages, bool action_closed,
+                                                  const std::string& where) const;
   // What closes an action in a demonstration (SFT): the id the policy must
   // learn to stop with.
   virtual std::vector<int64_t> action_end() const { return {eos_id()}; }

@@ -100,6 +100,10 @@ Surface weight_delta_surface();
 Surface rank_step_surface();
 Surface rank_setup_surface();
 
+// agent_surfaces.cpp: the agent endpoint's request and reward bodies
+Surface agent_request_surface();
+Surface agent_reward_surface();
+
 // server_surfaces.cpp: live servers (console, bulk, gatekeeper, TLS port)
 Counts fuzz_http(int64_t cases, uint64_t seed, const fs::path& scratch, const fs::path& out);
 Counts fuzz_console_trickle(int64_t cases, uint64_t seed, const fs::path& scratch, const fs::path& out);

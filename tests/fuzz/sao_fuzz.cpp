@@ -18,6 +18,8 @@
 //   weight_delta   a bf16 delta's change count and payload, applied to a replica's image
 //   rank_step      rank 0's step message to a learner rank (trajectories as bytes), decoded and stepped
 //   rank_setup     rank 0's setup for a learner rank (model settings, learner config), read and built
+//   agent_request  a chat-completions body to the agent endpoint: read, then answered (reply, stream, history check)
+//   agent_reward   a reward call's body to the agent endpoint
 //   peft_adapter   a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) loaded onto a base
 // Each case is a valid seed input with 1-4 mutations drawn from a seeded
 // generator (byte flips, insertions, deletions, duplications, extreme
@@ -563,7 +565,7 @@ int main(int argc, char** argv) {
                    "config|safetensors|env_reply|openenv_reply|tokenizer|chat_template|template_limits|normalizer_"
                    "growth|tool_call|countdown|data_file|http|join|bulk|tls_frames|descriptor_flood|console_trickle|"
                    "weight_packet|"
-                   "weight_delta|rank_step|rank_setup|all, "
+                   "weight_delta|rank_step|rank_setup|peft_adapter|agent_request|agent_reward|all, "
                    "or a comma list] "
                    "[--cases N] "
                    "[--seed S] [--out DIR]\n");
@@ -593,7 +595,9 @@ int main(int argc, char** argv) {
                                         "weight_delta",
                                         "rank_step",
                                         "rank_setup",
-                                        "peft_adapter"};
+                                        "peft_adapter",
+                                        "agent_request",
+                                        "agent_reward"};
   // --surface takes one name, a comma list, or "all".
   std::vector<std::string> wanted;
   for (size_t at = 0; at <= surface_name.size();) {
@@ -632,6 +636,8 @@ int main(int argc, char** argv) {
     if (name == "rank_step") counts = fuzz_isolated(rank_step_surface(), cases, seed, scratch, out);
     if (name == "rank_setup") counts = fuzz_isolated(rank_setup_surface(), cases, seed, scratch, out);
     if (name == "peft_adapter") counts = fuzz_isolated(peft_adapter_surface(scratch), cases, seed, scratch, out);
+    if (name == "agent_request") counts = fuzz_isolated(agent_request_surface(), cases, seed, scratch, out);
+    if (name == "agent_reward") counts = fuzz_isolated(agent_reward_surface(), cases, seed, scratch, out);
     if (name == "http") counts = fuzz_http(cases, seed, scratch, out);
     if (name == "console_trickle") counts = fuzz_console_trickle(cases, seed, scratch, out);
     if (name == "join") counts = fuzz_join(cases, seed, out);
