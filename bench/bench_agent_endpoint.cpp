@@ -7,8 +7,10 @@
 //             client threads, each a loop of one chat call and one reward
 //             over HTTP (the real server, the real JSON)
 //
-//   bench_agent_endpoint [--sessions N] [--episodes E] [--max-new-tokens T]
+//   bench_agent_endpoint [--sessions N] [--episodes E] [--max-new-tokens T] [--rounds R]
 //
+// The arms alternate for R rounds (2), so a change in the machine's load
+// falls on both; the totals over the rounds give the ratio.
 // Prints, per run, requests/s (chat calls answered), tokens/s (sampled
 // ids, counted from the replies) and the endpoint's tokens/s over the
 // direct arm's, so the overhead is a ratio from one run, not a number to
@@ -195,6 +197,7 @@ int main(int argc, char** argv) {
   int64_t sessions = 8;
   int64_t episodes = 200;
   int64_t max_new_tokens = 16;
+  int64_t rounds = 2;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&] {
@@ -210,23 +213,40 @@ int main(int argc, char** argv) {
       episodes = value();
     } else if (arg == "--max-new-tokens") {
       max_new_tokens = value();
+    } else if (arg == "--rounds") {
+      rounds = value();
     } else {
-      std::fprintf(stderr, "usage: bench_agent_endpoint [--sessions N] [--episodes E] [--max-new-tokens T]\n");
+      std::fprintf(stderr,
+                   "usage: bench_agent_endpoint [--sessions N] [--episodes E] [--max-new-tokens T] [--rounds R]\n");
       return 2;
     }
   }
-  if (sessions < 1 || episodes < 1 || max_new_tokens < 1) {
-    std::fprintf(stderr, "bench_agent_endpoint: --sessions, --episodes and --max-new-tokens must be >= 1\n");
+  if (sessions < 1 || episodes < 1 || max_new_tokens < 1 || rounds < 1) {
+    std::fprintf(stderr, "bench_agent_endpoint: --sessions, --episodes, --max-new-tokens and --rounds must be >= 1\n");
     return 2;
   }
   sao::env::register_environment("bench_one_turn",
                                  [](const nlohmann::json&, const std::string&) { return std::make_unique<OneTurn>(); });
-  const auto direct = direct_arm(sessions, episodes, max_new_tokens);
-  const auto endpoint = endpoint_arm(sessions, episodes, max_new_tokens);
+  // Alternating arms, so a change in the machine's load falls on both.
+  Arm direct;
+  Arm endpoint;
+  for (int64_t round = 0; round < rounds; ++round) {
+    const auto d = direct_arm(sessions, episodes, max_new_tokens);
+    const auto e = endpoint_arm(sessions, episodes, max_new_tokens);
+    std::printf("  round %lld: direct tokens/s %.1f, endpoint tokens/s %.1f\n", static_cast<long long>(round + 1),
+                static_cast<double>(d.tokens) / d.seconds, static_cast<double>(e.tokens) / e.seconds);
+    direct.seconds += d.seconds;
+    direct.episodes += d.episodes;
+    direct.tokens += d.tokens;
+    endpoint.seconds += e.seconds;
+    endpoint.episodes += e.episodes;
+    endpoint.tokens += e.tokens;
+  }
   const double direct_tokens_per_s = static_cast<double>(direct.tokens) / direct.seconds;
   const double endpoint_tokens_per_s = static_cast<double>(endpoint.tokens) / endpoint.seconds;
-  std::printf("agent_endpoint sessions=%lld episodes=%lld max_new_tokens=%lld\n", static_cast<long long>(sessions),
-              static_cast<long long>(episodes), static_cast<long long>(max_new_tokens));
+  std::printf("agent_endpoint sessions=%lld episodes=%lld x %lld rounds max_new_tokens=%lld\n",
+              static_cast<long long>(sessions), static_cast<long long>(episodes), static_cast<long long>(rounds),
+              static_cast<long long>(max_new_tokens));
   std::printf("  direct    episodes/s %8.1f  tokens/s %8.1f\n", static_cast<double>(direct.episodes) / direct.seconds,
               direct_tokens_per_s);
   std::printf("  endpoint  requests/s %8.1f  tokens/s %8.1f\n",

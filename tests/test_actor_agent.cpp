@@ -77,6 +77,7 @@ struct AgentRig {
   sao::actors::AgentActor agent;
   sao::actors::RolloutActor rollout;
   std::unique_ptr<sao::actors::AgentServer> server;
+  sao::actors::RolloutActorConfig rollout_config;
   fs::path run_dir;
 
   AgentRig(int64_t max_turns, int64_t session_timeout_ms) {
@@ -104,7 +105,7 @@ struct AgentRig {
     run.agent.model_name = "tiny";
     run.rollout.temperature = 1.0;
     server = std::make_unique<sao::actors::AgentServer>(*system, agent, tokenizer, run);
-    sao::actors::RolloutActorConfig config;
+    auto& config = rollout_config;
     config.name = "rollout-0";
     config.model = chat_model();
     config.tokenizer = tokenizer;
@@ -392,6 +393,27 @@ TEST_CASE("a session past rollout.max_turns is cut: its call gets 400, its turns
   CHECK(trajectories[0].truncated);
   CHECK(trajectories[0].origin.turns == 2);
   CHECK(rig.status_number(rig.agent, "sessions_cut_short") == 1);
+}
+
+TEST_CASE("a rollout that stops takes its sessions with it, and its slots never swallow a new session") {
+  AgentRig rig(/*max_turns=*/4, /*session_timeout_ms=*/600000);
+  const auto started = rig.post("/chat/completions", {{"messages", first_messages("q")}}, "before");
+  REQUIRE(started);
+  REQUIRE(started->status == 200);
+  caf::anon_send_exit(rig.rollout, caf::exit_reason::kill);
+  // The agent actor hears of it (an event; the loop only guards against a hang).
+  for (int i = 0; i < 12000 && rig.status_number(rig.agent, "sessions_lost_with_rollout") < 1; ++i)
+    std::this_thread::sleep_for(10ms);
+  CHECK(rig.status_number(rig.agent, "sessions_lost_with_rollout") == 1);
+  CHECK(rig.status_number(rig.agent, "free_slots") == 0);
+  const auto late = rig.post("/episodes/before/reward", {{"reward", 1.0}});
+  REQUIRE(late);
+  CHECK(late->status == 404);
+  // A restarted rollout serves the next session.
+  rig.rollout = sao::actors::spawn_rollout_actor(*rig.system, rig.rollout_config);
+  const auto after = rig.post("/chat/completions", {{"messages", first_messages("q")}}, "after");
+  REQUIRE(after);
+  CHECK(after->status == 200);
 }
 
 TEST_CASE("a session that neither calls nor rewards within agent.session_timeout_s is a lost episode") {

@@ -3,9 +3,11 @@
 
 #include "actors/introspection.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,7 @@ enum class Phase {
 struct AgentSession {
   Phase phase = Phase::kQueued;
   int64_t episode_id = -1;
+  caf::actor_addr rollout;                       // the rollout playing the episode, once bound
   std::vector<agent::ChatMessage> conversation;  // as the agent sent it, with the replies as the endpoint wrote them
   std::string tools_json;
   int64_t max_tokens = 0;  // of the call waiting for its turn
@@ -33,6 +36,7 @@ struct AgentSession {
 
 struct FreeSlot {
   int64_t episode_id = 0;
+  caf::actor_addr rollout;  // who asked: a slot of a rollout that stopped is gone
   caf::typed_response_promise<msg::EnvReply> reset;
 };
 }  // namespace
@@ -41,8 +45,9 @@ struct AgentActorState {
   AgentActorConfig config;
   std::map<std::string, AgentSession> sessions;
   std::map<int64_t, std::string> session_of_episode;
-  std::deque<FreeSlot> free_slots;  // rollout resets waiting for a session
-  std::deque<std::string> queued;   // sessions waiting for a reset (oldest first)
+  std::deque<FreeSlot> free_slots;     // rollout resets waiting for a session
+  std::deque<std::string> queued;      // sessions waiting for a reset (oldest first)
+  std::set<caf::actor_addr> rollouts;  // monitored: a rollout that stops takes its slots and episodes with it
   // Introspection numbers.
   int64_t sessions_started = 0;
   int64_t turns_served = 0;
@@ -55,6 +60,7 @@ struct AgentActorState {
   int64_t abandoned = 0;
   int64_t queue_timeouts = 0;
   int64_t cut_short = 0;
+  int64_t lost_with_rollout = 0;
   ActorCounters counters;
   static inline const char* name = "agent";
 };
@@ -93,9 +99,11 @@ void expire_later(AgentSelf self, const std::string& session, int64_t generation
 }
 
 // The reset answer that starts `session`'s episode as the rollout's episode `episode_id`.
-msg::EnvReply bind_session(AgentActorState& state, const std::string& session, int64_t episode_id) {
+msg::EnvReply bind_session(AgentActorState& state, const std::string& session, int64_t episode_id,
+                           const caf::actor_addr& rollout) {
   auto& entry = state.sessions.at(session);
   entry.episode_id = episode_id;
+  entry.rollout = rollout;
   entry.phase = Phase::kTurn;
   ++entry.generation;
   state.session_of_episode[episode_id] = session;
@@ -133,7 +141,7 @@ caf::result<msg::AgentTurn> start_session(AgentSelf self, msg::AgentCall& call) 
   if (!state.free_slots.empty()) {
     auto slot = std::move(state.free_slots.front());
     state.free_slots.pop_front();
-    slot.reset.deliver(bind_session(state, call.session, slot.episode_id));
+    slot.reset.deliver(bind_session(state, call.session, slot.episode_id, slot.rollout));
   } else {
     state.queued.push_back(call.session);
     expire_later(self, call.session, entry.generation, state.config.queue_timeout_ms);
@@ -296,6 +304,28 @@ void expire(AgentSelf self, const std::string& session, int64_t generation) {
   forget(state, session);
 }
 
+// A rollout stopped (it is restarted by the coordinator, with new episode
+// ids): its free slots are gone, and its sessions' episodes with it.
+void rollout_down(AgentSelf self, const caf::actor_addr& rollout) {
+  auto& state = self->state;
+  state.rollouts.erase(rollout);
+  state.free_slots.erase(std::remove_if(state.free_slots.begin(), state.free_slots.end(),
+                                        [&](const FreeSlot& slot) { return slot.rollout == rollout; }),
+                         state.free_slots.end());
+  std::vector<std::string> gone;
+  for (auto& [session, entry] : state.sessions) {
+    if (entry.phase == Phase::kQueued || entry.rollout != rollout) continue;
+    if (entry.phase == Phase::kTurn) {
+      entry.call.deliver(
+          refusal(state, msg::Errc::kAgentUnavailable,
+                  "the rollout playing session " + session + " stopped; its episode is lost (start a new session)"));
+    }
+    gone.push_back(session);
+  }
+  state.lost_with_rollout += static_cast<int64_t>(gone.size());
+  for (const auto& session : gone) forget(state, session);
+}
+
 // The rollout closed an episode without the agent ending it.
 void cut(AgentSelf self, int64_t episode_id, const std::string& reason) {
   auto& state = self->state;
@@ -341,25 +371,29 @@ msg::ActorStatus status_of(AgentSelf self) {
        {"history_mismatches", static_cast<double>(state.history_mismatches)},
        {"sessions_abandoned", static_cast<double>(state.abandoned)},
        {"queue_timeouts", static_cast<double>(state.queue_timeouts)},
-       {"sessions_cut_short", static_cast<double>(state.cut_short)}});
+       {"sessions_cut_short", static_cast<double>(state.cut_short)},
+       {"sessions_lost_with_rollout", static_cast<double>(state.lost_with_rollout)}});
 }
 }  // namespace
 
 AgentActor::behavior_type agent_actor_behavior(AgentSelf self, AgentActorConfig config) {
   self->state.config = std::move(config);
+  self->set_down_handler([self](caf::down_msg& down) { rollout_down(self, down.source); });
   return counted_behavior<AgentActor::behavior_type>(
       self,
       [self](const msg::EnvReset& reset) -> caf::result<msg::EnvReply> {
         auto& state = self->state;
+        const auto rollout = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        if (rollout && state.rollouts.insert(rollout).second) self->monitor(rollout);
         while (!state.queued.empty()) {
           const auto session = std::move(state.queued.front());
           state.queued.pop_front();
           auto it = state.sessions.find(session);
           if (it == state.sessions.end() || it->second.phase != Phase::kQueued) continue;  // expired meanwhile
-          return bind_session(state, session, reset.episode_id);
+          return bind_session(state, session, reset.episode_id, rollout);
         }
         auto promise = self->make_response_promise<msg::EnvReply>();
-        state.free_slots.push_back({reset.episode_id, promise});
+        state.free_slots.push_back({reset.episode_id, rollout, promise});
         return promise;
       },
       [self](const msg::EnvAction& action) { return take_turn(self, action); },

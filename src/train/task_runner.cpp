@@ -2,8 +2,8 @@
 #include "train/task_runner.hpp"
 
 #include "base/error.hpp"
-#include "env/tasks/data_file.hpp"
 #include "env/environment.hpp"
+#include "env/tasks/data_file.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 #include "train/episode_eval.hpp"
 #include "train/episode_sft.hpp"
@@ -65,6 +65,10 @@ HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig&
 
 std::vector<env::SftEpisode> demonstrations_apart_from_heldout(const config::RunConfig& config, int64_t* dropped) {
   auto episodes = env::read_demonstration_file(config.sft.data, config.where("sft") + ".data");
+  *dropped = 0;
+  // The agent endpoint's episodes come from agents, which keep their own
+  // held-out problems: the configured task is not the one being learned.
+  if (config.agent.endpoint) return episodes;
   const auto environment = env::make_environment(config.env.name, config.task_document, config.where("task"));
   // Held-out prompts, so that no demonstration teaches an evaluation problem.
   std::unordered_set<std::string> heldout_prompts;

@@ -41,7 +41,8 @@ struct HeldoutResult {
 HeldoutResult evaluate_heldout(model::CausalLM& policy, const config::RunConfig& config, int64_t learner_step,
                                EnvironmentPool* pool = nullptr);
 // The demonstrations of sft.data without those whose prompt is one of the
-// task's held-out problems (their count in `dropped`). Throws sao::Error
+// task's held-out problems (their count in `dropped`); all of them with
+// agent.endpoint, whose agents keep their own held-out problems. Throws sao::Error
 // naming file:line for a bad line, or when nothing is left.
 std::vector<env::SftEpisode> demonstrations_apart_from_heldout(const config::RunConfig& config, int64_t* dropped);
 // Trains `policy` from its current weights on the task's demonstrations, or
