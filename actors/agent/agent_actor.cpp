@@ -379,6 +379,17 @@ msg::ActorStatus status_of(AgentSelf self) {
 AgentActor::behavior_type agent_actor_behavior(AgentSelf self, AgentActorConfig config) {
   self->state.config = std::move(config);
   self->set_down_handler([self](caf::down_msg& down) { rollout_down(self, down.source); });
+  // The run is ending: every call still waiting hears so now, instead of at
+  // its HTTP worker's timeout (a promise dropped with the actor answers nobody).
+  self->set_exit_handler([self](caf::exit_msg& exit) {
+    for (auto& [session, entry] : self->state.sessions) {
+      if (entry.phase == Phase::kAgent) continue;  // no call waiting
+      entry.call.deliver(msg::make_error(msg::Errc::kAgentUnavailable,
+                                         "the run is ending: session " + session + " gets no more turns"));
+    }
+    self->state.sessions.clear();
+    self->quit(exit.reason);
+  });
   return counted_behavior<AgentActor::behavior_type>(
       self,
       [self](const msg::EnvReset& reset) -> caf::result<msg::EnvReply> {

@@ -93,10 +93,12 @@ class Endpoint:
                 return reply.status, json.loads(reply.read())
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read() or b"{}")
+        except (urllib.error.URLError, ConnectionError) as error:  # the run ended (or is not up)
+            return 0, {"error": {"message": f"no answer from {self.url}: {error}"}}
 
 
 def play(endpoint, session, question, answer, held_out):
-    """One episode; returns 1 for a right answer, 0 otherwise, None if the run refused the session."""
+    """One episode: 1 for a right answer, 0 otherwise; None if the run refused the session, "gone" if the run ended."""
     messages = [{"role": "user", "content": question}]
     correct = 0
     for _ in range(MAX_TURNS):
@@ -105,7 +107,7 @@ def play(endpoint, session, question, answer, held_out):
         if status != 200:
             message = reply.get("error", {}).get("message", "")
             print(f"{session}: {status} {message}", file=sys.stderr)
-            return None
+            return "gone" if status in (0, 503) and ("ending" in message or status == 0) else None
         message = reply["choices"][0]["message"]
         messages.append(message)  # exactly as returned: sao matches it against what it sampled
         calls = message.get("tool_calls") or []
@@ -148,6 +150,10 @@ def run_agent(arguments):
                 question, answer = heldout[(index // max(1, arguments.heldout_every)) % HELDOUT_SIZE] \
                     if held_out else problem(rng)
             result = play(endpoint, f"{arguments.prefix}-{index}", question, answer, held_out)
+            if result == "gone":
+                with lock:
+                    counter["next"] = arguments.episodes  # the run is over: every worker stops
+                return
             if result is None:
                 continue
             with lock:

@@ -129,7 +129,10 @@ Outcome run_isolated(const std::function<Outcome()>& body, std::chrono::seconds 
   const pid_t pid = ::fork();
   if (pid < 0) throw sao::Error("fork failed");
   if (pid == 0) {
-    ::alarm(static_cast<unsigned>(deadline.count()));  // SIGALRM kills a hung child
+    // SIGALRM kills a hung child. Sanitized builds run several times slower
+    // (SAO_FUZZ_DEADLINE_SCALE, set by tests/CMakeLists.txt): a case near the
+    // renderer's memory budget took over 20 s under ASan without hanging.
+    ::alarm(static_cast<unsigned>(deadline.count() * SAO_FUZZ_DEADLINE_SCALE));
     Outcome outcome = Outcome::kUnclean;
     try {
       outcome = body();
