@@ -224,9 +224,8 @@ TEST_CASE("a flood of idle connections at both ports: a node still joins, stop s
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 
-  // The node connected after the whole flood, so by its join every flood
-  // connection had been accepted, and all but the newest 16 pending from
-  // this address (the per-address bound) were closed to make room.
+  // Once the learner has accepted the whole flood, all but the newest 16
+  // pending from this address (the per-address bound) are closed to make room.
   const auto closed_by_learner = [](const std::vector<int>& fds) {
     int closed = 0;
     for (int fd : fds) {
@@ -235,6 +234,11 @@ TEST_CASE("a flood of idle connections at both ports: a node still joins, stop s
     }
     return closed;
   };
+  // Waited for as an event: under a sanitizer the learner may still be
+  // accepting the flood when the node's join is logged (1,136 of 1,184 were
+  // closed at that moment under ASan); the loop only guards against a hang.
+  for (int i = 0; i < 1200 && (closed_by_learner(held) < 1200 - 16 || closed_by_learner(held_bulk) < 1200 - 16); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(closed_by_learner(held) >= 1200 - 16);
   CHECK(closed_by_learner(held_bulk) >= 1200 - 16);
 

@@ -125,13 +125,11 @@ TEST_CASE("SAO raises a one-token bandit's reward from chance to near optimum") 
     auto run = run_bandit(/*lag=*/1, /*max_steps=*/300);
     CHECK(run.initial_exact < 0.3);
     CHECK(run.final_exact > 0.9);
-    CHECK(run.seconds < 60.0);
   }
   SUBCASE("stale rollouts (weights refreshed every 4 learner steps)") {
     auto run = run_bandit(/*lag=*/4, /*max_steps=*/300);
     CHECK(run.max_staleness >= 3.0);
     CHECK(run.max_ratio > 1.0);
     CHECK(run.final_exact > 0.9);
-    CHECK(run.seconds < 60.0);
   }
 }
