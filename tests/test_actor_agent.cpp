@@ -163,6 +163,13 @@ struct AgentRig {
                  [&](const caf::error&) { FAIL("no status"); });
     return value;
   }
+  // An actor's status number once it reaches `at_least`: waited for as an
+  // event (the bound of 2 minutes only guards against a hang).
+  template <class Handle>
+  double await_status(const Handle& actor, const std::string& key, double at_least) {
+    for (int i = 0; i < 12000 && status_number(actor, key) < at_least; ++i) std::this_thread::sleep_for(10ms);
+    return status_number(actor, key);
+  }
 };
 
 const Json kTools = Json::array({{{"type", "function"}, {"function", {{"name", "calc"}}}}});
@@ -322,9 +329,7 @@ TEST_CASE("the endpoint refuses edited history, bad tokens and bad bodies, and s
   CHECK(rig.status_number(rig.agent, "heldout_episodes") == 1);
   CHECK(rig.status_number(rig.agent, "heldout_success_rate") == 1.0);
   // The rollout counts it held out (and so never sends it); wait for that event.
-  for (int i = 0; i < 12000 && rig.status_number(rig.rollout, "episodes_held_out") < 1; ++i)
-    std::this_thread::sleep_for(10ms);
-  CHECK(rig.status_number(rig.rollout, "episodes_held_out") == 1);
+  CHECK(rig.await_status(rig.rollout, "episodes_held_out", 1) == 1);
   CHECK(rig.status_number(rig.rollout, "episodes_done") == 0);
   const auto again = rig.post("/episodes/held/reward", {{"reward", 1.0}});
   REQUIRE(again);
@@ -401,10 +406,8 @@ TEST_CASE("a rollout that stops takes its sessions with it, and its slots never 
   REQUIRE(started);
   REQUIRE(started->status == 200);
   caf::anon_send_exit(rig.rollout, caf::exit_reason::kill);
-  // The agent actor hears of it (an event; the loop only guards against a hang).
-  for (int i = 0; i < 12000 && rig.status_number(rig.agent, "sessions_lost_with_rollout") < 1; ++i)
-    std::this_thread::sleep_for(10ms);
-  CHECK(rig.status_number(rig.agent, "sessions_lost_with_rollout") == 1);
+  // The agent actor hears of it.
+  CHECK(rig.await_status(rig.agent, "sessions_lost_with_rollout", 1) == 1);
   CHECK(rig.status_number(rig.agent, "free_slots") == 0);
   const auto late = rig.post("/episodes/before/reward", {{"reward", 1.0}});
   REQUIRE(late);
