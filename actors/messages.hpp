@@ -75,7 +75,12 @@ namespace sao::weights {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Packet& x) {
   return f(caf::meta::type_name("WeightPacket"), x.version, x.route, x.checksum, x.tensors, x.locator, x.bulk_port,
-           x.bulk_bytes);
+           x.bulk_bytes, x.delta);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Delta& x) {
+  return f(caf::meta::type_name("WeightDelta"), x.base_version, x.version, x.elements, x.changed, x.payload,
+           x.checksum);
 }
 }  // namespace sao::weights
 
@@ -333,6 +338,7 @@ struct EvalReport {
 struct RolloutPlacement {
   std::string device = "cpu";
   std::string gpu_uuid;
+  bool bf16_replica = false;  // rollout.weights_dtype bf16: it loads bf16 versions and deltas
 };
 
 // A rollout actor reports which weight version it now runs.
@@ -501,7 +507,7 @@ typename Inspector::result_type inspect(Inspector& f, EvalReport& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RolloutPlacement& x) {
-  return f(caf::meta::type_name("RolloutPlacement"), x.device, x.gpu_uuid);
+  return f(caf::meta::type_name("RolloutPlacement"), x.device, x.gpu_uuid, x.bf16_replica);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, VersionAck& x) {

@@ -1,7 +1,9 @@
 // The GPU path in numbers, all measured in this run on this GPU: decode and
 // SAO learner tokens/s for the default model and a ~0.5B (Qwen2.5-0.5B
-// shape) model, fp32 and bf16 autocast, each as a share of the matrix
-// rate measured right before it; and the time one weight version takes per
+// shape) model; decode at batch 1/64/256 in fp32, with bf16 autocast and as
+// a bf16 replica (rollout.weights_dtype), each as a share of the memory
+// bandwidth and of the matrix rate measured right before it; the learner in
+// fp32 and bf16 autocast; and the time one weight version takes per
 // transport: host bytes (what CAF carries), same-process device-to-device,
 // CUDA IPC into another process, an NCCL bucketed broadcast (one rank).
 //
@@ -18,6 +20,7 @@
 #include "model/transformer.hpp"
 #include "model_flops.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -89,34 +92,63 @@ struct Shape {
   int64_t new_tokens;
 };
 
-void bench_shape(const Shape& shape, double bf16_rate, double fp32_rate) {
+// The bytes one decode step must read at `batch` rows of `context` tokens:
+// every weight once, and each row's keys and values.
+double decode_step_bytes(const sao::model::ModelConfig& config, int64_t batch, double context, double element) {
+  const double kv_per_token =
+      2.0 * static_cast<double>(config.num_hidden_layers * config.num_key_value_heads * config.head_dim()) * element;
+  return static_cast<double>(config.parameter_count()) * element + static_cast<double>(batch) * context * kv_per_token;
+}
+
+void bench_shape(const Shape& shape, double bf16_rate, double fp32_rate, double bandwidth) {
   const auto& config = shape.config;
-  std::printf("\n== %s: %.1fM parameters, batch 64, prompt %lld + %lld new tokens ==\n", shape.name,
+  std::printf("\n== %s: %.1fM parameters, prompt %lld + %lld new tokens ==\n", shape.name,
               static_cast<double>(config.parameter_count()) / 1e6, static_cast<long long>(shape.prompt_tokens),
               static_cast<long long>(shape.new_tokens));
   sao::model::CausalLM policy(config);
   sao::model::init_weights(*policy, 1);
   policy->to(kGpu);
   policy->eval();
-  const int64_t batch = 64;
-  const auto batch_prompts = prompts(batch, shape.prompt_tokens, config.vocab_size, 3);
+  // rollout.weights_dtype bf16: the replica a rollout runs, converted once.
+  sao::model::CausalLM bf16_replica = sao::model::clone_policy(policy);
+  bf16_replica->to(kGpu, torch::kBFloat16);
+  bf16_replica->eval();
   sao::model::SamplingConfig sampling;
   sampling.max_new_tokens = shape.new_tokens;
   std::vector<sao::model::GeneratedSequence> sequences;
-  for (const bool bf16 : {false, true}) {
-    int64_t generated = 0;
-    const double seconds = time_gpu(2, [&] {
-      const sao::model::AutocastGuard autocast(kGpu, bf16);
-      sequences = sao::model::generate(policy, batch_prompts, sampling, 5);
-      generated = 0;
-      for (const auto& s : sequences) generated += static_cast<int64_t>(s.tokens.size());
-    });
-    const double context = static_cast<double>(shape.prompt_tokens) + static_cast<double>(shape.new_tokens) / 2;
-    const double rate = static_cast<double>(generated) / seconds;
-    const double flops = rate * sao::bench::forward_flops_per_token(config, context);
-    std::printf("decode  %-5s %10.0f tokens/s   %6.2f%% of the %s matmul rate\n", bf16 ? "bf16" : "fp32", rate,
-                100.0 * flops / (bf16 ? bf16_rate : fp32_rate), bf16 ? "bf16" : "fp32");
+  std::vector<std::vector<int64_t>> batch_prompts;
+  enum class Mode { kFp32, kAutocast, kReplica };
+  for (const int64_t batch : {int64_t{1}, int64_t{64}, int64_t{256}}) {
+    batch_prompts = prompts(batch, shape.prompt_tokens, config.vocab_size, 3);
+    double fp32_tokens_per_s = 0;
+    for (const Mode mode : {Mode::kFp32, Mode::kAutocast, Mode::kReplica}) {
+      int64_t generated = 0;
+      auto& model = mode == Mode::kReplica ? bf16_replica : policy;
+      const double seconds = time_gpu(2, [&] {
+        const sao::model::AutocastGuard autocast(kGpu, mode == Mode::kAutocast);
+        sequences = sao::model::generate(model, batch_prompts, sampling, 5);
+        generated = 0;
+        for (const auto& s : sequences) generated += static_cast<int64_t>(s.tokens.size());
+      });
+      const double context = static_cast<double>(shape.prompt_tokens) + static_cast<double>(shape.new_tokens) / 2;
+      const double rate = static_cast<double>(generated) / seconds;
+      if (mode == Mode::kFp32) fp32_tokens_per_s = rate;
+      const bool bf16 = mode != Mode::kFp32;
+      // Autocast reads the fp32 weights and writes bf16 copies each step;
+      // counted at the replica's bytes, its share is an upper bound.
+      const double step_bytes = decode_step_bytes(config, batch, context, bf16 ? 2.0 : 4.0);
+      const double steps_per_s = rate / static_cast<double>(batch);
+      const double flops = rate * sao::bench::forward_flops_per_token(config, context);
+      const char* name = mode == Mode::kFp32 ? "fp32" : mode == Mode::kAutocast ? "bf16 autocast" : "bf16 replica";
+      std::printf(
+          "decode batch %3lld %-13s %10.0f tokens/s  %6.2f%% of the memory-bandwidth limit  %6.2f%% of the "
+          "%s matmul rate  %5.2fx fp32\n",
+          static_cast<long long>(batch), name, rate, 100.0 * steps_per_s * step_bytes / bandwidth,
+          100.0 * flops / (bf16 ? bf16_rate : fp32_rate), bf16 ? "bf16" : "fp32", rate / fp32_tokens_per_s);
+    }
   }
+  batch_prompts.resize(std::min<size_t>(batch_prompts.size(), 64));
+  sequences.resize(batch_prompts.size());
   std::vector<sao::algo::Trajectory> trajectories;
   for (size_t i = 0; i < sequences.size(); ++i) {
     trajectories.push_back(
@@ -202,7 +234,15 @@ int main(int argc, char** argv) {
   const double fp32_rate = matmul_rate(torch::kFloat32);
   std::printf("matmul rate measured now (8192^3): bf16 %.0f TFLOP/s, fp32 %.0f TFLOP/s\n", bf16_rate / 1e12,
               fp32_rate / 1e12);
-  bench_shape({"default model", default_shape(), 16, 96}, bf16_rate, fp32_rate);
-  if (!quick) bench_shape({"0.5B shape (Qwen2.5-0.5B)", half_billion_shape(), 64, 128}, bf16_rate, fp32_rate);
+  // The memory-bandwidth limit measured now: a 1 GiB device copy reads and
+  // writes every byte once.
+  const auto source = torch::empty({int64_t{1} << 30}, torch::dtype(torch::kUInt8).device(kGpu));
+  auto target = torch::empty_like(source);
+  const double bandwidth = 2.0 * static_cast<double>(source.numel()) / time_gpu(5, [&] { target.copy_(source); });
+  std::printf("memory bandwidth measured now (1 GiB device copy): %.0f GB/s\n", bandwidth / 1e9);
+  bench_shape({"default model", default_shape(), 16, 96}, bf16_rate, fp32_rate, bandwidth);
+  if (!quick) {
+    bench_shape({"0.5B shape (Qwen2.5-0.5B)", half_billion_shape(), 64, 128}, bf16_rate, fp32_rate, bandwidth);
+  }
   return 0;
 }

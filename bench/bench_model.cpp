@@ -76,21 +76,36 @@ void run_benchmarks(int64_t threads, const sao::model::ModelConfig& model_config
                 100.0 * achieved / limit_gflops);
   }
 
+  // rollout.weights_dtype bf16: the same weights as a bf16 replica. On a
+  // CPU without bf16 matrix instructions it is expected to be slower; the
+  // line says how much, on this machine.
+  sao::model::CausalLM bf16_replica = sao::model::clone_policy(policy);
+  bf16_replica->to(torch::kBFloat16);
   for (const int64_t batch : {8, 64, 256}) {
     sao::model::SamplingConfig sampling;
     sampling.max_new_tokens = 32;  // no stop token: every row decodes the full budget
     std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(batch),
                                               std::vector<int64_t>{257, 49, 50, 43, 51, 61});
-    sao::model::generate(policy, prompts, sampling, 1);  // warm-up
-    const auto start = std::chrono::steady_clock::now();
-    const auto outputs = sao::model::generate(policy, prompts, sampling, 2);
-    const double elapsed = seconds_since(start);
-    const double tokens = static_cast<double>(batch * sampling.max_new_tokens);
-    const double context = 6.0 + sampling.max_new_tokens / 2.0;
-    const double achieved = forward_flops_per_token(model_config, context) * tokens / elapsed / 1e9;
-    std::printf("decode batch %3lld, %lld new tokens: %8.0f tokens/s, %6.2f GFLOP/s = %5.1f%% of the matmul limit\n",
-                static_cast<long long>(batch), static_cast<long long>(sampling.max_new_tokens), tokens / elapsed,
-                achieved, 100.0 * achieved / limit_gflops);
+    double fp32_rate = 0;
+    for (auto* model : {&policy, &bf16_replica}) {
+      sao::model::generate(*model, prompts, sampling, 1);  // warm-up
+      const auto start = std::chrono::steady_clock::now();
+      const auto outputs = sao::model::generate(*model, prompts, sampling, 2);
+      const double elapsed = seconds_since(start);
+      const double tokens = static_cast<double>(batch * sampling.max_new_tokens);
+      const double context = 6.0 + sampling.max_new_tokens / 2.0;
+      const double achieved = forward_flops_per_token(model_config, context) * tokens / elapsed / 1e9;
+      if (model == &policy) {
+        fp32_rate = tokens / elapsed;
+        std::printf(
+            "decode batch %3lld, %lld new tokens: %8.0f tokens/s, %6.2f GFLOP/s = %5.1f%% of the matmul limit\n",
+            static_cast<long long>(batch), static_cast<long long>(sampling.max_new_tokens), tokens / elapsed, achieved,
+            100.0 * achieved / limit_gflops);
+      } else {
+        std::printf("decode batch %3lld, bf16 replica:   %8.0f tokens/s, %.2fx fp32\n", static_cast<long long>(batch),
+                    tokens / elapsed, tokens / elapsed / fp32_rate);
+      }
+    }
   }
 }
 

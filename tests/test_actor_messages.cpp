@@ -78,10 +78,12 @@ TEST_CASE("a weight message that promises more bytes than it holds is refused be
   auto weights = sample_weights(3);
   REQUIRE(weights.tensors.bytes.size() == 80);
   auto bytes = serialize(system, weights);
-  // Cut 20 bytes off the end: the last 11 are the (empty) CUDA IPC handle's
-  // length byte, the bulk port (2) and the bulk byte count (8), so the raw
-  // block loses 9 of its 80 bytes; the count still says 80.
-  bytes.resize(bytes.size() - 20);
+  // Cut 61 bytes off the end: the last 52 are the (empty) CUDA IPC handle's
+  // length byte, the bulk port (2), the bulk byte count (8) and the empty
+  // bf16 delta (four 8-byte numbers, the payload's length byte, its 8-byte
+  // checksum), so the raw block loses 9 of its 80 bytes; the count still
+  // says 80.
+  bytes.resize(bytes.size() - 61);
   sao::weights::Packet restored;
   caf::binary_deserializer source{system, bytes};
   const auto error = source(restored);
@@ -138,9 +140,31 @@ TEST_CASE("every message type round-trips through the binary serializer") {
   CHECK(ipc_back.tensors.index.size() == 2);
   CHECK(ipc_back.tensors.bytes.empty());
   CHECK(ipc_back.on_device == nullptr);
-  const auto placement = round_trip(system, sao::msg::RolloutPlacement{"cuda:1", "GPU-1234"});
+  // The bf16 delta: the index, the change from the base version, no bytes.
+  sao::weights::Packet delta;
+  delta.version = 14;
+  delta.route = sao::weights::Route::kBf16Delta;
+  delta.checksum = 0x0123456789abcdefULL;
+  delta.tensors.index = weights.tensors.index;
+  delta.delta.base_version = 13;
+  delta.delta.version = 14;
+  delta.delta.elements = 5;
+  delta.delta.changed = 2;
+  delta.delta.payload = {0x00, 0x41};
+  delta.delta.checksum = 0x0123456789abcdefULL;
+  const auto delta_back = round_trip(system, delta);
+  CHECK(delta_back.route == sao::weights::Route::kBf16Delta);
+  CHECK(delta_back.delta.base_version == 13);
+  CHECK(delta_back.delta.version == 14);
+  CHECK(delta_back.delta.elements == 5);
+  CHECK(delta_back.delta.changed == 2);
+  CHECK(delta_back.delta.payload == std::vector<uint8_t>{0x00, 0x41});
+  CHECK(delta_back.delta.checksum == 0x0123456789abcdefULL);
+  CHECK(delta_back.tensors.bytes.empty());
+  const auto placement = round_trip(system, sao::msg::RolloutPlacement{"cuda:1", "GPU-1234", true});
   CHECK(placement.device == "cuda:1");
   CHECK(placement.gpu_uuid == "GPU-1234");
+  CHECK(placement.bf16_replica);
 
   auto reset = round_trip(system, sao::msg::EnvReset{5, 0xdeadbeefcafeULL, 1700000000123});
   CHECK(reset.seed == 0xdeadbeefcafeULL);

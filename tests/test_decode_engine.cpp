@@ -5,6 +5,7 @@
 // cache; preemption recomputes without changing what was recorded.
 #include "base/error.hpp"
 #include "model/decode_engine.hpp"
+#include "model/generation.hpp"
 #include "model/paged_kv.hpp"
 #include "model/transformer.hpp"
 
@@ -43,8 +44,9 @@ void check_log_probs(CausalLM& policy, const std::vector<int64_t>& context, cons
   for (size_t i = 0; i < out.tokens.size(); ++i) {
     CAPTURE(i);
     REQUIRE(context[positions[i]] == out.tokens[i]);
-    CHECK(out.logprobs[i] ==
-          doctest::Approx(log_probs[static_cast<int64_t>(positions[i]) - 1][out.tokens[i]].item<float>()).epsilon(1e-4));
+    CHECK(
+        out.logprobs[i] ==
+        doctest::Approx(log_probs[static_cast<int64_t>(positions[i]) - 1][out.tokens[i]].item<float>()).epsilon(1e-4));
   }
 }
 
@@ -82,7 +84,8 @@ TEST_CASE("attention over scattered blocks gives the logits of a full pass, for 
   const auto full_b = policy->forward(torch::tensor(b, torch::kInt64).unsqueeze(0))[0];
   // Call 1: a prefills 5 tokens, b 3; the call's tokens are flattened, a's first.
   auto logits = policy->logits_from_hidden(sao::model::forward_paged(
-      policy->model, pool, {PagedRow{&blocks_a, 0, {a.begin(), a.begin() + 5}}, PagedRow{&blocks_b, 0, {b.begin(), b.begin() + 3}}}));
+      policy->model, pool,
+      {PagedRow{&blocks_a, 0, {a.begin(), a.begin() + 5}}, PagedRow{&blocks_b, 0, {b.begin(), b.begin() + 3}}}));
   REQUIRE(logits.size(0) == 8);
   CHECK((logits.narrow(0, 0, 5) - full_a.narrow(0, 0, 5)).abs().max().item<float>() < 1e-5);
   CHECK((logits.narrow(0, 5, 3) - full_b.narrow(0, 0, 3)).abs().max().item<float>() < 1e-5);
@@ -99,6 +102,48 @@ TEST_CASE("attention over scattered blocks gives the logits of a full pass, for 
         sao::model::forward_paged(policy->model, pool, {PagedRow{&blocks_a, static_cast<int64_t>(t), {a[t]}}}));
     CHECK((logits[0] - full_a[static_cast<int64_t>(t)]).abs().max().item<float>() < 1e-5);
   }
+}
+
+TEST_CASE("a bf16 replica decodes over a bf16 pool: its paged logits match its own full pass, near the fp32 model's") {
+  auto policy = tiny_policy();
+  auto replica = tiny_policy();
+  replica->to(torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  c10::InferenceMode inference;
+  KVBlockPool pool(tiny_config(), 64, 4);
+  std::vector<int64_t> blocks_a, blocks_b;
+  REQUIRE(pool.take(3, blocks_a));
+  REQUIRE(pool.take(2, blocks_b));
+  const std::vector<int64_t> a = {1, 4, 8, 15, 16, 23, 30, 2, 9, 12, 5};
+  const std::vector<int64_t> b = {3, 9, 1, 30, 7, 6, 11};
+  const auto input = [](const std::vector<int64_t>& tokens) {
+    return torch::tensor(tokens, torch::kInt64).unsqueeze(0);
+  };
+  const auto replica_a = replica->forward(input(a))[0].to(torch::kFloat32);
+  const auto replica_b = replica->forward(input(b))[0].to(torch::kFloat32);
+  CHECK((replica->forward(input(a)).scalar_type() == torch::kBFloat16));
+  // Its paged pass (a prefill of both, then a decodes token by token) against its own full pass.
+  auto logits = replica->logits_from_hidden(sao::model::forward_paged(
+      replica->model, pool, {PagedRow{&blocks_a, 0, {a.begin(), a.begin() + 6}}, PagedRow{&blocks_b, 0, b}}));
+  CHECK((pool.keys().front().scalar_type() == torch::kBFloat16));
+  const float scale = replica_a.abs().max().item<float>();
+  // bf16 keeps 8 bits of mantissa: the two passes round in other orders.
+  const float bf16_tolerance = 0.02f * scale;
+  CHECK((logits.narrow(0, 0, 6).to(torch::kFloat32) - replica_a.narrow(0, 0, 6)).abs().max().item<float>() <
+        bf16_tolerance);
+  CHECK((logits.narrow(0, 6, 7).to(torch::kFloat32) - replica_b).abs().max().item<float>() < bf16_tolerance);
+  for (size_t t = 6; t < a.size(); ++t) {
+    logits = replica->logits_from_hidden(
+        sao::model::forward_paged(replica->model, pool, {PagedRow{&blocks_a, static_cast<int64_t>(t), {a[t]}}}));
+    CHECK((logits[0].to(torch::kFloat32) - replica_a[static_cast<int64_t>(t)]).abs().max().item<float>() <
+          bf16_tolerance);
+  }
+  // And the replica against the fp32 model it was rounded from.
+  const auto fp32_a = policy->forward(input(a))[0];
+  CHECK((replica_a - fp32_a).abs().max().item<float>() < 0.05f * scale);
+  CHECK((replica_a - fp32_a).abs().max().item<float>() > 0.0f);  // it is a bf16 model, not the fp32 one
+  // Sampling log-probs stay fp32 whatever the logits' dtype.
+  CHECK((sao::model::sampling_log_probs(logits, sampling(1)).scalar_type() == torch::kFloat32));
 }
 
 TEST_CASE("a row whose blocks have no room, or a pool sized below one block, is refused by name") {
@@ -276,7 +321,8 @@ TEST_CASE("multi-turn: continue_turn keeps the cache and decodes again; released
   REQUIRE(seq.tokens.size() == 5);
   CHECK(seq.turn_start == 3);
   CHECK(seq.versions[3] == 1);
-  const std::vector<int64_t> context = {1, 3, seq.tokens[0], seq.tokens[1], seq.tokens[2], 20, 21, seq.tokens[3], seq.tokens[4]};
+  const std::vector<int64_t> context = {1,  3,  seq.tokens[0], seq.tokens[1], seq.tokens[2],
+                                        20, 21, seq.tokens[3], seq.tokens[4]};
   check_log_probs(policy, context, seq, {2, 3, 4, 7, 8});
   // The other sequence is released mid-turn (a lost episode): its blocks come back at once.
   REQUIRE(engine.state(other) == SequenceState::kRunning);
@@ -290,14 +336,14 @@ TEST_CASE("when every holder waits for more blocks, the newest is recomputed; it
   auto policy = tiny_policy();
   // 4 blocks of 4. Each first turn takes 2 blocks (prompt 3 + 3 new + ...).
   DecodeEngine engine(tiny_config(), sampling(3), limits(16, 4), 8);
-  const auto first = engine.add({1, 2, 3, 4, 5});   // 5 + 3 = 8 tokens: 2 blocks
+  const auto first = engine.add({1, 2, 3, 4, 5});    // 5 + 3 = 8 tokens: 2 blocks
   const auto second = engine.add({6, 7, 8, 9, 10});  // 2 blocks: the pool is full
   while (engine.state(first) != SequenceState::kTurnEnded || engine.state(second) != SequenceState::kTurnEnded) {
     engine.step(policy, 0);
   }
   const auto before = engine.sequence(second);
   // Both continue with turns that need a third block each; nothing is free and nothing runs.
-  engine.continue_turn(first, {11, 12}, 2);   // 8 + 2 + 2 = 12 tokens: 3 blocks
+  engine.continue_turn(first, {11, 12}, 2);  // 8 + 2 + 2 = 12 tokens: 3 blocks
   engine.continue_turn(second, {13, 14}, 2);
   engine.step(policy, 1);
   CHECK(engine.stats().preemptions == 1);
@@ -316,8 +362,8 @@ TEST_CASE("when every holder waits for more blocks, the newest is recomputed; it
     CHECK(after.versions[i] == 0);
   }
   // The recomputed cache gives the exact log-probs of the new turn.
-  const std::vector<int64_t> context = {6, 7, 8, 9, 10, after.tokens[0], after.tokens[1], after.tokens[2], 13, 14,
-                                        after.tokens[3], after.tokens[4]};
+  const std::vector<int64_t> context = {
+      6, 7, 8, 9, 10, after.tokens[0], after.tokens[1], after.tokens[2], 13, 14, after.tokens[3], after.tokens[4]};
   const auto log_probs = full_log_probs(policy, context);
   CHECK(after.logprobs[3] == doctest::Approx(log_probs[9][after.tokens[3]].item<float>()).epsilon(1e-4));
   CHECK(after.logprobs[4] == doctest::Approx(log_probs[10][after.tokens[4]].item<float>()).epsilon(1e-4));

@@ -91,16 +91,30 @@ TEST_CASE("the placement keys are read, bounded and written back") {
   document["learner"]["device"] = "cuda:1";
   document["learner"]["bf16_autocast"] = true;
   document["rollout"]["device"] = "cuda";
+  document["rollout"]["weights_dtype"] = "bf16";
   document["sft"]["device"] = "cuda:0";
   const auto config = sao::config::parse_run_config(document, "run.json");
   CHECK(config.learner.device == "cuda:1");
   CHECK(config.learner.bf16_autocast);
   CHECK(config.rollout.device == "cuda");
-  CHECK_FALSE(config.rollout.bf16_autocast);
+  CHECK(config.rollout.bf16_replica());
   CHECK(config.sft.device == "cuda:0");
   const auto written = sao::config::run_config_to_json(config);
   CHECK(written["learner"]["device"] == "cuda:1");
   CHECK(written["rollout"]["device"] == "cuda");
+  CHECK(written["rollout"]["weights_dtype"] == "bf16");
+  CHECK_FALSE(sao::config::parse_run_config(sao::config::default_config_document(), "run.json").rollout.bf16_replica());
+  {
+    auto bad = sao::config::default_config_document();
+    bad["rollout"]["weights_dtype"] = "fp8";
+    CHECK(error_of([&] { sao::config::parse_run_config(bad, "run.json"); }) ==
+          "run.json.rollout.weights_dtype: expected \"fp32\" or \"bf16\", got \"fp8\"");
+    auto old = sao::config::default_config_document();
+    old["rollout"]["bf16_autocast"] = true;
+    CHECK(error_of([&] { sao::config::parse_run_config(old, "run.json"); }) ==
+          "run.json.rollout.bf16_autocast was replaced by weights_dtype: \"bf16\" runs a bf16 replica whose weights "
+          "are converted once per version (set that, or drop the key)");
+  }
   for (const char* section : {"learner", "rollout", "sft"}) {
     auto bad = sao::config::default_config_document();
     bad[section]["device"] = "tpu";

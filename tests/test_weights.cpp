@@ -3,6 +3,7 @@
 // with refusals, and the receiver's take / load / verify for every route
 // that runs on a CPU (CUDA IPC is tests/test_gpu_device_transport.cpp's).
 #include "base/error.hpp"
+#include "model/safetensors.hpp"
 #include "model/tensor_blob.hpp"
 #include "model/transformer.hpp"
 #include "net/bulk_transfer.hpp"
@@ -10,6 +11,7 @@
 #include "weights/checksum.hpp"
 #include "weights/delta.hpp"
 #include "weights/receiver.hpp"
+#include "weights/replica.hpp"
 #include "weights/sender.hpp"
 
 #include <doctest/doctest.h>
@@ -104,8 +106,35 @@ TEST_CASE("a packet's fields must agree with its route") {
   auto unknown = packet;
   unknown.route = static_cast<Route>(9);
   CHECK(error_of([&] { sao::weights::check_packet(unknown, "w"); }) == "w: unknown weight route 9");
-  CHECK_FALSE(sao::weights::route_from_value(4).has_value());
+  CHECK_FALSE(sao::weights::route_from_value(5).has_value());
   CHECK(sao::weights::route_from_value(1) == Route::kBulkChannel);
+  CHECK(sao::weights::route_from_value(4) == Route::kBf16Delta);
+  // A delta: to this version, from an earlier one, nothing else; and only on its route.
+  auto delta = packet;
+  delta.route = Route::kBf16Delta;
+  delta.tensors.bytes.clear();
+  delta.delta.base_version = 3;
+  delta.delta.version = 4;
+  delta.delta.elements = 5;
+  CHECK(error_of([&] { sao::weights::check_packet(delta, "w"); }).empty());
+  auto ahead = delta;
+  ahead.delta.base_version = 4;
+  CHECK(error_of([&] { sao::weights::check_packet(ahead, "w"); }) ==
+        "w: a bf16_delta packet has base v4, not an earlier version");
+  auto other = delta;
+  other.delta.version = 7;
+  CHECK(error_of([&] { sao::weights::check_packet(other, "w"); }) == "w: a bf16_delta packet is a delta to v7, not v4");
+  auto too_many = delta;
+  too_many.delta.changed = 6;
+  CHECK(error_of([&] { sao::weights::check_packet(too_many, "w"); }) ==
+        "w: a bf16_delta packet changes 6 of 5 elements");
+  auto with_bytes = delta;
+  with_bytes.tensors.bytes = packet.tensors.bytes;
+  CHECK(error_of([&] { sao::weights::check_packet(with_bytes, "w"); }) ==
+        "w: a bf16_delta packet must carry the delta and nothing else");
+  auto stray = packet;
+  stray.delta = delta.delta;
+  CHECK(error_of([&] { sao::weights::check_packet(stray, "w"); }) == "w: a caf_bytes packet carries a delta");
   auto negative = packet;
   negative.version = -2;
   CHECK(error_of([&] { sao::weights::check_packet(negative, "w"); }) ==
@@ -137,7 +166,7 @@ TEST_CASE("the sender chooses the first route that reaches a rollout and skips t
     CHECK(sender.choose(device, "r", elsewhere) == Route::kCafBytes);
     CHECK(sender.reads_source_in_place(Route::kDeviceCopy));
     CHECK_FALSE(sender.reads_source_in_place(Route::kCafBytes));
-    const auto bytes = sender.carry(Route::kCafBytes, device, nullptr);
+    const auto bytes = sender.carry(Route::kCafBytes, device, nullptr, {});
     CHECK(bytes.route == Route::kCafBytes);
     CHECK(bytes.tensors.bytes == host.tensors.bytes);
     CHECK(bytes.checksum == host.checksum);
@@ -151,7 +180,7 @@ TEST_CASE("the sender chooses the first route that reaches a rollout and skips t
     CHECK(sender.choose(device, "other", here) == Route::kDeviceCopy);
     sender.forget("r");
     CHECK(sender.choose(device, "r", here) == Route::kDeviceCopy);
-    CHECK(error_of([&] { sender.carry(Route::kBulkChannel, host, nullptr); }) ==
+    CHECK(error_of([&] { sender.carry(Route::kBulkChannel, host, nullptr, {}); }) ==
           "bulk channel: this sender has no bulk server");
   }
   SUBCASE("with a bulk server, every route that runs here delivers the same checked weights") {
@@ -163,7 +192,7 @@ TEST_CASE("the sender chooses the first route that reaches a rollout and skips t
     auto reader = std::make_shared<sao::net::SharedBulkReader>("127.0.0.1", "secret", 10000);
     for (const auto route : {Route::kCafBytes, Route::kBulkChannel, Route::kDeviceCopy}) {
       CAPTURE(sao::weights::route_name(route));
-      const auto packet = route == Route::kCafBytes ? host : sender.carry(route, device, nullptr);
+      const auto packet = route == Route::kCafBytes ? host : sender.carry(route, device, nullptr, {});
       CHECK(packet.route == route);
       CHECK(packet.checksum == host.checksum);
       sao::model::CausalLM copy(sao_test::tiny_byte_model());
@@ -351,4 +380,121 @@ TEST_CASE("the delta history sends a delta to a receiver it can reach, and the f
   CHECK_FALSE(history.delta_for(3).has_value());  // an anchor goes out in full
   CHECK(error_of([&] { history.add(image_at(4)); }) == "delta: v4 is not newer than v4");
   CHECK(error_of([] { sao::weights::DeltaHistory(0, 2); }) == "delta: anchor_every must be >= 1, got 0");
+}
+
+namespace {
+
+// The policy's parameters as a bf16 replica should hold them: torch's rounding of each.
+bool holds_bf16_of(const sao::model::CausalLM& replica, const sao::model::CausalLM& policy) {
+  const auto expected = sao::model::named_tensors_of(*policy);
+  const auto held = sao::model::named_tensors_of(*replica);
+  if (expected.size() != held.size()) return false;
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (held[i].second.scalar_type() != torch::kBFloat16) return false;
+    if (!torch::equal(held[i].second, expected[i].second.to(torch::kBFloat16))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a bf16 replica loads a version's bf16 form, and a delta takes it to the next version exactly") {
+  using sao::weights::Route;
+  sao::model::CausalLM policy(sao_test::tiny_byte_model());
+  sao::model::init_weights(*policy, 1);
+  const auto v1 = sao::weights::host_packet(1, sao::model::pack_module(*policy));
+  const auto b1 = sao::weights::bf16_packet(v1);
+  // The bf16 form: every tensor BF16, half the bytes, and the checksum of
+  // the image torch's rounding makes of the fp32 version.
+  CHECK(b1.route == Route::kCafBytes);
+  CHECK(b1.version == 1);
+  CHECK(sao::weights::is_bf16_version(b1));
+  CHECK_FALSE(sao::weights::is_bf16_version(v1));
+  for (const auto& entry : b1.tensors.index) CHECK(entry.dtype == "BF16");
+  CHECK(b1.checksum == sao::weights::checksum_of(sao::weights::bf16_image(v1.tensors, 1)));
+  CHECK(sao::weights::image_of_packet(b1).values == sao::weights::bf16_image(v1.tensors, 1).values);
+  // The same made from a device pack (here on the CPU), as a GPU learner's.
+  const auto on_device = sao::weights::device_packet(1, std::make_shared<const sao::model::DevicePackedTensors>(
+                                                            sao::model::pack_module_on_device(*policy, torch::kCPU)));
+  const auto b1_device = sao::weights::bf16_packet(on_device);
+  CHECK(b1_device.route == Route::kDeviceCopy);
+  CHECK(b1_device.checksum == b1.checksum);
+
+  sao::model::CausalLM replica(sao_test::tiny_byte_model());
+  replica->to(torch::kBFloat16);
+  sao::weights::Receiver receiver(torch::kCPU, nullptr);
+  // The fp32 form does not fit a bf16 replica: refused by name, never narrowed.
+  CHECK(error_of([&] { receiver.apply(v1, *replica, "r: weights v1"); }).find("does not match the model") !=
+        std::string::npos);
+  REQUIRE(receiver.take(b1, "r: weights v1"));
+  auto applied = receiver.apply(b1, *replica, "r: weights v1");
+  CHECK(applied.verified);
+  CHECK(holds_bf16_of(replica, policy));
+
+  // The next version: a small update, as a learner step makes.
+  {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(5);
+    for (auto& parameter : policy->parameters()) parameter.add_(torch::randn_like(parameter) * 1e-5);
+  }
+  const auto b2 = sao::weights::bf16_packet(sao::weights::host_packet(2, sao::model::pack_module(*policy)));
+  sao::weights::Sender sender;
+  sao::weights::Placement remote;
+  remote.bf16_replica = true;
+  remote.version = 1;
+  sao::weights::Placement local = remote;
+  local.same_process = true;
+  sao::weights::Placement fp32_remote = remote;
+  fp32_remote.bf16_replica = false;
+  sender.add_replica_version(sao::weights::image_of_packet(b1));
+  // Until v2's image is kept there is no delta to v2.
+  CHECK(sender.choose(b2, "rollout-0", remote) == Route::kCafBytes);
+  sender.add_replica_version(sao::weights::image_of_packet(b2));
+  CHECK(sender.choose(b2, "rollout-0", remote) == Route::kBf16Delta);
+  CHECK(sender.choose(b2, "rollout-1", local) == Route::kCafBytes);        // in-process: nothing to save
+  CHECK(sender.choose(b2, "rollout-2", fp32_remote) == Route::kCafBytes);  // an fp32 copy takes no deltas
+  auto behind = remote;
+  behind.version = 0;  // an image no longer kept: the full version
+  CHECK(sender.choose(b2, "rollout-3", behind) == Route::kCafBytes);
+  CHECK(sender.packet_key(Route::kBf16Delta, remote) == 1);
+  CHECK(sender.packet_key(Route::kCafBytes, remote) == -1);
+
+  const auto delta = sender.carry(Route::kBf16Delta, b2, nullptr, remote);
+  CHECK(error_of([&] { sao::weights::check_packet(delta, "r: weights v2"); }).empty());
+  CHECK(delta.delta.base_version == 1);
+  CHECK(delta.checksum == b2.checksum);
+  CHECK(delta.delta.changed > 0);
+  CHECK(delta.delta.wire_bytes() < b2.tensors.bytes.size() / 4);
+  // A receiver that holds another version refuses it by name, unchanged.
+  sao::model::CausalLM stranger(sao_test::tiny_byte_model());
+  stranger->to(torch::kBFloat16);
+  const auto before = sao::model::pack_module(*stranger).bytes;
+  sao::weights::Receiver fresh(torch::kCPU, nullptr);
+  CHECK(error_of([&] { fresh.apply(delta, *stranger, "s: weights v2"); }) ==
+        "s: weights v2: a bf16 delta from v1, but this receiver holds v-1");
+  CHECK(sao::model::pack_module(*stranger).bytes == before);
+  // An fp32 model cannot take a delta.
+  sao::model::CausalLM full(sao_test::tiny_byte_model());
+  sao::weights::Receiver full_receiver(torch::kCPU, nullptr);
+  REQUIRE(full_receiver.apply(v1, *full, "f: weights v1").verified);
+  CHECK(error_of([&] { full_receiver.apply(delta, *full, "f: weights v2"); }) ==
+        "bf16 replica: tensor 'model.embed_tokens.weight' is F32, not BF16 (rollout.weights_dtype)");
+  // The replica holding v1 takes the delta: exactly v2's bf16 values.
+  REQUIRE(receiver.take(delta, "r: weights v2"));
+  applied = receiver.apply(delta, *replica, "r: weights v2");
+  CHECK(applied.verified);
+  CHECK(applied.checksum == b2.checksum);
+  CHECK(holds_bf16_of(replica, policy));
+  // A forged delta (its result's checksum is not the version's) leaves the replica as it was.
+  auto forged = delta;
+  forged.version = 3;
+  forged.delta.base_version = 2;
+  forged.delta.version = 3;
+  forged.delta.changed = 0;
+  forged.delta.payload.clear();
+  forged.delta.checksum = b2.checksum ^ 1;
+  const auto at_v2 = sao::model::pack_module(*replica).bytes;
+  CHECK(error_of([&] { receiver.apply(forged, *replica, "r: weights v3"); }) ==
+        "r: weights v3: delta v2 -> v3: the result does not match the version's checksum");
+  CHECK(sao::model::pack_module(*replica).bytes == at_v2);
 }

@@ -59,6 +59,23 @@ nlohmann::json time_accounting_of(const std::vector<msg::ActorStatus>& statuses)
   return accounting;
 }
 
+// How the weights travelled (weight-sync's final numbers: pushes and bytes
+// by route, checked versions), or null when it did not answer.
+nlohmann::json weight_sync_of(const std::vector<msg::ActorStatus>& statuses) {
+  for (const auto& status : statuses) {
+    if (status.kind != "weight_sync") continue;
+    nlohmann::json numbers = nlohmann::json::object();
+    for (const auto& [name, value] : status.numbers) {
+      const bool by_route = name.rfind("pushes", 0) == 0 || name.rfind("bytes_", 0) == 0;
+      if (by_route || name == "checksums_verified" || name == "checksum_mismatches" || name == "route_refusals") {
+        numbers[name] = value;
+      }
+    }
+    return numbers;
+  }
+  return nullptr;
+}
+
 nlohmann::json summary_of(const MetricsActorState& state) {
   nlohmann::json summary = {
       {"steps", state.last_step},
@@ -297,6 +314,7 @@ MetricsActor::behavior_type metrics_behavior(MetricsSelf self, MetricsActorConfi
         if (auto accounting = time_accounting_of(statuses); !accounting.is_null()) {
           summary["time_accounting"] = std::move(accounting);
         }
+        if (auto weights = weight_sync_of(statuses); !weights.is_null()) summary["weight_sync"] = std::move(weights);
         // The run's summary is this file; RunFinished points at it instead of carrying its text.
         const auto path = (std::filesystem::path(self->state.config.run_dir) / "summary.json").string();
         std::ofstream out(path);

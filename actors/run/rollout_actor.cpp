@@ -127,6 +127,7 @@ void register_with_weight_sync(RolloutSelf self) {
   msg::RolloutPlacement placement;
   placement.device = model::device_name(state.device);
   placement.gpu_uuid = gpu::gpu_uuid_of(state.device);
+  placement.bf16_replica = state.config.rollout.bf16_replica();
   self->send(state.config.weight_sync, atoms::register_atom_v, state.config.name, caf::actor_cast<RolloutActor>(self),
              placement);
 }
@@ -388,7 +389,6 @@ void decode_step(RolloutSelf self) {
   std::vector<rollout::TurnEnd> ended;
   {
     report::WorkTimer timer(state.counters.work[report::kWorkModel]);
-    const model::AutocastGuard autocast(state.device, state.config.rollout.bf16_autocast);
     ended = state.episodes->decode_step(state.policy, state.version);
   }
   state.tokens_generated += state.episodes->tokens_last_step();
@@ -489,7 +489,9 @@ RolloutActor::behavior_type rollout_behavior(RolloutSelf self, RolloutActorConfi
   state.policy = model::CausalLM(state.config.model);
   // The run (or node) checked at start that the device exists.
   state.device = model::parse_device(state.config.rollout.device, "rollout.device");
-  state.policy->to(state.device);
+  // A bf16 replica is converted here once; every version then arrives in
+  // bf16 (weights/replica.hpp), so no step casts weights.
+  state.policy->to(state.device, state.config.rollout.bf16_replica() ? torch::kBFloat16 : torch::kFloat32);
   state.policy->eval();
   const uint64_t sampling_seed =
       base::splitmix64(state.config.seed ^ (static_cast<uint64_t>(state.config.index) << 20) ^ 0x5a0ULL);

@@ -4,30 +4,36 @@
 #include "actors/introspection.hpp"
 
 #include "net/bulk_transfer.hpp"
+#include "weights/replica.hpp"
 #include "weights/sender.hpp"
 
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <tuple>
 
 namespace sao::actors {
 
+// One version's messages: the learner's packet as a ready message (CAF
+// shares one copy between every rollout it is sent to, copy-on-write, so a
+// push by the packet's own route costs no tensor copies); its bf16 form
+// for bf16 replicas, made on the first push to one; and what was made of
+// either for other routes (host bytes of a device version, a bulk-channel
+// notice, a CUDA IPC handle, a delta from one base), each on the first push
+// that needs it and shared by every such push of the version.
+struct VersionMessages {
+  int64_t version = -1;
+  caf::message packet;
+  caf::message bf16;
+  std::map<std::tuple<bool, weights::Route, int64_t>, caf::message> made;  // (bf16, route, packet key)
+};
+
 struct WeightSyncState {
-  // The learner's packet of the latest version as a ready message: CAF
-  // shares one copy between every rollout it is sent to (copy-on-write),
-  // so a push by the packet's own route costs no tensor copies.
-  caf::message latest;
-  int64_t latest_version = -1;
-  // The latest version made for other routes (host bytes of a device
-  // version, a bulk-channel notice, a CUDA IPC handle), each on the first
-  // push that needs it and shared by every such push of the version.
-  std::map<weights::Route, caf::message> latest_by_route;
+  VersionMessages latest;
   // A LoRA policy's versions after its first carry adapters only; `base` is
   // the newest whole version, sent first to a rollout that has none (a new
-  // or restarted one), with its messages by route.
-  caf::message base;
-  int64_t base_version = -1;
-  std::map<weights::Route, caf::message> base_by_route;
+  // or restarted one).
+  VersionMessages base;
   int64_t base_pushes = 0;
   // Chooses each rollout's route and makes the packets (weights/sender.hpp).
   std::unique_ptr<weights::Sender> sender;
@@ -38,6 +44,7 @@ struct WeightSyncState {
   // version may replace `latest` before).
   std::map<std::string, caf::message> read_in_place;
   std::map<std::string, int64_t> pushes_by_route;
+  std::map<std::string, double> bytes_by_route;    // what the pushes carried, by route
   std::map<std::string, weights::Route> route_of;  // rollout name -> the route of its last push
   std::map<std::string, RolloutActor> rollouts;
   std::map<std::string, int64_t> running_version;  // rollout name -> version it acknowledged
@@ -62,21 +69,43 @@ struct WeightSyncState {
 namespace {
 using WeightSyncSelf = WeightSyncActor::stateful_pointer<WeightSyncState>;
 
-// The message carrying the latest version by `route`: the learner's own
-// packet, or one made now (once per version and route). Null when the route
-// cannot carry this version (CUDA cannot share the buffer).
-const caf::message* message_for(WeightSyncSelf self, const caf::message& packet,
-                                std::map<weights::Route, caf::message>& by_route, weights::Route route) {
+// The bf16 form of a version (weights/replica.hpp), made once. A whole
+// version's image also joins the deltas' history while some bf16 replica
+// runs in another process (the only receivers deltas go to).
+const caf::message& bf16_form(WeightSyncSelf self, VersionMessages& messages) {
+  auto& state = self->state;
+  if (!messages.bf16.empty()) return messages.bf16;
+  auto packet = weights::bf16_packet(messages.packet.get_as<weights::Packet>(0));
+  bool remote_replica = false;
+  for (const auto& item : state.placement) {
+    remote_replica = remote_replica || (item.second.bf16_replica && state.rollouts[item.first].node() != self->node());
+  }
+  const auto* newest = state.sender->deltas().newest();
+  if (remote_replica && !weights::carries_adapters_only(packet) &&
+      (newest == nullptr || newest->version < packet.version)) {
+    state.sender->add_replica_version(weights::image_of_packet(packet));
+  }
+  messages.bf16 = caf::make_message(std::move(packet));
+  return messages.bf16;
+}
+
+// The message carrying `packet` (the version's packet, or its bf16 form) by
+// `route` to a receiver placed so: the packet itself, or one made now (once
+// per version, form, route and key). Null when the route cannot carry this
+// version (CUDA cannot share the buffer).
+const caf::message* message_for(WeightSyncSelf self, VersionMessages& messages, const caf::message& packet,
+                                weights::Route route, const weights::Placement& placement) {
   auto& state = self->state;
   const auto& source = packet.get_as<weights::Packet>(0);
   if (route == source.route) return &packet;
-  auto made = by_route.find(route);
-  if (made != by_route.end()) return &made->second;
+  const auto key = std::make_tuple(placement.bf16_replica, route, state.sender->packet_key(route, placement));
+  auto made = messages.made.find(key);
+  if (made != messages.made.end()) return &made->second;
   try {
     // The owner keeps the learner's buffers alive while a route serves them
     // (the bulk server holds it until the version is replaced).
     auto owner = std::make_shared<caf::message>(packet);
-    made = by_route.emplace(route, caf::make_message(state.sender->carry(route, source, owner))).first;
+    made = messages.made.emplace(key, caf::make_message(state.sender->carry(route, source, owner, placement))).first;
     return &made->second;
   } catch (const std::exception& error) {
     state.counters.last_error = std::string(weights::route_name(route)) + " cannot carry v" +
@@ -85,44 +114,66 @@ const caf::message* message_for(WeightSyncSelf self, const caf::message& packet,
   }
 }
 
+// The bytes a push by `packet`'s route carries (a notice: what the bulk
+// channel serves; a device route: the buffer read in place).
+double pushed_bytes(const weights::Packet& packet) {
+  switch (packet.route) {
+    case weights::Route::kCafBytes:
+      return static_cast<double>(packet.tensors.bytes.size());
+    case weights::Route::kBulkChannel:
+      return static_cast<double>(packet.bulk_bytes);
+    case weights::Route::kBf16Delta:
+      return static_cast<double>(packet.delta.wire_bytes());
+    case weights::Route::kDeviceCopy:
+    case weights::Route::kCudaIpc:
+      break;
+  }
+  double bytes = 0;
+  for (const auto& entry : packet.tensors.index) bytes += static_cast<double>(entry.size);
+  return bytes;
+}
+
 void push_latest(WeightSyncSelf self, const std::string& rollout) {
   auto& state = self->state;
-  if (state.latest_version < 0 || state.awaiting_ack[rollout]) return;
-  if (state.running_version[rollout] >= state.latest_version) return;
+  if (state.latest.version < 0 || state.awaiting_ack[rollout]) return;
+  if (state.running_version[rollout] >= state.latest.version) return;
   // A rollout without the frozen base of a LoRA run gets the base first;
   // its acknowledgement brings the latest adapters.
-  const bool adapters_only = weights::carries_adapters_only(state.latest.get_as<weights::Packet>(0));
-  if (adapters_only && state.base_version < 0) return;  // never: a learner's first version is whole
-  const bool needs_base = adapters_only && state.running_version[rollout] < state.base_version;
-  const caf::message& packet = needs_base ? state.base : state.latest;
-  auto& by_route = needs_base ? state.base_by_route : state.latest_by_route;
+  const bool adapters_only = weights::carries_adapters_only(state.latest.packet.get_as<weights::Packet>(0));
+  if (adapters_only && state.base.version < 0) return;  // never: a learner's first version is whole
+  const bool needs_base = adapters_only && state.running_version[rollout] < state.base.version;
+  auto& messages = needs_base ? state.base : state.latest;
   const auto& target = state.rollouts[rollout];
-  const auto& source = packet.get_as<weights::Packet>(0);
   weights::Placement placement;
   placement.device = state.placement[rollout].device;
   placement.gpu_uuid = state.placement[rollout].gpu_uuid;
   placement.same_process = target.node() == self->node();
+  placement.bf16_replica = state.placement[rollout].bf16_replica;
+  placement.version = state.running_version[rollout];
+  const caf::message& packet = placement.bf16_replica ? bf16_form(self, messages) : messages.packet;
+  const auto& source = packet.get_as<weights::Packet>(0);
   auto route = state.sender->choose(source, rollout, placement);
   // The bulk server keeps the newest versions only, which the base is not.
   if (needs_base && route == weights::Route::kBulkChannel) route = weights::Route::kCafBytes;
-  const caf::message* message = message_for(self, packet, by_route, route);
+  const caf::message* message = message_for(self, messages, packet, route, placement);
   while (message == nullptr) {
     // This rollout takes the next route from now on (CAF bytes always work).
     state.sender->refuse(rollout, route);
     route = state.sender->choose(source, rollout, placement);
     if (needs_base && route == weights::Route::kBulkChannel) route = weights::Route::kCafBytes;
-    message = message_for(self, packet, by_route, route);
+    message = message_for(self, messages, packet, route, placement);
   }
   if (needs_base) ++state.base_pushes;
   if (state.sender->reads_source_in_place(route)) state.read_in_place[rollout] = packet;
   const std::string used = weights::route_name(route);
   ++state.pushes_by_route[used];
+  state.bytes_by_route[used] += pushed_bytes(message->get_as<weights::Packet>(0));
   const auto previous = state.route_of.find(rollout);
   if (previous == state.route_of.end() || previous->second != route) {
     // Said once per rollout and change: which path the weights take is the
     // first question when a GPU run is slow.
-    std::fprintf(stderr, "weight-sync: %s (%s) receives weights by %s\n", rollout.c_str(), placement.device.c_str(),
-                 used.c_str());
+    std::fprintf(stderr, "weight-sync: %s (%s%s) receives weights by %s\n", rollout.c_str(), placement.device.c_str(),
+                 placement.bf16_replica ? ", bf16 replica" : "", used.c_str());
     state.route_of[rollout] = route;
   }
   // The prepared message is shared by every push (no tensor copies); a
@@ -198,15 +249,11 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         auto chosen = state.held[pick];
         state.held.erase(state.held.begin(), state.held.begin() + static_cast<std::ptrdiff_t>(pick));
         const int64_t version = version_of(chosen);
-        if (version <= state.latest_version) return;
-        state.latest_version = version;
-        state.latest = std::move(chosen);
-        state.latest_by_route.clear();
-        if (!weights::carries_adapters_only(state.latest.get_as<weights::Packet>(0))) {
-          state.base = state.latest;
-          state.base_version = version;
-          state.base_by_route.clear();
-        }
+        if (version <= state.latest.version) return;
+        state.latest = VersionMessages{};
+        state.latest.version = version;
+        state.latest.packet = std::move(chosen);
+        if (!weights::carries_adapters_only(state.latest.packet.get_as<weights::Packet>(0))) state.base = state.latest;
         for (const auto& item : state.rollouts) push_latest(self, item.first);
       },
       [self](atoms::register_atom, const std::string& name, const RolloutActor& rollout,
@@ -235,16 +282,16 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         auto& state = self->state;
         // "syncing" while some rollout still runs an older version than the latest.
         bool behind = false;
-        for (const auto& item : state.running_version) behind = behind || item.second < state.latest_version;
+        for (const auto& item : state.running_version) behind = behind || item.second < state.latest.version;
         auto status =
             describe_actor(self, "weight-sync", "weight_sync", behind ? "syncing" : "idle", state.counters, {});
-        status.numbers["latest_version"] = static_cast<double>(state.latest_version);
+        status.numbers["latest_version"] = static_cast<double>(state.latest.version);
         status.numbers["received_version"] = static_cast<double>(state.received_version);
         status.numbers["delay_versions"] = static_cast<double>(state.delay_versions);
         status.numbers["rollouts"] = static_cast<double>(state.rollouts.size());
         status.numbers["pushes"] = static_cast<double>(state.pushes);
         status.numbers["base_pushes"] = static_cast<double>(state.base_pushes);
-        status.numbers["base_version"] = static_cast<double>(state.base_version);
+        status.numbers["base_version"] = static_cast<double>(state.base.version);
         if (state.bulk_server) {
           const auto bulk = state.bulk_server->stats();
           status.numbers["bulk_port"] = state.bulk_server->port();
@@ -259,6 +306,7 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         for (const auto& item : state.pushes_by_route) {
           status.numbers["pushes_" + item.first] = static_cast<double>(item.second);
         }
+        for (const auto& item : state.bytes_by_route) status.numbers["bytes_" + item.first] = item.second;
         for (const auto& item : state.running_version) status.numbers["version." + item.first] = item.second;
         return status;
       });

@@ -136,45 +136,68 @@ def run_agent(arguments):
     rng = random.Random(arguments.seed)
     heldout = heldout_problems()
     lock = threading.Lock()
-    counter = {"next": 0, "train": [], "test": []}
+    counter = {"next": 0, "train": [], "test": [], "warm_start": [], "gone": False}
     started = time.time()
 
-    def worker():
+    def pick(index):
+        """Phase 1 (index < warm_start): the held-out problems at the warm start; then training episodes with
+        every Nth held out."""
+        if index < arguments.warm_start_heldout:
+            return "warm_start", heldout[index % HELDOUT_SIZE]
+        index -= arguments.warm_start_heldout
+        if arguments.heldout_every > 0 and index % arguments.heldout_every == 0:
+            return "test", heldout[(index // arguments.heldout_every) % HELDOUT_SIZE]
+        return "train", problem(rng)
+
+    def worker(last):
         while True:
             with lock:
                 index = counter["next"]
-                if index >= arguments.episodes:
+                if index >= last or counter["gone"]:
                     return
                 counter["next"] += 1
-                held_out = arguments.heldout_every > 0 and index % arguments.heldout_every == 0
-                question, answer = heldout[(index // max(1, arguments.heldout_every)) % HELDOUT_SIZE] \
-                    if held_out else problem(rng)
-            result = play(endpoint, f"{arguments.prefix}-{index}", question, answer, held_out)
+                kind, (question, answer) = pick(index)
+            result = play(endpoint, f"{arguments.prefix}-{index}", question, answer, kind != "train")
             if result == "gone":
                 with lock:
-                    counter["next"] = arguments.episodes  # the run is over: every worker stops
+                    counter["gone"] = True  # the run is over: every worker stops
                 return
             if result is None:
                 continue
             with lock:
-                counter["test" if held_out else "train"].append(result)
-                done = len(counter["train"]) + len(counter["test"])
+                counter[kind].append(result)
+                done = len(counter["train"]) + len(counter["test"]) + len(counter["warm_start"])
                 if done % arguments.report_every == 0:
-                    recent = counter["test"][-50:]
+                    recent = (counter["test"] or counter["warm_start"])[-50:]
                     rate = sum(recent) / len(recent) if recent else float("nan")
-                    print(f"episodes {done}  train success {sum(counter['train'][-200:]) / max(1, len(counter['train'][-200:])):.2f}"
+                    train = counter["train"][-200:]
+                    print(f"episodes {done}  train success {sum(train) / max(1, len(train)):.2f}"
                           f"  held-out success (last {len(recent)}) {rate:.2f}  {time.time() - started:.0f} s",
                           flush=True)
 
-    threads = [threading.Thread(target=worker) for _ in range(arguments.concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    test = counter["test"]
-    print(json.dumps({"episodes": len(counter["train"]) + len(test),
+    def phase(last):
+        threads = [threading.Thread(target=worker, args=(last,)) for _ in range(arguments.concurrency)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    # The warm start's score comes first, all of it before the first training episode: no learner step can
+    # happen in between (the learner trains on "train" episodes only).
+    phase(arguments.warm_start_heldout)
+    phase(arguments.warm_start_heldout + arguments.episodes)
+
+    def rate(results):
+        return round(sum(results) / len(results), 4) if results else None
+
+    test, warm = counter["test"], counter["warm_start"]
+    print(json.dumps({"episodes": len(counter["train"]) + len(test) + len(warm),
+                      "warm_start_heldout_episodes": len(warm),
+                      "warm_start_heldout_success": rate(warm),
                       "heldout_episodes": len(test),
-                      "heldout_success": sum(test) / len(test) if test else None}))
+                      "heldout_success": rate(test),
+                      "heldout_success_last200": rate(test[-200:]),
+                      "seconds": round(time.time() - started)}))
 
 
 def write_demonstrations(path, count, seed, direct_fraction):
@@ -215,6 +238,8 @@ def main():
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=8, help="sessions in flight at once")
     parser.add_argument("--heldout-every", type=int, default=10, help="every Nth episode is a held-out one (0: none)")
+    parser.add_argument("--warm-start-heldout", type=int, default=0,
+                        help="score this many held-out episodes first, before any training episode")
     parser.add_argument("--report-every", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--prefix", default="calc", help="session ids are PREFIX-N")

@@ -191,7 +191,7 @@ void rollout_keys(Rollout& rollout, Visit visit) {
   visit("weight_switch", rollout.weight_switch);
   visit("env_timeout_ms", rollout.env_timeout_ms, IntRange{1, 3600000});
   visit("device", rollout.device);
-  visit("bf16_autocast", rollout.bf16_autocast);
+  visit("weights_dtype", rollout.weights_dtype);
   visit("weight_delay_versions", rollout.weight_delay_versions, IntRange{0, 4096});
 }
 
@@ -327,6 +327,11 @@ void read_rollout(JsonReader reader, RolloutSection& rollout) {
     }
     reader.read("episodes_per_actor", rollout.slots, IntRange{1, kMaxBatch});
   }
+  if (reader.has("bf16_autocast")) {
+    throw Error(reader.where() +
+                ".bf16_autocast was replaced by weights_dtype: \"bf16\" runs a bf16 replica whose weights are "
+                "converted once per version (set that, or drop the key)");
+  }
   rollout_keys(rollout, base::ReadKeys{reader});
   reader.reject_unknown_keys();
   const auto& where = reader.where();
@@ -338,6 +343,7 @@ void read_rollout(JsonReader reader, RolloutSection& rollout) {
   }
   try {
     rollout.weight_switch_mode();
+    rollout.bf16_replica();
   } catch (const Error& error) {
     throw Error(where + "." + error.what());
   }
@@ -678,6 +684,12 @@ RolloutSection::WeightSwitch RolloutSection::weight_switch_mode() const {
   if (weight_switch == "in_flight") return WeightSwitch::kInFlight;
   if (weight_switch == "turn_boundary") return WeightSwitch::kTurnBoundary;
   throw Error("weight_switch: expected \"in_flight\" or \"turn_boundary\", got \"" + weight_switch + "\"");
+}
+
+bool RolloutSection::bf16_replica() const {
+  if (weights_dtype == "fp32") return false;
+  if (weights_dtype == "bf16") return true;
+  throw Error("weights_dtype: expected \"fp32\" or \"bf16\", got \"" + weights_dtype + "\"");
 }
 
 rollout::EpisodeSettings RolloutSection::episode_settings() const {

@@ -108,7 +108,10 @@ struct RolloutSection {
   std::string weight_switch = "in_flight";  // "in_flight" (between decode steps) | "turn_boundary"
   int64_t env_timeout_ms = 5000;            // a reset/step slower than this loses the episode
   std::string device = "cpu";               // where each rollout actor decodes: "cpu", "cuda", "cuda:N"
-  bool bf16_autocast = false;               // bf16 matrix products when decoding on CUDA (log-probs stay fp32)
+  // The rollout's copy of the policy: "fp32", or "bf16" (a replica whose
+  // weights are converted once per version, not cast at every step; its
+  // KV cache is bf16 too; log-probs stay fp32).
+  std::string weights_dtype = "fp32";
   // Staleness stress for experiments: rollouts run the policy this many
   // versions behind the learner's newest (0 in real runs; see weight_sync_actor.hpp).
   int64_t weight_delay_versions = 0;
@@ -126,6 +129,8 @@ struct RolloutSection {
   // turn_boundary (once no turn is running). Throws sao::Error for any other.
   enum class WeightSwitch { kInFlight, kTurnBoundary };
   WeightSwitch weight_switch_mode() const;
+  // weights_dtype as a value; throws sao::Error for anything but fp32/bf16.
+  bool bf16_replica() const;
 };
 
 // Which environment the env actors run. Its config is the "task" section,

@@ -45,6 +45,14 @@ const torch::Tensor& constant_like(const torch::Tensor& x, double value) {
 }  // namespace
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (x.scalar_type() != torch::kFloat32) {
+    // A low-precision replica (rollout.weights_dtype bf16): the mean of
+    // squares in fp32, the result cast back before the gain, as
+    // transformers' LlamaRMSNorm does.
+    const auto wide = x.to(torch::kFloat32);
+    const auto inverse_rms = (wide * wide).mean(-1, /*keepdim=*/true).add_(eps_).rsqrt_();
+    return (wide * inverse_rms).to(x.scalar_type()) * weight;
+  }
   // [.., D]: scale by the reciprocal root-mean-square, then by the learned gain.
   // In place where the tensor is our own temporary (one allocation fewer),
   // and the mean as a sum times 1/D (no Scalar operands, see constant_like).
@@ -95,6 +103,13 @@ torch::Tensor gather_paged(const torch::Tensor& stored, const PagedGroup& group,
       stored.index_select(0, group.read_slots).view({group.rows, group.keys_per_row, stored.size(1), stored.size(2)});
   if (gathered.scalar_type() != dtype) gathered = gathered.to(dtype);
   return gathered.transpose(1, 2);
+}
+
+// Softmax over the keys; in fp32 for a low-precision replica (as
+// transformers' eager attention does), cast back for the product with V.
+torch::Tensor attention_weights(const torch::Tensor& scores, c10::ScalarType values_dtype) {
+  if (scores.scalar_type() == torch::kFloat32) return torch::softmax(scores, -1);
+  return torch::softmax(scores, -1, torch::kFloat32).to(values_dtype);
 }
 
 }  // namespace
@@ -183,7 +198,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
     auto q_rows = q.reshape({batch, num_kv_heads_, group, 1, head_dim_});
     auto scores = (q_rows * k.unsqueeze(2)).sum(-1);                                              // [B, KV, G, S]
     scores = scores.masked_fill(visible.logical_not(), -std::numeric_limits<float>::infinity());  // [B, 1, 1, S]
-    auto weights = torch::softmax(scores, -1).unsqueeze(-1);                                      // [B, KV, G, S, 1]
+    auto weights = attention_weights(scores, v.scalar_type()).unsqueeze(-1);                      // [B, KV, G, S, 1]
     auto context = (weights * v.unsqueeze(2)).sum(-2);                                            // [B, KV, G, hd]
     return context.reshape({batch, 1, num_heads_ * head_dim_});
   }
@@ -191,7 +206,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
   auto scores =
       batched_matmul(grouped_q, k.contiguous().transpose(-2, -1)).view({batch, num_kv_heads_, group, steps, slots});
   scores = scores.masked_fill(visible.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
-  auto weights = torch::softmax(scores, -1).view({batch, num_kv_heads_, group * steps, slots});
+  auto weights = attention_weights(scores, v.scalar_type()).view({batch, num_kv_heads_, group * steps, slots});
   auto context = batched_matmul(weights, v.contiguous()).view({batch, num_heads_, steps, head_dim_});  // [B, H, T, hd]
   return context.transpose(1, 2).reshape({batch, steps, num_heads_ * head_dim_});
 }
@@ -265,7 +280,13 @@ torch::Tensor BackboneImpl::run_layers(torch::Tensor hidden, const torch::Tensor
   // The frequencies are a plain member, not a buffer (checkpoints and weight
   // messages carry parameters only), so module.to(device) leaves them behind.
   if (inv_freq_.device() != positions.device()) inv_freq_ = inv_freq_.to(positions.device());
-  const auto rotary = rotary_angles(positions, inv_freq_);
+  auto rotary = rotary_angles(positions, inv_freq_);
+  if (hidden.scalar_type() != torch::kFloat32) {
+    // Angles formed in fp32, then cast to the replica's dtype (transformers
+    // does the same), so q and k stay in it.
+    rotary.cos = rotary.cos.to(hidden.scalar_type());
+    rotary.signed_sin = rotary.signed_sin.to(hidden.scalar_type());
+  }
   // Only a pass that builds a graph has activations to spare.
   const bool checkpoint = activation_checkpointing_ && paged == nullptr && torch::GradMode::is_enabled();
   for (size_t i = 0; i < layers->size(); ++i) {

@@ -192,12 +192,22 @@ bool DeltaHistory::anchor_due(int64_t version) const {
   return version % anchor_every_ == 0;
 }
 
-std::optional<Delta> DeltaHistory::delta_for(int64_t receiver_version) const {
-  if (images_.empty() || anchor_due(images_.back().version)) return std::nullopt;
+const Bf16Image* DeltaHistory::base_for(int64_t receiver_version) const {
+  if (images_.empty() || anchor_due(images_.back().version)) return nullptr;
   for (const auto& image : images_) {
-    if (image.version == receiver_version && &image != &images_.back()) return encode_delta(image, images_.back());
+    if (image.version == receiver_version && &image != &images_.back()) return &image;
   }
-  return std::nullopt;
+  return nullptr;
+}
+
+bool DeltaHistory::has_delta_for(int64_t receiver_version) const {
+  return base_for(receiver_version) != nullptr;
+}
+
+std::optional<Delta> DeltaHistory::delta_for(int64_t receiver_version) const {
+  const auto* base = base_for(receiver_version);
+  if (base == nullptr) return std::nullopt;
+  return encode_delta(*base, images_.back());
 }
 
 }  // namespace sao::weights

@@ -66,9 +66,12 @@ class DeltaHistory {
   // version; nullopt when it must get the full version: an anchor is due,
   // it holds nothing or a version no longer kept.
   std::optional<Delta> delta_for(int64_t receiver_version) const;
+  // Whether delta_for would give one (without encoding it).
+  bool has_delta_for(int64_t receiver_version) const;
   bool anchor_due(int64_t version) const;
 
  private:
+  const Bf16Image* base_for(int64_t receiver_version) const;
   int64_t anchor_every_;
   size_t versions_kept_;
   std::deque<Bf16Image> images_;  // oldest first

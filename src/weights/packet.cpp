@@ -20,6 +20,8 @@ const char* route_name(Route route) {
       return "device_copy";
     case Route::kCudaIpc:
       return "cuda_ipc";
+    case Route::kBf16Delta:
+      return "bf16_delta";
   }
   return "unknown";
 }
@@ -69,6 +71,9 @@ void check_packet(const Packet& packet, const std::string& where) {
   const bool handle = !packet.locator.empty();
   const bool bulk = packet.bulk_port != 0 || packet.bulk_bytes != 0;
   const bool device = packet.on_device != nullptr;
+  const bool delta = packet.delta.version != 0 || packet.delta.base_version != 0 || !packet.delta.payload.empty() ||
+                     packet.delta.changed != 0 || packet.delta.elements != 0;
+  if (delta && packet.route != Route::kBf16Delta) fail("carries a delta");
   switch (packet.route) {
     case Route::kCafBytes:
       if (!bytes || handle || bulk || device) fail("must carry the bytes and nothing else");
@@ -81,6 +86,19 @@ void check_packet(const Packet& packet, const std::string& where) {
       break;
     case Route::kCudaIpc:
       if (!handle || bytes || bulk || device) fail("must carry an IPC handle and nothing else");
+      break;
+    case Route::kBf16Delta:
+      if (bytes || handle || bulk || device) fail("must carry the delta and nothing else");
+      if (packet.delta.version != packet.version) {
+        fail("is a delta to v" + std::to_string(packet.delta.version) + ", not v" + std::to_string(packet.version));
+      }
+      if (packet.delta.base_version < 0 || packet.delta.base_version >= packet.version) {
+        fail("has base v" + std::to_string(packet.delta.base_version) + ", not an earlier version");
+      }
+      if (packet.delta.changed > packet.delta.elements) {
+        fail("changes " + std::to_string(packet.delta.changed) + " of " + std::to_string(packet.delta.elements) +
+             " elements");
+      }
       break;
   }
 }

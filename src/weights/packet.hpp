@@ -5,6 +5,7 @@
 #pragma once
 
 #include "model/tensor_blob.hpp"
+#include "weights/delta.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -18,8 +19,9 @@ enum class Route : uint8_t {
   kBulkChannel = 1,  // a notice: the bytes are read from the learner's bulk server (net/bulk_transfer.hpp)
   kDeviceCopy = 2,   // one device buffer shared within the process, copied GPU to GPU
   kCudaIpc = 3,      // a CUDA IPC handle to the learner's buffer: same GPU, another process
+  kBf16Delta = 4,    // a bf16 replica's change since the version it holds, inside the message
 };
-constexpr uint8_t kRouteCount = 4;
+constexpr uint8_t kRouteCount = 5;
 const char* route_name(Route route);
 // A route as a peer sent it (untrusted): nullopt for a value no route has.
 std::optional<Route> route_from_value(uint8_t value);
@@ -36,6 +38,9 @@ struct Packet {
   std::string locator;
   uint16_t bulk_port = 0;   // kBulkChannel: the learner's bulk server
   uint64_t bulk_bytes = 0;  // kBulkChannel: the version's size there
+  // kBf16Delta: the change from the receiver's version (delta.base_version)
+  // to this one; the index is the bf16 version's, the checksum its image's.
+  Delta delta;
   // kDeviceCopy (and the learner's own device pack): never serialised.
   std::shared_ptr<const model::DevicePackedTensors> on_device;
 };
@@ -52,7 +57,7 @@ bool carries_adapters_only(const Packet& packet);
 
 // Checks that a packet's fields agree with its route (bytes only on
 // kCafBytes, a handle on kCudaIpc, a port and size on kBulkChannel, a
-// device buffer on kDeviceCopy). Throws sao::Error naming `where` and what
+// device buffer on kDeviceCopy, a delta to this version on kBf16Delta). Throws sao::Error naming `where` and what
 // is wrong: a peer's packet is untrusted.
 void check_packet(const Packet& packet, const std::string& where);
 

@@ -26,6 +26,8 @@ Applied Receiver::apply(const Packet& packet, torch::nn::Module& module, const s
   Applied applied;
   applied.checksum = checksum_of_module(module, packet.tensors.index);
   applied.verified = applied.checksum == packet.checksum;
+  // What a later delta applies to: a version only when its bytes are right.
+  context_.held_version = applied.verified ? packet.version : -1;
   return applied;
 }
 

@@ -5,7 +5,9 @@
 
 namespace sao::weights {
 
-Sender::Sender(std::shared_ptr<net::BulkServer> bulk_server) : transports_(make_transports(std::move(bulk_server))) {}
+Sender::Sender(std::shared_ptr<net::BulkServer> bulk_server)
+    : deltas_(std::make_shared<DeltaHistory>(kDeltaAnchorEvery, kDeltaVersionsKept)),
+      transports_(make_transports(std::move(bulk_server), deltas_)) {}
 
 Route Sender::choose(const Packet& source, const std::string& receiver, const Placement& placement) const {
   const auto refused = refused_.find(receiver);
@@ -16,8 +18,17 @@ Route Sender::choose(const Packet& source, const std::string& receiver, const Pl
   return Route::kCafBytes;
 }
 
-Packet Sender::carry(Route route, const Packet& source, const std::shared_ptr<const void>& source_owner) const {
-  return transport_of(transports_, route).carry(source, source_owner);
+Packet Sender::carry(Route route, const Packet& source, const std::shared_ptr<const void>& source_owner,
+                     const Placement& placement) const {
+  return transport_of(transports_, route).carry(source, source_owner, placement);
+}
+
+int64_t Sender::packet_key(Route route, const Placement& placement) const {
+  return transport_of(transports_, route).packet_key(placement);
+}
+
+void Sender::add_replica_version(Bf16Image image) {
+  deltas_->add(std::move(image));
 }
 
 bool Sender::reads_source_in_place(Route route) const {

@@ -6,6 +6,7 @@
 // place in make_transports(), and its test (CONTRIBUTING.md).
 #pragma once
 
+#include "weights/delta.hpp"
 #include "weights/packet.hpp"
 
 #include <memory>
@@ -24,6 +25,8 @@ struct Placement {
   std::string device = "cpu";  // e.g. "cuda:1"
   std::string gpu_uuid;        // "" on the CPU, or where CUDA IPC was refused
   bool same_process = false;   // the receiver is in the learner's process
+  bool bf16_replica = false;   // it loads bf16 versions (weights/replica.hpp) and deltas
+  int64_t version = -1;        // the version it holds (acknowledged), -1 for none
 };
 
 // What a receiver's routes need beside the packet.
@@ -33,6 +36,9 @@ struct ReceiverContext {
   // The bulk channel's bytes, read on arrival and kept until applied (the
   // buffer is shared with this process's other receivers, never written).
   std::shared_ptr<const std::vector<char>> taken_bytes;
+  // The version the receiver's model holds, checked (a delta needs it as
+  // its base); -1 before the first.
+  int64_t held_version = -1;
 };
 
 class Transport {
@@ -45,7 +51,11 @@ class Transport {
   // Sender: the packet that carries `source` this way; `source_owner` keeps
   // the source's buffers alive while the route serves them. Throws
   // sao::Error when it cannot (a buffer CUDA cannot share).
-  virtual Packet carry(const Packet& source, const std::shared_ptr<const void>& source_owner) const = 0;
+  virtual Packet carry(const Packet& source, const std::shared_ptr<const void>& source_owner,
+                       const Placement& receiver) const = 0;
+  // Sender: receivers whose keys are equal get the same packet of a version
+  // (made once, shared); a delta's depends on the version a receiver holds.
+  virtual int64_t packet_key(const Placement&) const { return -1; }
   // Sender: the learner's buffer must live until the receiver acknowledges
   // (the receiver reads it in place).
   virtual bool reads_source_in_place() const { return false; }
@@ -60,10 +70,12 @@ class Transport {
 };
 
 // Every transport, in the order the sender prefers them: the device copy,
-// CUDA IPC, the bulk channel (it reaches receivers only when `bulk_server`
-// is given: a cluster learner's; a receiver needs none), and CAF bytes,
-// which reach everyone.
-std::vector<std::unique_ptr<Transport>> make_transports(std::shared_ptr<net::BulkServer> bulk_server = nullptr);
+// CUDA IPC, a bf16 delta (to a bf16 replica in another process whose
+// version `deltas` still holds; none without `deltas`), the bulk channel
+// (it reaches receivers only when `bulk_server` is given: a cluster
+// learner's; a receiver needs none), and CAF bytes, which reach everyone.
+std::vector<std::unique_ptr<Transport>> make_transports(std::shared_ptr<net::BulkServer> bulk_server = nullptr,
+                                                        std::shared_ptr<const DeltaHistory> deltas = nullptr);
 // The transport of `route` among `transports`; throws sao::Error when none is.
 const Transport& transport_of(const std::vector<std::unique_ptr<Transport>>& transports, Route route);
 

@@ -1,9 +1,10 @@
-// The four transports; see transport.hpp.
+// The five transports; see transport.hpp.
 #include "weights/transport.hpp"
 
 #include "base/error.hpp"
 #include "gpu/device_weights.hpp"
 #include "net/bulk_transfer.hpp"
+#include "weights/replica.hpp"
 
 namespace sao::weights {
 
@@ -14,7 +15,7 @@ class CafBytes final : public Transport {
  public:
   Route route() const override { return Route::kCafBytes; }
   bool reaches(const Packet&, const Placement&) const override { return true; }
-  Packet carry(const Packet& source, const std::shared_ptr<const void>&) const override {
+  Packet carry(const Packet& source, const std::shared_ptr<const void>&, const Placement&) const override {
     Packet packet;
     packet.version = source.version;
     packet.checksum = source.checksum;
@@ -34,9 +35,11 @@ class BulkChannel final : public Transport {
   explicit BulkChannel(std::shared_ptr<net::BulkServer> server) : server_(std::move(server)) {}
   Route route() const override { return Route::kBulkChannel; }
   bool reaches(const Packet&, const Placement& receiver) const override {
-    return server_ != nullptr && !receiver.same_process;
+    // The server and a node's shared reader keep one form of a version, the
+    // learner's: a bf16 replica gets its own form as a delta or CAF bytes.
+    return server_ != nullptr && !receiver.same_process && !receiver.bf16_replica;
   }
-  Packet carry(const Packet& source, const std::shared_ptr<const void>& source_owner) const override {
+  Packet carry(const Packet& source, const std::shared_ptr<const void>& source_owner, const Placement&) const override {
     if (!server_) throw Error("bulk channel: this sender has no bulk server");
     // The server serves host bytes: a device version is downloaded once here
     // and that copy is what the server keeps alive.
@@ -81,7 +84,7 @@ class DeviceCopy final : public Transport {
   bool reaches(const Packet& source, const Placement& receiver) const override {
     return source.on_device != nullptr && receiver.same_process;
   }
-  Packet carry(const Packet& source, const std::shared_ptr<const void>&) const override {
+  Packet carry(const Packet& source, const std::shared_ptr<const void>&, const Placement&) const override {
     if (!source.on_device) throw Error("device copy: the version is not on a device");
     return device_packet_of(source);
   }
@@ -108,11 +111,15 @@ class CudaIpc final : public Transport {
  public:
   Route route() const override { return Route::kCudaIpc; }
   bool reaches(const Packet& source, const Placement& receiver) const override {
-    if (!source.on_device || receiver.same_process || !gpu::cuda_transports_built()) return false;
+    // Only the learner's own buffer is an allocation IPC can share (its own
+    // cudaMalloc); a bf16 replica's form is not, so it gets deltas instead.
+    if (!source.on_device || receiver.same_process || receiver.bf16_replica || !gpu::cuda_transports_built()) {
+      return false;
+    }
     if (receiver.gpu_uuid.empty()) return false;
     return gpu::gpu_uuid_of(source.on_device->buffer.device()) == receiver.gpu_uuid;
   }
-  Packet carry(const Packet& source, const std::shared_ptr<const void>&) const override {
+  Packet carry(const Packet& source, const std::shared_ptr<const void>&, const Placement&) const override {
     if (!source.on_device) throw Error("CUDA IPC: the version is not on a device");
     Packet packet;
     packet.version = source.version;
@@ -131,6 +138,53 @@ class CudaIpc final : public Transport {
   }
 };
 
+// A bf16 replica in another process gets only the elements whose bf16
+// value changed since the version it holds, inside the message. It
+// rebuilds its image from its own model, applies the delta (which checks
+// the result against the version's checksum) and loads the image back.
+class Bf16DeltaRoute final : public Transport {
+ public:
+  explicit Bf16DeltaRoute(std::shared_ptr<const DeltaHistory> deltas) : deltas_(std::move(deltas)) {}
+  Route route() const override { return Route::kBf16Delta; }
+  bool reaches(const Packet& source, const Placement& receiver) const override {
+    if (!deltas_ || !receiver.bf16_replica || receiver.same_process || !is_bf16_version(source)) return false;
+    const auto* newest = deltas_->newest();
+    return newest != nullptr && newest->version == source.version && deltas_->has_delta_for(receiver.version);
+  }
+  int64_t packet_key(const Placement& receiver) const override { return receiver.version; }
+  Packet carry(const Packet& source, const std::shared_ptr<const void>&, const Placement& receiver) const override {
+    auto delta = deltas_ ? deltas_->delta_for(receiver.version) : std::nullopt;
+    if (!delta || delta->version != source.version) {
+      throw Error("bf16 delta: no delta from v" + std::to_string(receiver.version) + " to v" +
+                  std::to_string(source.version));
+    }
+    Packet packet;
+    packet.version = source.version;
+    packet.checksum = delta->checksum;
+    packet.route = Route::kBf16Delta;
+    packet.tensors.index = source.on_device ? source.on_device->index : source.tensors.index;
+    packet.delta = std::move(*delta);
+    return packet;
+  }
+  void load(const Packet& packet, ReceiverContext& context, torch::nn::Module& module,
+            const std::string& where) const override {
+    if (packet.delta.base_version != context.held_version) {
+      throw Error(where + ": a bf16 delta from v" + std::to_string(packet.delta.base_version) +
+                  ", but this receiver holds v" + std::to_string(context.held_version));
+    }
+    auto image = image_of_module(module, packet.tensors.index, context.held_version);
+    try {
+      apply_delta(image, packet.delta);
+    } catch (const Error& error) {
+      throw Error(where + ": " + error.what());
+    }
+    load_image_into_module(image, packet.tensors.index, module, where);
+  }
+
+ private:
+  std::shared_ptr<const DeltaHistory> deltas_;
+};
+
 }  // namespace
 
 const Transport& transport_of(const std::vector<std::unique_ptr<Transport>>& transports, Route route) {
@@ -140,10 +194,12 @@ const Transport& transport_of(const std::vector<std::unique_ptr<Transport>>& tra
   throw Error(std::string("weights: no transport for route ") + route_name(route));
 }
 
-std::vector<std::unique_ptr<Transport>> make_transports(std::shared_ptr<net::BulkServer> bulk_server) {
+std::vector<std::unique_ptr<Transport>> make_transports(std::shared_ptr<net::BulkServer> bulk_server,
+                                                        std::shared_ptr<const DeltaHistory> deltas) {
   std::vector<std::unique_ptr<Transport>> transports;
   transports.push_back(std::make_unique<DeviceCopy>());
   transports.push_back(std::make_unique<CudaIpc>());
+  transports.push_back(std::make_unique<Bf16DeltaRoute>(std::move(deltas)));
   transports.push_back(std::make_unique<BulkChannel>(std::move(bulk_server)));
   transports.push_back(std::make_unique<CafBytes>());
   return transports;
