@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace sao::actors {
@@ -44,8 +45,9 @@ struct WeightSyncState {
   // version may replace `latest` before).
   std::map<std::string, caf::message> read_in_place;
   std::map<std::string, int64_t> pushes_by_route;
-  std::map<std::string, double> bytes_by_route;    // what the pushes carried, by route
-  std::map<std::string, weights::Route> route_of;  // rollout name -> the route of its last push
+  std::map<std::string, double> bytes_by_route;                 // what the pushes carried, by route
+  std::map<std::string, weights::Route> route_of;               // rollout name -> the route of its last push
+  std::map<std::string, std::set<weights::Route>> routes_said;  // printed once per rollout and route
   std::map<std::string, RolloutActor> rollouts;
   std::map<std::string, int64_t> running_version;  // rollout name -> version it acknowledged
   // At most one push per rollout is unacknowledged: a rollout across a slow
@@ -75,6 +77,7 @@ using WeightSyncSelf = WeightSyncActor::stateful_pointer<WeightSyncState>;
 const caf::message& bf16_form(WeightSyncSelf self, VersionMessages& messages) {
   auto& state = self->state;
   if (!messages.bf16.empty()) return messages.bf16;
+  report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
   auto packet = weights::bf16_packet(messages.packet.get_as<weights::Packet>(0));
   bool remote_replica = false;
   for (const auto& item : state.placement) {
@@ -102,6 +105,7 @@ const caf::message* message_for(WeightSyncSelf self, VersionMessages& messages, 
   auto made = messages.made.find(key);
   if (made != messages.made.end()) return &made->second;
   try {
+    report::WorkTimer timer(state.counters.work[report::kWorkWeights]);
     // The owner keeps the learner's buffers alive while a route serves them
     // (the bulk server holds it until the version is replaced).
     auto owner = std::make_shared<caf::message>(packet);
@@ -168,13 +172,14 @@ void push_latest(WeightSyncSelf self, const std::string& rollout) {
   const std::string used = weights::route_name(route);
   ++state.pushes_by_route[used];
   state.bytes_by_route[used] += pushed_bytes(message->get_as<weights::Packet>(0));
-  const auto previous = state.route_of.find(rollout);
-  if (previous == state.route_of.end() || previous->second != route) {
-    // Said once per rollout and change: which path the weights take is the
-    // first question when a GPU run is slow.
+  state.route_of[rollout] = route;
+  if (state.routes_said[rollout].insert(route).second) {
+    // Said once per rollout and route: which path the weights take is the
+    // first question when a GPU run is slow (a bf16 replica alternates
+    // between deltas and a full version every 32: two lines, not one per
+    // anchor).
     std::fprintf(stderr, "weight-sync: %s (%s%s) receives weights by %s\n", rollout.c_str(), placement.device.c_str(),
                  placement.bf16_replica ? ", bf16 replica" : "", used.c_str());
-    state.route_of[rollout] = route;
   }
   // The prepared message is shared by every push (no tensor copies); a
   // typed send would take the struct by value, so it goes out untyped - it
@@ -225,6 +230,7 @@ WeightSyncActor::behavior_type weight_sync_behavior(WeightSyncSelf self, int64_t
         state.awaiting_ack.erase(it->first);
         state.placement.erase(it->first);
         state.route_of.erase(it->first);
+        state.routes_said.erase(it->first);
         state.read_in_place.erase(it->first);
         state.sender->forget(it->first);
         state.rollouts.erase(it);
