@@ -42,6 +42,17 @@ TEST_CASE("the estimate grows with replicas, batch and context") {
   CHECK(sao::train::available_memory_bytes() > 0);  // /proc/meminfo on Linux
 }
 
+TEST_CASE("a bf16 rollout replica counts its weights and KV pool at 2 bytes an element") {
+  const auto fp32 = config_with({"rollout.num_actors=3"});
+  const auto bf16 = config_with({"rollout.num_actors=3", "rollout.weights_dtype=\"bf16\""});
+  const auto& model = fp32.model;
+  const int64_t kv_elements = fp32.rollout.kv_pool_tokens(model.max_position_embeddings) * 2 * model.num_hidden_layers *
+                              model.num_key_value_heads * model.head_dim();
+  // Half of 4 bytes an element off every replica's weights and pool; the learner is unchanged.
+  CHECK(sao::train::estimate_train_memory(fp32).bytes - sao::train::estimate_train_memory(bf16).bytes ==
+        3 * 2 * (model.parameter_count() + kv_elements));
+}
+
 TEST_CASE("a learner rank's memory: each switch takes off what it should, and the advice names the first fit") {
   sao::model::ModelConfig model;  // sao's default byte model
   const double p = static_cast<double>(model.parameter_count()) * 4.0;

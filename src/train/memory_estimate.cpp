@@ -74,13 +74,16 @@ MemoryEstimate estimate_train_memory(const config::RunConfig& config) {
   tally.add("learner models", models * parameters + (trained < parameters ? trained : 0.0));
   tally.add("gradients and optimisers", 3 * (trained + (models - 1.0) * parameters));
   const double actors = static_cast<double>(config.rollout.num_actors);
+  // A bf16 replica (rollout.weights_dtype) holds its weights and its KV
+  // pool at 2 bytes an element.
+  const double replica_bytes = config.rollout.bf16_replica() ? 2.0 : kFloatBytes;
   // The most a rollout's paged KV pool can hold (rollout.kv_cache_tokens);
   // its storage grows with the blocks in use up to that.
   const double kv_cache = static_cast<double>(config.rollout.kv_pool_tokens(model.max_position_embeddings)) * 2.0 *
                           static_cast<double>(model.num_hidden_layers) *
                           static_cast<double>(model.num_key_value_heads) * static_cast<double>(model.head_dim()) *
-                          kFloatBytes;
-  tally.add("rollout replicas", actors * parameters);
+                          replica_bytes;
+  tally.add("rollout replicas", actors * static_cast<double>(model.parameter_count()) * replica_bytes);
   tally.add("KV pools", actors * kv_cache);
   tally.add("learner activations",
             models * activation_bytes(model, static_cast<double>(config.replay.max_batch) *
