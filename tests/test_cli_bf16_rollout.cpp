@@ -45,6 +45,7 @@ TEST_CASE("rollout.weights_dtype bf16: the run trains on a bf16 replica's sample
   CHECK(sao_test::step_numbers(bf16_run.run_dir) == sao_test::one_to(4));
   CHECK(bf16.output.find("rollout-0 (cpu, bf16 replica) receives weights by caf_bytes") != std::string::npos);
   CHECK(bf16.output.find("do not match the version's checksum") == std::string::npos);
+  CHECK(bf16.output.find("note: rollouts decode a bf16 replica on the CPU") != std::string::npos);
 
   sao_test::RunFixture fp32_run("fp32_rollout");
   const auto fp32 = fp32_run.train("--steps 4");
