@@ -4,6 +4,7 @@
 // of sharing it; a body over the limit gets 413 and a body nested too deep
 // gets 400; limits that are not positive are refused. The dashboard page
 // ("/") needs no coordinator, so the server runs here without a run.
+#include "actors/agent/agent_server.hpp"
 #include "actors/cluster/cluster.hpp"
 #include "actors/console/console_server.hpp"
 #include "actors/protocol.hpp"
@@ -12,10 +13,10 @@
 
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <httplib.h>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <cstdlib>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -28,6 +29,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -231,4 +234,39 @@ TEST_CASE("console limits that are not positive are refused by name") {
   sao::actors::ConsoleLimits limits;
   limits.worker_threads = 0;
   CHECK_THROWS_WITH_AS(ConsoleFixture{limits}, doctest::Contains("every limit must be positive"), sao::Error);
+}
+
+TEST_CASE("an endpoint file that is missing, malformed or incomplete is refused, naming the file") {
+  const fs::path dir = fs::temp_directory_path() / ("sao_endpoint_files_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto error_of = [](const std::function<void()>& call) -> std::string {
+    try {
+      call();
+    } catch (const sao::Error& error) {
+      return error.what();
+    }
+    return "";
+  };
+  const auto console = (dir / "console.json").string();
+  const auto agent = (dir / "agent.json").string();
+  CHECK(error_of([&] { sao::actors::read_console_endpoint(dir.string()); }) ==
+        console + ": not found (is a run with console.enabled going in " + dir.string() + "?)");
+  CHECK(error_of([&] { sao::actors::read_agent_endpoint(dir.string()); }) ==
+        agent + ": not found (is a run with agent.endpoint true going in " + dir.string() + "?)");
+  const auto write = [](const std::string& path, const std::string& text) { std::ofstream(path) << text; };
+  write(console, "[1, 2]");
+  CHECK(error_of([&] { sao::actors::read_console_endpoint(dir.string()); }) == console + ": expected a JSON object");
+  write(console, R"({"host": "127.0.0.1", "port": "80", "token": "t"})");
+  CHECK(error_of([&] { sao::actors::read_console_endpoint(dir.string()); }) ==
+        console + R"(: expected {"url", "host", "port", "token"})");
+  write(agent, R"({"url": "http://127.0.0.1:1/v1"})");
+  CHECK(error_of([&] { sao::actors::read_agent_endpoint(dir.string()); }) == agent + R"(: expected {"url", "token"})");
+  write(agent, "{\"url\": ");
+  CHECK(error_of([&] { sao::actors::read_agent_endpoint(dir.string()); }).rfind(agent + ":", 0) == 0);
+  write(agent, R"({"url": "http://127.0.0.1:1/v1", "token": "abc"})");
+  const auto endpoint = sao::actors::read_agent_endpoint(dir.string());
+  CHECK(endpoint.url == "http://127.0.0.1:1/v1");
+  CHECK(endpoint.token == "abc");
+  fs::remove_all(dir);
 }

@@ -6,7 +6,6 @@
 #include "base/constant_time.hpp"
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
-#include "base/small_file.hpp"
 #include "base/utf8.hpp"
 
 #include <httplib.h>
@@ -266,13 +265,10 @@ const std::string& AgentServer::token() const {
 }
 
 AgentEndpoint read_agent_endpoint(const std::string& run_dir) {
-  const auto path = (std::filesystem::path(run_dir) / "agent.json").string();
-  if (!std::filesystem::exists(path))
-    throw Error(path + ": not found (is a run with agent.endpoint true going in " + run_dir + "?)");
-  const auto document = base::parse_json_limited(base::read_small_file(path), path);
-  if (!document.is_object() || !document.contains("url") || !document["url"].is_string() ||
-      !document.contains("token") || !document["token"].is_string()) {
-    throw Error(path + ": expected {\"url\", \"token\"}");
+  const auto document = http::read_endpoint_file(run_dir, "agent.json", "agent.endpoint true");
+  if (!document.contains("url") || !document["url"].is_string() || !document.contains("token") ||
+      !document["token"].is_string()) {
+    throw Error((std::filesystem::path(run_dir) / "agent.json").string() + ": expected {\"url\", \"token\"}");
   }
   return {document["url"].get<std::string>(), document["token"].get<std::string>()};
 }

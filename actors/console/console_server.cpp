@@ -20,7 +20,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <random>
 
 namespace sao::actors {
@@ -294,14 +293,11 @@ net::EventHttpStats ConsoleServer::connection_stats() const {
 }
 
 ConsoleEndpoint read_console_endpoint(const std::string& run_dir) {
-  const auto path = std::filesystem::path(run_dir) / "console.json";
-  std::ifstream in(path);
-  if (!in) throw Error(path.string() + ": not found (is a run with console.enabled going in " + run_dir + "?)");
-  const auto document = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!document.is_object() || !document.contains("host") || !document["host"].is_string() ||
-      !document.contains("port") || !document["port"].is_number_integer() || !document.contains("token") ||
-      !document["token"].is_string()) {
-    throw Error(path.string() + ": expected {\"url\", \"host\", \"port\", \"token\"}");
+  const auto document = http::read_endpoint_file(run_dir, "console.json", "console.enabled");
+  if (!document.contains("host") || !document["host"].is_string() || !document.contains("port") ||
+      !document["port"].is_number_integer() || !document.contains("token") || !document["token"].is_string()) {
+    throw Error((std::filesystem::path(run_dir) / "console.json").string() +
+                ": expected {\"url\", \"host\", \"port\", \"token\"}");
   }
   ConsoleEndpoint endpoint;
   endpoint.url = document.value("url", std::string());

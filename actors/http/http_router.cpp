@@ -3,6 +3,7 @@
 
 #include "base/error.hpp"
 #include "base/json_parse.hpp"
+#include "base/small_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -93,6 +94,17 @@ void write_owner_only(const std::filesystem::path& path, const std::string& text
   const auto written = ::write(fd, text.data(), text.size());
   ::close(fd);
   if (written != static_cast<ssize_t>(text.size())) throw Error("short write to " + path.string());
+}
+
+nlohmann::json read_endpoint_file(const std::string& run_dir, const std::string& file_name,
+                                  const std::string& enabled_by) {
+  const auto path = (std::filesystem::path(run_dir) / file_name).string();
+  if (!std::filesystem::exists(path)) {
+    throw Error(path + ": not found (is a run with " + enabled_by + " going in " + run_dir + "?)");
+  }
+  auto document = base::parse_json_limited(base::read_small_file(path), path);
+  if (!document.is_object()) throw Error(path + ": expected a JSON object");
+  return document;
 }
 
 std::string presented_token(const httplib::Request& request) {

@@ -39,6 +39,13 @@ std::string random_token();
 // Throws sao::Error naming the path.
 void write_owner_only(const std::filesystem::path& path, const std::string& text);
 
+// The endpoint file a run's server wrote (RUN_DIR/`file_name`, by
+// write_owner_only) as a JSON object, read within the small-file and JSON
+// limits. Throws sao::Error naming the path: missing ("is a run with
+// `enabled_by` going in RUN_DIR?"), malformed, or not an object.
+nlohmann::json read_endpoint_file(const std::string& run_dir, const std::string& file_name,
+                                  const std::string& enabled_by);
+
 // The token a request presents: "Authorization: Bearer TOKEN", else the
 // X-Sao-Token header; "" when neither.
 std::string presented_token(const httplib::Request& request);

@@ -51,14 +51,25 @@ uint64_t checksum_of(const model::DevicePackedTensors& packed) {
   return checksum_of(packed.index, static_cast<const char*>(host.data_ptr()), static_cast<uint64_t>(host.numel()));
 }
 
-uint64_t checksum_of_module(const torch::nn::Module& module, const std::vector<model::PackedTensor>& index) {
-  std::map<std::string, torch::Tensor> tensors;
-  for (const auto& [name, tensor] : model::named_tensors_of(module)) tensors[name] = tensor;
-  Hasher hasher;
+std::vector<torch::Tensor> module_tensors(const torch::nn::Module& module,
+                                          const std::vector<model::PackedTensor>& index, const std::string& what) {
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& [name, tensor] : model::named_tensors_of(module)) by_name[name] = tensor;
+  std::vector<torch::Tensor> tensors;
   for (const auto& entry : index) {
-    const auto it = tensors.find(entry.name);
-    if (it == tensors.end()) throw Error("checksum: the model has no tensor '" + entry.name + "'");
-    const auto host = it->second.detach().to(torch::kCPU).contiguous();
+    const auto it = by_name.find(entry.name);
+    if (it == by_name.end()) throw Error(what + ": the model has no tensor '" + entry.name + "'");
+    tensors.push_back(it->second);
+  }
+  return tensors;
+}
+
+uint64_t checksum_of_module(const torch::nn::Module& module, const std::vector<model::PackedTensor>& index) {
+  const auto tensors = module_tensors(module, index, "checksum");
+  Hasher hasher;
+  for (size_t i = 0; i < index.size(); ++i) {
+    const auto& entry = index[i];
+    const auto host = tensors[i].detach().to(torch::kCPU).contiguous();
     const auto bytes = static_cast<uint64_t>(host.numel()) * static_cast<uint64_t>(host.element_size());
     if (bytes != entry.size) {
       throw Error("checksum: tensor '" + entry.name + "' holds " + std::to_string(bytes) + " bytes, the version " +

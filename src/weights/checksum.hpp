@@ -21,6 +21,11 @@ uint64_t checksum_of(const model::DevicePackedTensors& packed);
 // computes after loading a version. Throws sao::Error naming a tensor the
 // module lacks.
 uint64_t checksum_of_module(const torch::nn::Module& module, const std::vector<model::PackedTensor>& index);
+// The module's tensors named by `index`, in its order (what the receiver
+// checks and a bf16 replica reads and writes). Throws sao::Error
+// "`what`: the model has no tensor 'NAME'".
+std::vector<torch::Tensor> module_tensors(const torch::nn::Module& module,
+                                          const std::vector<model::PackedTensor>& index, const std::string& what);
 
 // 16 lower-case hex digits, for status and logs.
 std::string checksum_text(uint64_t checksum);

@@ -51,8 +51,12 @@ Packet device_packet(int64_t version, std::shared_ptr<const model::DevicePackedT
   return packet;
 }
 
+const std::vector<model::PackedTensor>& index_of(const Packet& packet) {
+  return packet.on_device && packet.tensors.index.empty() ? packet.on_device->index : packet.tensors.index;
+}
+
 bool carries_adapters_only(const Packet& packet) {
-  const auto& index = packet.on_device && packet.tensors.index.empty() ? packet.on_device->index : packet.tensors.index;
+  const auto& index = index_of(packet);
   return !index.empty() && std::all_of(index.begin(), index.end(), [](const model::PackedTensor& entry) {
     return model::is_lora_tensor_name(entry.name);
   });

@@ -51,6 +51,10 @@ Packet host_packet(int64_t version, model::PackedTensors tensors);
 // Of one version packed on a device (route kDeviceCopy, checksum set).
 Packet device_packet(int64_t version, std::shared_ptr<const model::DevicePackedTensors> packed);
 
+// The packet's tensor index: its own, or its device pack's (the learner's
+// device packet may carry it only there).
+const std::vector<model::PackedTensor>& index_of(const Packet& packet);
+
 // Whether the packet carries a LoRA policy's adapters only (every entry an
 // adapter tensor): a receiver must hold the version's frozen base already.
 bool carries_adapters_only(const Packet& packet);

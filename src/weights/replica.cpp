@@ -7,7 +7,6 @@
 #include "weights/checksum.hpp"
 
 #include <cstring>
-#include <map>
 
 namespace sao::weights {
 
@@ -30,12 +29,6 @@ std::vector<std::pair<std::string, torch::Tensor>> converted_views(const std::ve
                     .view(entry.shape);
     tensors.emplace_back(entry.name, *type == torch::kFloat32 ? view.to(torch::kBFloat16) : view);
   }
-  return tensors;
-}
-
-std::map<std::string, torch::Tensor> tensors_by_name(const torch::nn::Module& module) {
-  std::map<std::string, torch::Tensor> tensors;
-  for (const auto& [name, tensor] : model::named_tensors_of(module)) tensors[name] = tensor;
   return tensors;
 }
 
@@ -70,7 +63,7 @@ Packet bf16_packet(const Packet& source) {
 }
 
 bool is_bf16_version(const Packet& packet) {
-  const auto& index = packet.on_device && packet.tensors.index.empty() ? packet.on_device->index : packet.tensors.index;
+  const auto& index = index_of(packet);
   for (const auto& entry : index) {
     if (entry.dtype == "F32" || entry.dtype == "F16" || entry.dtype == "F64") return false;
   }
@@ -86,19 +79,17 @@ Bf16Image image_of_packet(const Packet& bf16_version) {
 
 Bf16Image image_of_module(const torch::nn::Module& module, const std::vector<model::PackedTensor>& index,
                           int64_t version) {
-  const auto tensors = tensors_by_name(module);
+  const auto tensors = module_tensors(module, index, "bf16 replica");
   Bf16Image image;
   image.version = version;
   std::vector<torch::Tensor> hosts;
   uint64_t total = 0;
-  for (const auto& entry : index) {
-    const auto it = tensors.find(entry.name);
-    if (it == tensors.end()) throw Error("bf16 replica: the model has no tensor '" + entry.name + "'");
-    if (it->second.scalar_type() != torch::kBFloat16) {
-      throw Error("bf16 replica: tensor '" + entry.name + "' is " +
-                  model::safetensors_dtype_name(it->second.scalar_type()) + ", not BF16 (rollout.weights_dtype)");
+  for (size_t i = 0; i < index.size(); ++i) {
+    if (tensors[i].scalar_type() != torch::kBFloat16) {
+      throw Error("bf16 replica: tensor '" + index[i].name + "' is " +
+                  model::safetensors_dtype_name(tensors[i].scalar_type()) + ", not BF16 (rollout.weights_dtype)");
     }
-    hosts.push_back(it->second.detach().to(torch::kCPU).contiguous());
+    hosts.push_back(tensors[i].detach().to(torch::kCPU).contiguous());
     total += static_cast<uint64_t>(hosts.back().numel());
   }
   image.values.resize(static_cast<size_t>(total));
@@ -112,20 +103,15 @@ Bf16Image image_of_module(const torch::nn::Module& module, const std::vector<mod
 
 void load_image_into_module(const Bf16Image& image, const std::vector<model::PackedTensor>& index,
                             torch::nn::Module& module, const std::string& where) {
-  const auto tensors = tensors_by_name(module);
-  std::vector<torch::Tensor> targets;
+  auto targets = module_tensors(module, index, where);
   uint64_t total = 0;
-  for (const auto& entry : index) {
-    const auto it = tensors.find(entry.name);
-    if (it == tensors.end()) throw Error(where + ": the model has no tensor '" + entry.name + "'");
-    const auto& target = it->second;
-    const auto bytes = static_cast<uint64_t>(target.numel()) * sizeof(uint16_t);
-    if (target.scalar_type() != torch::kBFloat16 || bytes != entry.size) {
-      throw Error(where + ": tensor '" + entry.name + "' is not a BF16 tensor of " + std::to_string(entry.size) +
+  for (size_t i = 0; i < index.size(); ++i) {
+    const auto bytes = static_cast<uint64_t>(targets[i].numel()) * sizeof(uint16_t);
+    if (targets[i].scalar_type() != torch::kBFloat16 || bytes != index[i].size) {
+      throw Error(where + ": tensor '" + index[i].name + "' is not a BF16 tensor of " + std::to_string(index[i].size) +
                   " bytes in this model");
     }
-    targets.push_back(target);
-    total += static_cast<uint64_t>(target.numel());
+    total += static_cast<uint64_t>(targets[i].numel());
   }
   if (total != image.values.size()) {
     throw Error(where + ": an image of " + std::to_string(image.values.size()) + " elements for tensors of " +

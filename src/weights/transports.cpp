@@ -162,7 +162,7 @@ class Bf16DeltaRoute final : public Transport {
     packet.version = source.version;
     packet.checksum = delta->checksum;
     packet.route = Route::kBf16Delta;
-    packet.tensors.index = source.on_device ? source.on_device->index : source.tensors.index;
+    packet.tensors.index = index_of(source);
     packet.delta = std::move(*delta);
     return packet;
   }
