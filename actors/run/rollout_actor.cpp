@@ -105,8 +105,13 @@ void note_replay_answer(RolloutActorState& state, const msg::ReplayAck& ack) {
 // learner step.
 bool replay_has_room(const RolloutActorState& state) {
   if (state.replay_full) return false;
-  if (state.replay_room < 0 || state.learner_starved) return true;
+  if (state.replay_room < 0) return true;
   const auto in_flight = static_cast<int64_t>(state.episodes->open_rows()) + state.unacked;
+  // A starved learner gets an episode even when the room says none, but
+  // only while nothing is in flight: a stale "starved" answer (the replay
+  // was empty when it answered) used to open episodes past the room, and a
+  // step then found 33 trajectories in a replay of capacity 32.
+  if (state.learner_starved && in_flight == 0) return true;
   return state.replay_room > in_flight;
 }
 
