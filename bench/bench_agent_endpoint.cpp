@@ -8,6 +8,11 @@
 //             over HTTP (the real server, the real JSON)
 //
 //   bench_agent_endpoint [--sessions N] [--episodes E] [--max-new-tokens T] [--rounds R]
+//                        [--connection keep-alive|close]
+//
+// Clients keep their connection between calls (as the openai client's
+// connection pool does) unless `--connection close`: then each call opens
+// and ends one TCP connection (as Python's urllib does).
 //
 // The arms alternate for R rounds (2), so a change in the machine's load
 // falls on both; the totals over the rounds give the ratio.
@@ -15,14 +20,17 @@
 // ids, counted from the replies) and the endpoint's tokens/s over the
 // direct arm's, so the overhead is a ratio from one run, not a number to
 // compare across machines. The model is the default run's shape with random
-// weights (sampled lengths vary; tokens/s normalises them).
+// weights (sampled lengths vary; tokens/s normalises them). Threads and the
+// CAF scheduler are set as `sao train` sets them.
 #include "actors/agent/agent_actor.hpp"
 #include "actors/agent/agent_server.hpp"
 #include "actors/protocol.hpp"
 #include "actors/run/env_actor.hpp"
 #include "actors/run/rollout_actor.hpp"
 #include "actors/run/weight_sync_actor.hpp"
+#include "actors/system_config.hpp"
 #include "env/environment.hpp"
+#include "report/system_info.hpp"
 #include "model/tensor_blob.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 #include "weights/packet.hpp"
@@ -66,6 +74,9 @@ struct Rig {
 
   explicit Rig(int64_t sessions, int64_t max_new_tokens) {
     sao::actors::register_protocol(system_config);
+    // The run's scheduler (sao train's), not CAF's default: its polling
+    // workers spent more CPU in sched_yield than the endpoint in HTTP.
+    sao::actors::configure_scheduler(system_config, run.train.scheduler_threads, run.train.scheduler_policy);
     system = std::make_unique<caf::actor_system>(system_config);
     replay = std::make_unique<caf::scoped_actor>(*system);
     driver = std::make_unique<caf::scoped_actor>(*system);
@@ -134,7 +145,7 @@ Arm direct_arm(int64_t sessions, int64_t episodes, int64_t max_new_tokens) {
   return arm;
 }
 
-Arm endpoint_arm(int64_t sessions, int64_t episodes, int64_t max_new_tokens) {
+Arm endpoint_arm(int64_t sessions, int64_t episodes, int64_t max_new_tokens, bool keep_alive) {
   Rig rig(sessions, max_new_tokens);
   sao::actors::AgentActorConfig agent_config;
   auto agent = sao::actors::spawn_agent_actor(*rig.system, agent_config);
@@ -152,6 +163,10 @@ Arm endpoint_arm(int64_t sessions, int64_t episodes, int64_t max_new_tokens) {
   auto client = [&] {
     httplib::Client http("127.0.0.1", server->port());
     http.set_read_timeout(600, 0);
+    http.set_keep_alive(keep_alive);
+    // As Python's http.client and the openai client do: a request written
+    // in two pieces must not wait for the server's delayed ACK.
+    http.set_tcp_nodelay(true);
     const httplib::Headers auth = {{"Authorization", "Bearer " + server->token()}};
     for (int64_t index = next++; index < total; index = next++) {
       const auto session = "b" + std::to_string(index);
@@ -198,6 +213,7 @@ int main(int argc, char** argv) {
   int64_t episodes = 200;
   int64_t max_new_tokens = 16;
   int64_t rounds = 2;
+  bool keep_alive = true;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&] {
@@ -215,9 +231,13 @@ int main(int argc, char** argv) {
       max_new_tokens = value();
     } else if (arg == "--rounds") {
       rounds = value();
+    } else if (arg == "--connection" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "keep-alive" || std::string(argv[i + 1]) == "close")) {
+      keep_alive = std::string(argv[++i]) == "keep-alive";
     } else {
       std::fprintf(stderr,
-                   "usage: bench_agent_endpoint [--sessions N] [--episodes E] [--max-new-tokens T] [--rounds R]\n");
+                   "usage: bench_agent_endpoint [--sessions N] [--episodes E] [--max-new-tokens T] [--rounds R] "
+                   "[--connection keep-alive|close]\n");
       return 2;
     }
   }
@@ -225,6 +245,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_agent_endpoint: --sessions, --episodes, --max-new-tokens and --rounds must be >= 1\n");
     return 2;
   }
+  // The run's compute threads (sao train's: threads.torch_intra_op), so
+  // neither arm's OpenBLAS spins on cores the other side needs.
+  sao::report::configure_threads(sao::config::RunConfig{}.threads.torch_intra_op);
   sao::env::register_environment("bench_one_turn",
                                  [](const nlohmann::json&, const std::string&) { return std::make_unique<OneTurn>(); });
   // Alternating arms, so a change in the machine's load falls on both.
@@ -232,7 +255,7 @@ int main(int argc, char** argv) {
   Arm endpoint;
   for (int64_t round = 0; round < rounds; ++round) {
     const auto d = direct_arm(sessions, episodes, max_new_tokens);
-    const auto e = endpoint_arm(sessions, episodes, max_new_tokens);
+    const auto e = endpoint_arm(sessions, episodes, max_new_tokens, keep_alive);
     std::printf("  round %lld: direct tokens/s %.1f, endpoint tokens/s %.1f\n", static_cast<long long>(round + 1),
                 static_cast<double>(d.tokens) / d.seconds, static_cast<double>(e.tokens) / e.seconds);
     direct.seconds += d.seconds;
@@ -244,9 +267,9 @@ int main(int argc, char** argv) {
   }
   const double direct_tokens_per_s = static_cast<double>(direct.tokens) / direct.seconds;
   const double endpoint_tokens_per_s = static_cast<double>(endpoint.tokens) / endpoint.seconds;
-  std::printf("agent_endpoint sessions=%lld episodes=%lld x %lld rounds max_new_tokens=%lld\n",
+  std::printf("agent_endpoint sessions=%lld episodes=%lld x %lld rounds max_new_tokens=%lld connection=%s\n",
               static_cast<long long>(sessions), static_cast<long long>(episodes), static_cast<long long>(rounds),
-              static_cast<long long>(max_new_tokens));
+              static_cast<long long>(max_new_tokens), keep_alive ? "keep-alive" : "close");
   std::printf("  direct    episodes/s %8.1f  tokens/s %8.1f\n", static_cast<double>(direct.episodes) / direct.seconds,
               direct_tokens_per_s);
   std::printf("  endpoint  requests/s %8.1f  tokens/s %8.1f\n",

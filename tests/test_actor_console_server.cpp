@@ -105,6 +105,25 @@ class TricklingClients {
 
 }  // namespace
 
+TEST_CASE("the console keeps a client's connection between requests and says for how long") {
+  ConsoleFixture console;
+  const int fd = connect_loopback(console.server->port());
+  const std::string request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int round = 0; round < 2; ++round) {
+    REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
+    const auto reply = sao_test::read_one_http_reply(fd);
+    CHECK(reply.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(reply.find("Keep-Alive: timeout=30, max=1000\r\n") != std::string::npos);
+    CHECK(reply.find("Connection: close") == std::string::npos);
+  }
+  const std::string last = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  REQUIRE(::send(fd, last.data(), last.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(last.size()));
+  CHECK(sao_test::read_one_http_reply(fd).find("Connection: close\r\n") != std::string::npos);
+  char byte = 0;
+  CHECK(::recv(fd, &byte, 1, 0) == 0);  // the server ended the connection after that reply
+  ::close(fd);
+}
+
 // Held by events: every trickling connection is accepted and read before
 // the normal request is sent, and is still open after it is answered. With
 // httplib's accept loop (64 workers) the request waited for as long as the

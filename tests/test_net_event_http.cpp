@@ -3,8 +3,10 @@
 // oldest unfinished request; a request still trickling at the whole-request
 // deadline gets 408 although every read succeeded; oversized headers,
 // chunked bodies, oversized and malformed Content-Length are answered by
-// the front itself; and a port another socket listens on is refused rather
-// than shared (no SO_REUSEPORT), for the console and the bulk weight server.
+// the front itself; a port another socket listens on is refused rather
+// than shared (no SO_REUSEPORT), for the console and the bulk weight server;
+// and connections are kept alive between requests (pipelined ones too)
+// unless the request, the reply or the limits end them.
 #include "base/error.hpp"
 #include "base/tcp_socket.hpp"
 #include "net/event_http_server.hpp"
@@ -27,11 +29,20 @@
 namespace {
 
 using sao_test::connect_loopback;
+using sao_test::read_one_http_reply;
 
 // Echoes the request line, so a reply shows which request it answers.
 std::string echo_request_line(const sao::net::RawHttpRequest& request) {
   const std::string line = request.bytes.substr(0, request.bytes.find("\r\n"));
   return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(line.size()) + "\r\nConnection: close\r\n\r\n" + line;
+}
+
+// Echoes the request line and keeps the connection when the front offers it,
+// as the run's HTTP router does.
+std::string echo_keeping_alive(const sao::net::RawHttpRequest& request) {
+  const std::string line = request.bytes.substr(0, request.bytes.find("\r\n"));
+  return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(line.size()) +
+         (request.keep_alive ? "\r\nKeep-Alive: timeout=30\r\n\r\n" : "\r\nConnection: close\r\n\r\n") + line;
 }
 
 void send_text(int fd, const std::string& text) {
@@ -198,5 +209,110 @@ TEST_CASE("limits that are not positive are refused by name") {
   limits.max_connections_per_address = 0;
   CHECK(sao_test::error_of([&] { sao::net::check_event_http_limits(limits, "console"); }) ==
         "console: every limit must be positive (timeouts, header and body size, connections, per-address "
-        "connections, workers)");
+        "connections, workers, idle timeout, requests per connection)");
+  limits = {};
+  limits.idle_timeout_s = 0;
+  CHECK_THROWS_WITH_AS(sao::net::check_event_http_limits(limits, "agent endpoint"),
+                       doctest::Contains("agent endpoint: every limit must be positive"), sao::Error);
+  limits = {};
+  limits.max_requests_per_connection = -1;
+  CHECK_THROWS_WITH_AS(sao::net::check_event_http_limits(limits, "agent endpoint"),
+                       doctest::Contains("agent endpoint: every limit must be positive"), sao::Error);
+}
+
+TEST_CASE("a kept-alive connection carries one request after another, pipelined ones in order") {
+  sao::net::EventHttpServer server("127.0.0.1", 0, "test", {}, echo_keeping_alive);
+  const int fd = connect_with(server.port(), "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+  CHECK(read_one_http_reply(fd) ==
+        "HTTP/1.1 200 OK\r\nContent-Length: 15\r\nKeep-Alive: timeout=30\r\n\r\nGET /a HTTP/1.1");
+  wait_for(server, [](const auto& stats) { return stats.idle == 1; });
+  CHECK(server.stats().reading == 0);
+  send_text(fd, "POST /b HTTP/1.1\r\nContent-Length: 3\r\n\r\nxyz");
+  CHECK(body_of(read_one_http_reply(fd)) == "POST /b HTTP/1.1");
+  // Three requests in one write, the last one's body split off: answered in order.
+  send_text(fd, "GET /c HTTP/1.1\r\n\r\nPOST /d HTTP/1.1\r\nContent-Length: 2\r\n\r\nokGET /e HTTP/1.1\r\nX: y");
+  CHECK(body_of(read_one_http_reply(fd)) == "GET /c HTTP/1.1");
+  CHECK(body_of(read_one_http_reply(fd)) == "POST /d HTTP/1.1");
+  CHECK(still_open(fd));
+  send_text(fd, "\r\n\r\n");
+  CHECK(body_of(read_one_http_reply(fd)) == "GET /e HTTP/1.1");
+  wait_for(server, [](const auto& stats) { return stats.idle == 1; });
+  const auto stats = server.stats();
+  CHECK(stats.accepted == 1);
+  CHECK(stats.answered == 5);
+  CHECK(stats.reused == 4);
+  CHECK(stats.open == 1);
+  ::close(fd);
+}
+
+TEST_CASE("the connection ends with the reply for HTTP/1.0, Connection: close, a closing reply or the request limit") {
+  sao::net::EventHttpLimits limits;
+  limits.max_requests_per_connection = 2;
+  sao::net::EventHttpServer server("127.0.0.1", 0, "test", limits, echo_keeping_alive);
+  CHECK(exchange(server.port(), "GET /old HTTP/1.0\r\n\r\n") ==
+        "HTTP/1.1 200 OK\r\nContent-Length: 17\r\nConnection: close\r\n\r\nGET /old HTTP/1.0");
+  CHECK(body_of(exchange(server.port(), "GET /bye HTTP/1.1\r\nConnection: Upgrade, Close\r\n\r\n")) ==
+        "GET /bye HTTP/1.1");
+  // HTTP/1.0 may ask for keep-alive.
+  const int old_kept = connect_with(server.port(), "GET /old HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  CHECK(read_one_http_reply(old_kept).find("Keep-Alive: timeout=30") != std::string::npos);
+  // The second request on a connection is its last (max_requests_per_connection 2).
+  send_text(old_kept, "GET /second HTTP/1.1\r\n\r\n");
+  CHECK(read_to_end(old_kept) ==
+        "HTTP/1.1 200 OK\r\nContent-Length: 20\r\nConnection: close\r\n\r\nGET /second HTTP/1.1");
+  ::close(old_kept);
+  // A handler may end the connection itself; a reply without Content-Length always does.
+  sao::net::EventHttpServer closing("127.0.0.1", 0, "test", {}, echo_request_line);
+  CHECK(body_of(exchange(closing.port(), "GET /x HTTP/1.1\r\n\r\n")) == "GET /x HTTP/1.1");
+  sao::net::EventHttpServer unframed("127.0.0.1", 0, "test", {}, [](const sao::net::RawHttpRequest&) {
+    return std::string("HTTP/1.1 200 OK\r\n\r\nall");
+  });
+  CHECK(exchange(unframed.port(), "GET /x HTTP/1.1\r\n\r\n") == "HTTP/1.1 200 OK\r\n\r\nall");
+  CHECK(server.stats().reused == 1);
+}
+
+TEST_CASE("an idle kept-alive connection is closed after idle_timeout_s and is the first to make room") {
+  sao::net::EventHttpLimits limits;
+  limits.idle_timeout_s = 1;
+  limits.max_connections_per_address = 2;
+  sao::net::EventHttpServer server("127.0.0.1", 0, "test", limits, echo_keeping_alive);
+  // The unfinished request is older than the idle connection, yet stays.
+  const int unfinished = connect_with(server.port(), "GET /slow HTTP/1.1\r\nX-Slow: ");
+  const int kept = connect_with(server.port(), "GET /a HTTP/1.1\r\n\r\n");
+  CHECK(body_of(read_one_http_reply(kept)) == "GET /a HTTP/1.1");
+  wait_for(server, [](const auto& stats) { return stats.idle == 1 && stats.reading == 1; });
+  CHECK(body_of(exchange(server.port(), "GET /new HTTP/1.1\r\nConnection: close\r\n\r\n")) == "GET /new HTTP/1.1");
+  CHECK(read_to_end(kept).empty());
+  CHECK(still_open(unfinished));
+  CHECK(server.stats().displaced == 0);
+  ::close(kept);
+  ::close(unfinished);
+  // Left idle, a connection is closed without a word once idle_timeout_s passes.
+  const int idle = connect_with(server.port(), "GET /b HTTP/1.1\r\n\r\n");
+  CHECK(body_of(read_one_http_reply(idle)) == "GET /b HTTP/1.1");
+  CHECK(read_to_end(idle).empty());
+  ::close(idle);
+  CHECK(server.stats().timed_out == 0);
+}
+
+TEST_CASE("after a kept-alive reply the next request has its own deadline and is refused like a first one") {
+  sao::net::EventHttpLimits limits;
+  limits.request_timeout_s = 1;
+  limits.idle_timeout_s = 3600;
+  sao::net::EventHttpServer server("127.0.0.1", 0, "test", limits, echo_keeping_alive);
+  const int fd = connect_with(server.port(), "GET /a HTTP/1.1\r\n\r\n");
+  CHECK(body_of(read_one_http_reply(fd)) == "GET /a HTTP/1.1");
+  send_text(fd, "GET /b HTTP/1.1\r\nX-Slow: ");
+  const auto late = read_to_end(fd);
+  ::close(fd);
+  CHECK(late.rfind("HTTP/1.1 408 ", 0) == 0);
+  CHECK(server.stats().timed_out == 1);
+  // A refused request ends the connection: what follows it cannot be framed.
+  const int chunked = connect_with(server.port(), "GET /a HTTP/1.1\r\n\r\n");
+  CHECK(body_of(read_one_http_reply(chunked)) == "GET /a HTTP/1.1");
+  send_text(chunked, "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /c HTTP/1.1\r\n\r\n");
+  const auto refused = read_to_end(chunked);
+  ::close(chunked);
+  CHECK(refused.rfind("HTTP/1.1 411 ", 0) == 0);
+  CHECK(refused.find("GET /c") == std::string::npos);
 }

@@ -85,6 +85,26 @@ inline int connect_loopback(int port) {
   return fd;
 }
 
+// Reads exactly one HTTP reply from `fd` (headers, then Content-Length bytes
+// of body), so the connection can carry another request; "" when the server
+// closes first.
+inline std::string read_one_http_reply(int fd) {
+  std::string reply;
+  char byte = 0;
+  while (reply.find("\r\n\r\n") == std::string::npos) {
+    if (::recv(fd, &byte, 1, 0) != 1) return "";
+    reply.push_back(byte);
+  }
+  const auto at = reply.find("Content-Length: ");
+  REQUIRE(at != std::string::npos);
+  const size_t length = std::stoul(reply.substr(at + 16, reply.find("\r\n", at) - at - 16));
+  for (size_t body = 0; body < length; ++body) {
+    if (::recv(fd, &byte, 1, 0) != 1) return "";
+    reply.push_back(byte);
+  }
+  return reply;
+}
+
 // A loopback listener on a free port (returned in `*port`) that allows
 // SO_REUSEPORT, as cpp-httplib's default socket options made the console's:
 // a second listener that also set it would share the port unnoticed.

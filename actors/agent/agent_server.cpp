@@ -234,9 +234,8 @@ AgentServer::AgentServer(caf::actor_system& system, AgentActor agent,
   limits.max_connections_per_address = limits.max_connections;
   impl.server.set_payload_max_length(limits.max_body_bytes);
   impl.routes();
-  auto answer = [&impl](const net::RawHttpRequest& request) { return impl.server.answer(request); };
-  impl.front =
-      http::listen_or_fall_back(run.agent.listen, run.agent.port, "agent endpoint", "agent.listen", limits, answer);
+  impl.front = http::listen_or_fall_back(run.agent.listen, run.agent.port, "agent endpoint", "agent.listen", limits,
+                                         impl.server);
   impl.port = impl.front->port();
   std::filesystem::create_directories(run.run.dir);
   impl.endpoint_file = std::filesystem::path(run.run.dir) / "agent.json";

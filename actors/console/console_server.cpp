@@ -258,8 +258,7 @@ ConsoleServer::ConsoleServer(caf::actor_system& system, const CoordinatorActor& 
   impl.host = config.listen;
   impl.server.set_payload_max_length(limits.max_body_bytes);
   impl.routes();
-  auto answer = [&impl](const net::RawHttpRequest& request) { return impl.server.answer(request); };
-  impl.front = http::listen_or_fall_back(config.listen, config.port, "console", "console.listen", limits, answer);
+  impl.front = http::listen_or_fall_back(config.listen, config.port, "console", "console.listen", limits, impl.server);
   impl.port = impl.front->port();
   std::filesystem::create_directories(run_dir);
   const nlohmann::json endpoint = {{"url", url()}, {"host", impl.host}, {"port", impl.port}, {"token", impl.token}};

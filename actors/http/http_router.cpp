@@ -55,15 +55,19 @@ class CompleteRequestStream : public httplib::Stream {
 std::string HttpRouter::answer(const net::RawHttpRequest& request) {
   CompleteRequestStream stream(request);
   bool connection_closed = true;
-  process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+  process_request(stream, /*close_connection=*/!request.keep_alive, connection_closed, nullptr);
   return stream.take_reply();
 }
 
 std::unique_ptr<net::EventHttpServer> listen_or_fall_back(const std::string& host, int64_t port,
                                                           const std::string& what, const std::string& port_key,
-                                                          const net::EventHttpLimits& limits,
-                                                          net::EventHttpServer::Handler handler) {
+                                                          const net::EventHttpLimits& limits, HttpRouter& router) {
   net::check_event_http_limits(limits, what);
+  router.set_keep_alive_timeout(limits.idle_timeout_s);
+  router.set_keep_alive_max_count(static_cast<size_t>(limits.max_requests_per_connection));
+  net::EventHttpServer::Handler handler = [&router](const net::RawHttpRequest& request) {
+    return router.answer(request);
+  };
   std::string why_not_configured_port;
   if (port > 0) {
     try {

@@ -19,18 +19,20 @@ namespace sao::actors::http {
 // the client takes to send, which trickling clients used to starve it.
 class HttpRouter : public httplib::Server {
  public:
-  // The complete reply (status line, headers, body) to one complete request.
+  // The complete reply (status line, headers, body) to one complete request:
+  // `Connection: close` unless the front keeps the connection
+  // (request.keep_alive), else a Keep-Alive header with the front's limits.
   std::string answer(const net::RawHttpRequest& request);
 };
 
-// Listens on host:port with `limits`; when that port is taken (another
+// Serves `router` on host:port with `limits` (the router's Keep-Alive header
+// states the front's idle timeout and requests per connection); when that port is taken (another
 // process listens there), on any free port, with a line on stderr naming
 // both. port 0: any free port. Throws sao::Error naming `what` and the
 // address when it cannot listen at all.
 std::unique_ptr<net::EventHttpServer> listen_or_fall_back(const std::string& host, int64_t port,
                                                           const std::string& what, const std::string& port_key,
-                                                          const net::EventHttpLimits& limits,
-                                                          net::EventHttpServer::Handler handler);
+                                                          const net::EventHttpLimits& limits, HttpRouter& router);
 
 // 32 hex digits from std::random_device: a run's bearer token.
 std::string random_token();

@@ -12,7 +12,8 @@ The task is the agent's, not sao's: multiply or add two numbers, with a
      reward to /v1/episodes/{session}/reward, with "split": "test" for the
      held-out problems it keeps for itself (scored, never trained on).
 
-Only the standard library (urllib). With the official `openai` client,
+Only the standard library (http.client: one kept-alive connection per
+thread, as the openai client's pool keeps them). With the official `openai` client,
 two lines change (see README, "Bring your own agent"):
 
     client = openai.OpenAI(base_url=endpoint["url"], api_key=endpoint["token"])
@@ -33,10 +34,10 @@ import json
 import random
 import re
 import sys
+import http.client
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 
 TOOLS = [{
     "type": "function",
@@ -81,20 +82,31 @@ class Endpoint:
     def __init__(self, url, token):
         self.url = url.rstrip("/")
         self.token = token
+        parts = urllib.parse.urlsplit(self.url)
+        self.host, self.port, self.prefix = parts.hostname, parts.port or 80, parts.path
+        self.local = threading.local()  # each thread's kept-alive connection
 
     def post(self, path, body, session=None):
         headers = {"Authorization": "Bearer " + self.token, "Content-Type": "application/json"}
         if session:
             headers["X-Session-Id"] = session
-        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), headers=headers,
-                                         method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=600) as reply:
-                return reply.status, json.loads(reply.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"{}")
-        except (urllib.error.URLError, ConnectionError) as error:  # the run ended (or is not up)
-            return 0, {"error": {"message": f"no answer from {self.url}: {error}"}}
+        for attempt in range(2):
+            connection = getattr(self.local, "connection", None)
+            reused = connection is not None
+            if not reused:
+                connection = self.local.connection = http.client.HTTPConnection(self.host, self.port, timeout=600)
+            try:
+                connection.request("POST", self.prefix + path, body=json.dumps(body).encode(), headers=headers)
+                reply = connection.getresponse()
+                return reply.status, json.loads(reply.read() or b"{}")
+            except (http.client.HTTPException, OSError) as error:
+                connection.close()
+                self.local.connection = None
+                # A kept-alive connection the server closed while idle never carried this call: try a new one.
+                if reused and attempt == 0 and isinstance(
+                        error, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)):
+                    continue
+                return 0, {"error": {"message": f"no answer from {self.url}: {error}"}}  # the run ended (or is not up)
 
 
 def play(endpoint, session, question, answer, held_out):

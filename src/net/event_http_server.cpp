@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -61,16 +62,33 @@ std::string trim_http_space(const std::string& text) {
   return text.substr(first, text.find_last_not_of(" \t") - first + 1);
 }
 
-// What the front needs of the headers to know where the request ends.
-struct BodyFraming {
+// What the front needs of the headers: where the request ends, and whether
+// the client lets the connection stay open after the reply.
+struct RequestFraming {
   int reject_status = 0;  // non-zero: answer this at once, with `problem`
   std::string problem;
   uint64_t content_length = 0;
+  bool wants_close = false;  // HTTP/1.0 without keep-alive, or Connection: close
 };
 
-BodyFraming read_body_framing(const std::string& head, const EventHttpLimits& limits) {
-  BodyFraming framing;
+// True when the comma-separated header value lists `token` (any case).
+bool lists_token(const std::string& value, const std::string& token) {
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t comma = std::min(value.find(',', start), value.size());
+    if (lower_ascii(trim_http_space(value.substr(start, comma - start))) == token) return true;
+    start = comma + 1;
+  }
+  return false;
+}
+
+RequestFraming read_request_framing(const std::string& head, const EventHttpLimits& limits) {
+  RequestFraming framing;
   bool has_length = false;
+  const std::string request_line = head.substr(0, head.find("\r\n"));
+  const bool http10 = request_line.size() >= 8 && request_line.compare(request_line.size() - 8, 8, "HTTP/1.0") == 0;
+  bool asks_close = false;
+  bool asks_keep_alive = false;
   size_t line_start = head.find("\r\n");
   while (line_start != std::string::npos && line_start + 2 < head.size()) {
     line_start += 2;
@@ -81,6 +99,11 @@ BodyFraming read_body_framing(const std::string& head, const EventHttpLimits& li
     if (colon == std::string::npos) continue;  // httplib rejects the malformed line itself
     const auto name = lower_ascii(trim_http_space(line.substr(0, colon)));
     const auto value = trim_http_space(line.substr(colon + 1));
+    if (name == "connection") {
+      asks_close = asks_close || lists_token(value, "close");
+      asks_keep_alive = asks_keep_alive || lists_token(value, "keep-alive");
+      continue;
+    }
     if (name == "transfer-encoding") {
       framing.reject_status = 411;
       framing.problem = "Transfer-Encoding is not accepted; send the body with Content-Length";
@@ -101,6 +124,7 @@ BodyFraming read_body_framing(const std::string& head, const EventHttpLimits& li
     has_length = true;
     framing.content_length = length;
   }
+  framing.wants_close = asks_close || (http10 && !asks_keep_alive);
   if (framing.content_length > limits.max_body_bytes) {
     framing.reject_status = 413;
     framing.problem = "request body of " + std::to_string(framing.content_length) + " bytes is over the limit of " +
@@ -109,16 +133,44 @@ BodyFraming read_body_framing(const std::string& head, const EventHttpLimits& li
   return framing;
 }
 
+// True when the connection may stay open after this reply: it has a
+// Content-Length (a reply without one ends where the connection does) and
+// does not say Connection: close.
+bool reply_keeps_connection(const std::string& reply) {
+  const size_t head_end = reply.find("\r\n\r\n");
+  if (head_end == std::string::npos) return false;
+  bool has_length = false;
+  size_t line_start = reply.find("\r\n");
+  while (line_start != std::string::npos && line_start < head_end) {
+    line_start += 2;
+    const size_t line_end = reply.find("\r\n", line_start);
+    const std::string line = reply.substr(line_start, line_end - line_start);
+    line_start = line_end;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const auto name = lower_ascii(trim_http_space(line.substr(0, colon)));
+    if (name == "connection" && lists_token(line.substr(colon + 1), "close")) return false;
+    if (name == "content-length") has_length = true;
+  }
+  return has_length;
+}
+
 enum class Phase { kReading, kHandling, kWriting, kDraining };
 
 struct HttpConnection {
+  uint64_t id = 0;
   int fd = -1;
   std::string address;
   int port = 0;
   Phase phase = Phase::kReading;
+  bool idle = false;         // kept alive, no byte of the next request yet
+  bool keep_open = false;    // the reply being written leaves the connection open
+  int64_t requests = 0;      // requests read on this connection
   std::string data;          // the request while reading, the reply while writing
+  std::string pipelined;     // bytes of the next request read with this one
   size_t header_bytes = 0;   // request line + headers + blank line, once seen
   size_t request_bytes = 0;  // the whole request, once the headers are read
+  bool wants_close = false;  // the request does not let the connection stay open
   size_t written = 0;
   int64_t deadline_ms = 0;
 };
@@ -154,10 +206,10 @@ std::string http_error_reply(int status, const std::string& message) {
 void check_event_http_limits(const EventHttpLimits& limits, const std::string& what) {
   if (limits.request_timeout_s <= 0 || limits.write_timeout_s <= 0 || limits.max_header_bytes == 0 ||
       limits.max_body_bytes == 0 || limits.max_connections <= 0 || limits.max_connections_per_address <= 0 ||
-      limits.worker_threads <= 0) {
+      limits.worker_threads <= 0 || limits.idle_timeout_s <= 0 || limits.max_requests_per_connection <= 0) {
     throw Error(what +
                 ": every limit must be positive (timeouts, header and body size, connections, per-address "
-                "connections, workers)");
+                "connections, workers, idle timeout, requests per connection)");
   }
 }
 
@@ -208,25 +260,33 @@ struct EventHttpServer::Impl {
   // Replies are written by this thread, never by a worker: a client that
   // reads slowly holds a socket, not a worker.
   void start_reply(HttpConnection& connection, std::string reply) {
+    connection.keep_open = connection.keep_open && reply_keeps_connection(reply);
     connection.phase = Phase::kWriting;
     connection.data = std::move(reply);
     connection.written = 0;
     connection.deadline_ms = base::steady_ms() + int64_t{limits.write_timeout_s} * 1000;
   }
 
+  // The front's own answers end the connection: what follows a refused
+  // request in the stream cannot be told from its unread body.
   void reject(HttpConnection& connection, int status, const std::string& problem) {
     count(&EventHttpStats::rejected);
+    connection.keep_open = false;
     start_reply(connection, http_error_reply(status, problem));
   }
 
-  // Closes the oldest connection that is still sending its request (or
-  // already answered) among those `applies` picks; false if there is none.
+  // Closes, among those `applies` picks, the oldest connection that holds
+  // no request (idle between requests, or answered and draining), else the
+  // oldest that is still sending its request; false if there is none.
   template <class Predicate>
   bool displace_oldest(Predicate applies) {
-    for (auto it = connections.begin(); it != connections.end(); ++it) {
-      const auto phase = it->second.phase;
-      if ((phase == Phase::kReading || phase == Phase::kDraining) && applies(it->second)) {
-        if (phase == Phase::kReading) count(&EventHttpStats::displaced);
+    for (const bool finished : {true, false}) {
+      for (auto it = connections.begin(); it != connections.end(); ++it) {
+        const auto& other = it->second;
+        const bool holds_no_request = other.phase == Phase::kDraining || (other.phase == Phase::kReading && other.idle);
+        const bool unfinished = other.phase == Phase::kReading && !other.idle;
+        if (!(finished ? holds_no_request : unfinished) || !applies(other)) continue;
+        if (unfinished) count(&EventHttpStats::displaced);
         close_connection(it);
         return true;
       }
@@ -254,8 +314,9 @@ struct EventHttpServer::Impl {
       return;
     }
     connection.deadline_ms = base::steady_ms() + int64_t{limits.request_timeout_s} * 1000;
+    connection.id = next_id++;
     ++per_address[connection.address];
-    connections.emplace(next_id++, std::move(connection));
+    connections.emplace(connection.id, std::move(connection));
   }
 
   void accept_all() {
@@ -264,6 +325,10 @@ struct EventHttpServer::Impl {
       socklen_t length = sizeof(peer);
       const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
+        // Each reply is one write; with Nagle on, a kept-alive connection's
+        // reply could wait for the ACK of the last one (delayed up to 40 ms).
+        const int on = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
         admit(fd, peer);
         continue;
       }
@@ -275,48 +340,84 @@ struct EventHttpServer::Impl {
 
   // Reads what has arrived; once the request is whole, queues it for a worker.
   // False when the connection is to be closed.
-  bool read_request(uint64_t id, HttpConnection& connection) {
+  bool read_request(HttpConnection& connection) {
     char buffer[16 * 1024];
     for (;;) {
       const ssize_t got = ::recv(connection.fd, buffer, sizeof(buffer), 0);
       if (got == 0) return false;
       if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-      const size_t wanted = connection.request_bytes > 0 ? connection.request_bytes - connection.data.size()
-                                                         : limits.max_header_bytes + 4 - connection.data.size();
+      if (connection.idle) {
+        // The next request has begun: its deadline counts from its first byte.
+        connection.idle = false;
+        connection.deadline_ms = base::steady_ms() + int64_t{limits.request_timeout_s} * 1000;
+      }
       const size_t scan_from = connection.data.size() >= 3 ? connection.data.size() - 3 : 0;
-      connection.data.append(buffer, std::min(static_cast<size_t>(got), wanted));
-      if (connection.request_bytes == 0) {
-        const auto end = connection.data.find("\r\n\r\n", scan_from);
-        if (end == std::string::npos) {
-          if (connection.data.size() > limits.max_header_bytes) {
-            reject(
-                connection, 431,
-                "request line and headers are over the limit of " + std::to_string(limits.max_header_bytes) + " bytes");
-            return true;
-          }
-          continue;
-        }
-        connection.header_bytes = end + 4;
-        const auto framing = read_body_framing(connection.data.substr(0, end + 2), limits);
-        if (framing.reject_status != 0) {
-          reject(connection, framing.reject_status, framing.problem);
+      connection.data.append(buffer, static_cast<size_t>(got));
+      if (take_request(connection, scan_from)) return true;
+    }
+  }
+
+  // Looks at the bytes read so far: answers a bad request, queues a whole
+  // one (keeping any bytes past it for the next), or waits for more (false).
+  // At most one read's worth lies past the request: reading stops once it
+  // is whole, so a pipelining client cannot make the server buffer more.
+  bool take_request(HttpConnection& connection, size_t scan_from) {
+    if (connection.request_bytes == 0) {
+      const auto end = connection.data.find("\r\n\r\n", scan_from);
+      if (end == std::string::npos) {
+        if (connection.data.size() > limits.max_header_bytes) {
+          reject(
+              connection, 431,
+              "request line and headers are over the limit of " + std::to_string(limits.max_header_bytes) + " bytes");
           return true;
         }
-        connection.request_bytes = connection.header_bytes + framing.content_length;
-        connection.data.resize(std::min(connection.data.size(), connection.request_bytes));
+        return false;
       }
-      if (connection.data.size() >= connection.request_bytes) {
-        connection.phase = Phase::kHandling;
-        HttpJob job{id, {std::move(connection.data), connection.address, connection.port}};
-        connection.data.clear();
-        {
-          std::lock_guard<std::mutex> lock(queue_mutex);
-          jobs.push_back(std::move(job));
-        }
-        queue_ready.notify_one();
+      if (end + 4 > limits.max_header_bytes + 4) {
+        reject(connection, 431,
+               "request line and headers are over the limit of " + std::to_string(limits.max_header_bytes) + " bytes");
         return true;
       }
+      connection.header_bytes = end + 4;
+      const auto framing = read_request_framing(connection.data.substr(0, end + 2), limits);
+      if (framing.reject_status != 0) {
+        reject(connection, framing.reject_status, framing.problem);
+        return true;
+      }
+      connection.request_bytes = connection.header_bytes + framing.content_length;
+      connection.wants_close = framing.wants_close;
     }
+    if (connection.data.size() < connection.request_bytes) return false;
+    connection.pipelined = connection.data.substr(connection.request_bytes);
+    connection.data.resize(connection.request_bytes);
+    connection.phase = Phase::kHandling;
+    if (connection.requests++ > 0) count(&EventHttpStats::reused);
+    connection.keep_open = !connection.wants_close && connection.requests < limits.max_requests_per_connection;
+    HttpJob job{connection.id, {std::move(connection.data), connection.address, connection.port, connection.keep_open}};
+    connection.data.clear();
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex);
+      jobs.push_back(std::move(job));
+    }
+    queue_ready.notify_one();
+    return true;
+  }
+
+  // After a kept-alive reply: wait for the next request, or take the one
+  // already read.
+  void await_next_request(HttpConnection& connection) {
+    connection.phase = Phase::kReading;
+    connection.data = std::move(connection.pipelined);
+    connection.pipelined.clear();
+    connection.header_bytes = 0;
+    connection.request_bytes = 0;
+    connection.wants_close = false;
+    connection.keep_open = false;
+    connection.written = 0;
+    connection.idle = connection.data.empty();
+    connection.deadline_ms =
+        base::steady_ms() + int64_t{connection.idle ? limits.idle_timeout_s : limits.request_timeout_s} * 1000;
+    if (!connection.idle) take_request(connection, 0);
   }
 
   // False when the connection is to be closed.
@@ -328,6 +429,11 @@ struct EventHttpServer::Impl {
       connection.written += static_cast<size_t>(sent);
     }
     count(&EventHttpStats::answered);
+    if (connection.keep_open) {
+      await_next_request(connection);
+      // A pipelined request may have been refused by the front at once.
+      return connection.phase != Phase::kWriting || write_reply(connection);
+    }
     // Closing with unread request bytes would reset the connection and could
     // destroy the reply in flight: end our side, then wait for the client's.
     ::shutdown(connection.fd, SHUT_WR);
@@ -366,6 +472,10 @@ struct EventHttpServer::Impl {
       auto current = it++;
       auto& connection = current->second;
       if (connection.phase == Phase::kHandling || now < connection.deadline_ms) continue;
+      if (connection.phase == Phase::kReading && connection.idle) {
+        close_connection(current);  // kept alive, and not used again in time
+        continue;
+      }
       if (connection.phase == Phase::kReading) {
         count(&EventHttpStats::timed_out);
         start_reply(connection, http_error_reply(408, "the request was not complete within " +
@@ -381,10 +491,16 @@ struct EventHttpServer::Impl {
 
   void publish_stats() {
     int64_t reading = 0;
-    for (const auto& item : connections) reading += item.second.phase == Phase::kReading ? 1 : 0;
+    int64_t idle = 0;
+    for (const auto& item : connections) {
+      const bool waiting = item.second.phase == Phase::kReading;
+      reading += waiting && !item.second.idle ? 1 : 0;
+      idle += waiting && item.second.idle ? 1 : 0;
+    }
     std::lock_guard<std::mutex> lock(stats_mutex);
     counts.open = static_cast<int64_t>(connections.size());
     counts.reading = reading;
+    counts.idle = idle;
   }
 
   void poll_loop() {
@@ -421,7 +537,7 @@ struct EventHttpServer::Impl {
         if (it == connections.end()) continue;  // displaced by an admission in this round
         auto& connection = it->second;
         bool keep = true;
-        if (connection.phase == Phase::kReading) keep = read_request(it->first, connection);
+        if (connection.phase == Phase::kReading) keep = read_request(connection);
         if (keep && connection.phase == Phase::kWriting) keep = write_reply(connection);
         if (keep && connection.phase == Phase::kDraining && (items[k].revents & POLLOUT) == 0) keep = drain(connection);
         if (!keep || (items[k].revents & (POLLERR | POLLNVAL)) != 0) close_connection(it);
