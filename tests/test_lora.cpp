@@ -1,7 +1,8 @@
 // LoRA adapters (model.lora): the config section and PEFT's
 // adapter_config.json, which parameters train, the maths of an adapted
 // projection and of merging, checkpoint files, adapter-only weight packets,
-// and a learner step that moves the adapters and nothing else.
+// a learner step that moves the adapters and nothing else, and a base kept
+// in bf16 (learner.lora_base_dtype).
 // (test_parity_lora.cpp checks the files against an independent PEFT reader.)
 #include "algo/learner.hpp"
 #include "base/error.hpp"
@@ -330,6 +331,140 @@ TEST_CASE("a learner step on a LoRA policy moves the adapters and leaves the bas
   CHECK(learner.optimizer_state_bytes() == 2 * 4 * (policy->config().lora_parameter_count() + critic_parameters));
 }
 
+namespace {
+// Token ids within the tiny learner model's vocabulary.
+torch::Tensor small_tokens() {
+  return torch::tensor(std::vector<int64_t>{1, 4, 9, 3, 7, 2, 5, 11, 13, 6, 8, 10}).view({2, 6});
+}
+
+// A LoRA learner's batch: 4 one-turn trajectories of 2 actions.
+std::vector<sao::algo::Trajectory> small_batch() {
+  std::mt19937_64 rng(4);
+  std::vector<sao::algo::Trajectory> batch;
+  for (int i = 0; i < 4; ++i) {
+    sao::algo::Turn turn;
+    turn.action_tokens = {static_cast<int64_t>(2 + rng() % 14), static_cast<int64_t>(2 + rng() % 14)};
+    turn.logprobs = {-2.7f, -2.7f};
+    turn.versions = {0, 0};
+    batch.push_back(sao::algo::make_trajectory({1, 3}, {turn}, static_cast<double>(i % 2), true, i));
+  }
+  return batch;
+}
+}  // namespace
+
+TEST_CASE("learner.lora_base_dtype: a bf16 base trains fp32 adapters like an fp32 base and leaves as exact fp32") {
+  sao::algo::LearnerConfig config;
+  config.lora_base_dtype = "fp16";
+  CHECK(throws_with([&] { config.validate("learner"); },
+                    "learner.lora_base_dtype: expected \"auto\", \"fp32\" or \"bf16\", got \"fp16\""));
+  config.lora_base_dtype = "auto";
+  CHECK_FALSE(config.lora_base_bf16());  // on the CPU
+  config.lora_base_dtype = "bf16";
+  CHECK(config.lora_base_bf16());
+  config.actor_lr = 1e-2;
+  config.critic_lr = 1e-2;
+  config.critic_warmup_steps = 0;
+
+  // Two learners from the same start: one keeps the base in bf16, the other
+  // holds the same (bf16-rounded) values in fp32.
+  const auto lora = lora_of(2, 4.0, {"q_proj", "v_proj", "gate_proj"});
+  auto low = sao_test::tiny_learner_models(3);
+  low.policy->attach_lora(lora);
+  sao::model::init_lora(low.policy, 9);
+  auto wide = sao_test::tiny_learner_models(3);
+  wide.policy->attach_lora(lora);
+  {
+    torch::NoGradGuard no_grad;
+    const auto low_tensors = sao::model::named_tensors_of(*low.policy);
+    auto wide_tensors = sao::model::named_tensors_of(*wide.policy);
+    for (size_t i = 0; i < wide_tensors.size(); ++i) {
+      const bool adapter = sao::model::is_lora_tensor_name(wide_tensors[i].first);
+      wide_tensors[i].second.copy_(adapter ? low_tensors[i].second
+                                           : low_tensors[i].second.to(torch::kBFloat16).to(torch::kFloat32));
+    }
+  }
+  sao::algo::Learner low_learner(config, low.policy, low.critic);
+  config.lora_base_dtype = "fp32";
+  sao::algo::Learner wide_learner(config, wide.policy, wide.critic);
+  CHECK(sao::model::has_low_precision_tensors(*low.policy));
+  CHECK_FALSE(sao::model::has_low_precision_tensors(*wide.policy));
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& item : low.policy->named_parameters()) {
+    CAPTURE(item.key());
+    const bool adapter = sao::model::is_lora_tensor_name(item.key());
+    CHECK((item.value().scalar_type() == (adapter ? torch::kFloat32 : torch::kBFloat16)));
+    before[item.key()] = item.value().detach().clone();
+  }
+  {
+    torch::NoGradGuard no_grad;
+    // The same function to bf16's precision.
+    CHECK(relative_error(low.policy->forward(small_tokens()).to(torch::kFloat32), wide.policy->forward(small_tokens())) <
+          1e-2);
+  }
+
+  const auto batch = small_batch();
+  for (int step = 0; step < 2; ++step) {
+    CHECK(low_learner.step(batch).policy_updated);
+    CHECK(wide_learner.step(batch).policy_updated);
+  }
+  const auto low_adapters = sao::model::lora_tensors(*low.policy);
+  const auto wide_adapters = sao::model::lora_tensors(*wide.policy);
+  REQUIRE(low_adapters.size() == 6);
+  std::vector<torch::Tensor> low_moves, wide_moves;
+  for (size_t i = 0; i < low_adapters.size(); ++i) {
+    CAPTURE(low_adapters[i].first);
+    CHECK((low_adapters[i].second.scalar_type() == torch::kFloat32));
+    CHECK_FALSE(torch::equal(low_adapters[i].second, before[low_adapters[i].first]));
+    low_moves.push_back((low_adapters[i].second - before[low_adapters[i].first]).flatten());
+    wide_moves.push_back((wide_adapters[i].second - before[low_adapters[i].first]).flatten());
+  }
+  // The same updates to bf16's precision: AdamW's first steps are near
+  // sign(gradient), so compare the directions and the resulting functions.
+  const auto low_move = torch::cat(low_moves), wide_move = torch::cat(wide_moves);
+  const double cosine = (low_move.dot(wide_move) / (low_move.norm() * wide_move.norm())).item<double>();
+  MESSAGE("bf16 base vs fp32 base after 2 steps: update cosine " << cosine);
+  CHECK(cosine > 0.9);
+  {
+    torch::NoGradGuard no_grad;
+    const double gap = relative_error(low.policy->forward(small_tokens()).to(torch::kFloat32),
+                                      wide.policy->forward(small_tokens()));
+    MESSAGE("bf16 base vs fp32 base after 2 steps: logits relative error " << gap);
+    CHECK(gap < 1e-2);
+  }
+  for (const auto& item : low.policy->named_parameters()) {
+    if (!sao::model::is_lora_tensor_name(item.key())) CHECK(torch::equal(item.value(), before[item.key()]));
+  }
+  // Moments for the fp32 adapters and the critic, as with an fp32 base.
+  CHECK(low_learner.optimizer_state_bytes() == wide_learner.optimizer_state_bytes());
+
+  // What weight sync sends: every tensor as fp32, the base exactly its bf16 values.
+  const auto sent = sao::model::named_tensors_as_fp32(*low.policy);
+  const auto held = sao::model::named_tensors_of(*low.policy);
+  REQUIRE(sent.size() == held.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    CHECK((sent[i].second.scalar_type() == torch::kFloat32));
+    CHECK(torch::equal(sent[i].second, held[i].second.to(torch::kFloat32)));
+  }
+  for (const auto& entry : sao::model::pack_tensors(sent).index) CHECK(entry.dtype == "F32");
+
+  // A checkpoint stores the base as bf16 and loads back bit-exactly.
+  const auto dir = temp_dir("bf16_base");
+  sao::model::save_policy_checkpoint(dir.string(), low.policy, {{"tokenizer", "byte"}});
+  CHECK((sao::model::load_safetensors((dir / "model.safetensors").string())
+             .tensors.at("model.embed_tokens.weight")
+             .scalar_type() == torch::kBFloat16));
+  auto loaded = sao::model::load_policy_checkpoint(dir.string());
+  sao::model::store_frozen_base_as(loaded, torch::kBFloat16);
+  const auto loaded_tensors = sao::model::named_tensors_of(*loaded);
+  REQUIRE(loaded_tensors.size() == held.size());
+  for (size_t i = 0; i < held.size(); ++i) {
+    CAPTURE(held[i].first);
+    CHECK(loaded_tensors[i].first == held[i].first);
+    CHECK(torch::equal(loaded_tensors[i].second, held[i].second));
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("the learner's memory estimate counts gradients and AdamW moments of the adapters only") {
   auto config = sao_test::tiny_config();
   sao::algo::LearnerConfig learner;
@@ -340,4 +475,8 @@ TEST_CASE("the learner's memory estimate counts gradients and AdamW moments of t
   // Full: weights 2P, gradients 2P, moments 4P. LoRA: weights 2P + L,
   // gradients L + P, moments 2(L + P). Float32 bytes.
   CHECK(full.bytes - adapted.bytes == 4 * (3 * p - 4 * l));
+  // A base kept in bf16: 2 bytes a base parameter fewer.
+  learner.lora_base_dtype = "bf16";
+  const auto halved = sao::train::estimate_learner_rank_memory(config, /*critic=*/true, 1024, learner);
+  CHECK(adapted.bytes - halved.bytes == 2 * p);
 }

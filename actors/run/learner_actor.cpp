@@ -71,6 +71,12 @@ weights::Packet current_weights(LearnerActorState& state) {
     return weights::host_packet(version, model::pack_tensors(model::lora_tensors(policy)));
   }
   state.sent_base = true;
+  if (model::has_low_precision_tensors(policy)) {
+    // A LoRA base kept in bf16 (learner.lora_base_dtype) goes out once, as
+    // fp32 (exact): every rollout form (fp32 copy, bf16 replica, deltas)
+    // starts from an fp32 version, and its checksum is of what it holds.
+    return weights::host_packet(version, model::pack_tensors(model::named_tensors_as_fp32(policy)));
+  }
   if (learner_device.is_cuda() && rollout_device.is_cuda()) {
     // GPU to GPU: one device buffer per version, no host round trip; the
     // weight-sync actor chooses each rollout's route from it

@@ -3,6 +3,7 @@
 
 #include "algo/adamw_state.hpp"
 #include "model/device.hpp"
+#include "model/lora.hpp"
 
 #include "base/atomic_file.hpp"
 #include "base/error.hpp"
@@ -294,6 +295,10 @@ Learner::Learner(LearnerConfig config, model::CausalLM policy, model::ValueModel
                 "'; it would never be trained");
   }
   device_ = policy_->parameters().front().device();
+  if (policy_->config().lora.enabled() && config_.lora_base_bf16()) {
+    // The base never trains: 2 bytes a parameter instead of 4.
+    model::store_frozen_base_as(policy_, torch::kBFloat16);
+  }
   policy_->model->set_activation_checkpointing(config_.activation_checkpointing);
   if (!critic_.is_empty()) critic_->model->set_activation_checkpointing(config_.activation_checkpointing);
   actor_params_ = trainable(policy_->parameters());

@@ -143,6 +143,7 @@ void learner_keys(Config& c, Visit visit) {
   visit("rank_network_private", c.rank_network_private);
   visit("device", c.device);
   visit("bf16_autocast", c.bf16_autocast);
+  visit("lora_base_dtype", c.lora_base_dtype);
 }
 }  // namespace
 
@@ -175,6 +176,14 @@ void LearnerConfig::validate(const std::string& where) const {
   require(ppo.dual_clip == 0 || ppo.dual_clip > 1, where, "ppo_dual_clip", "must be > 1 (or 0 to disable)");
   model::parse_device(device, where + ".device");
   base::parse_host_port(rank_address, where + ".rank_address");
+  if (lora_base_dtype != "auto" && lora_base_dtype != "fp32" && lora_base_dtype != "bf16") {
+    throw Error(where + ".lora_base_dtype: expected \"auto\", \"fp32\" or \"bf16\", got \"" + lora_base_dtype + "\"");
+  }
+}
+
+bool LearnerConfig::lora_base_bf16() const {
+  if (lora_base_dtype == "auto") return model::parse_device(device, "learner.device").is_cuda();
+  return lora_base_dtype == "bf16";
 }
 
 }  // namespace sao::algo

@@ -112,6 +112,14 @@ struct LearnerConfig {
   // CUDA (log-probs, the DIS ratio and every loss stay fp32).
   std::string device = "cpu";
   bool bf16_autocast = false;
+  // Where a LoRA policy's frozen base is kept on the learner: "auto" (bf16
+  // on CUDA; fp32 elsewhere, as CPUs without bf16 units run it slower),
+  // "fp32" or "bf16". Adapters, their gradients and AdamW moments stay fp32;
+  // weight sync sends the base to rollouts as fp32 (exact), checkpoints
+  // store it as bf16. Ignored without model.lora.
+  std::string lora_base_dtype = "auto";
+  // Whether lora_base_dtype resolves to bf16 on `device`.
+  bool lora_base_bf16() const;
 
   bool uses_critic() const { return baseline == BaselineKind::kCritic; }
 

@@ -56,6 +56,29 @@ NamedTensors base_tensors(const torch::nn::Module& module) {
   return out;
 }
 
+void store_frozen_base_as(CausalLM& policy, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  for (auto& parameter : policy->parameters()) {
+    if (!parameter.requires_grad() && parameter.scalar_type() != dtype)
+      parameter.set_data(parameter.detach().to(dtype));
+  }
+}
+
+bool has_low_precision_tensors(const torch::nn::Module& module) {
+  for (const auto& parameter : module.parameters()) {
+    if (parameter.scalar_type() != torch::kFloat32) return true;
+  }
+  return false;
+}
+
+NamedTensors named_tensors_as_fp32(const torch::nn::Module& module) {
+  NamedTensors out;
+  for (auto& [name, tensor] : named_tensors_of(module)) {
+    out.emplace_back(name, tensor.scalar_type() == torch::kFloat32 ? tensor : tensor.detach().to(torch::kFloat32));
+  }
+  return out;
+}
+
 void init_lora(CausalLM& policy, uint64_t seed) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   torch::NoGradGuard no_grad;

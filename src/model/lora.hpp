@@ -30,6 +30,16 @@ NamedTensors lora_tensors(const torch::nn::Module& module);
 // Every other parameter and buffer: what a LoRA policy keeps frozen.
 NamedTensors base_tensors(const torch::nn::Module& module);
 
+// Keeps every frozen parameter of `policy` (a LoRA policy's base) in
+// `dtype`, in place; the adapters keep theirs. `project` runs each adapter
+// in its own dtype and adds its term in the base's.
+void store_frozen_base_as(CausalLM& policy, torch::ScalarType dtype);
+// Whether any of the policy's parameters is stored in another dtype than fp32.
+bool has_low_precision_tensors(const torch::nn::Module& module);
+// The module's tensors (named_tensors_of), each converted to fp32: exact
+// for bf16 and fp16 values.
+NamedTensors named_tensors_as_fp32(const torch::nn::Module& module);
+
 // Draws every adapter's A from `seed` as PEFT does (Kaiming-uniform, bound
 // 1/sqrt(in)) and zeroes every B: the policy computes what its base does.
 void init_lora(CausalLM& policy, uint64_t seed);

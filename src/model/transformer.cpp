@@ -140,9 +140,14 @@ torch::Tensor rotary_inverse_frequencies(const ModelConfig& config) {
 torch::Tensor project(torch::nn::Linear& linear, LoraPath& lora, const torch::Tensor& x, bool training) {
   auto y = linear->forward(x);
   if (!lora) return y;
-  const auto input =
-      lora.dropout > 0.0 && training ? F::dropout(x, F::DropoutFuncOptions().p(lora.dropout).training(true)) : x;
-  return y + lora.b->forward(lora.a->forward(input)) * lora.scaling;
+  // A frozen base kept in bf16 (learner.lora_base_dtype) beside fp32
+  // adapters: the adapter runs in its own dtype and its term joins the
+  // base's output in the base's dtype, as PEFT does.
+  const auto adapter_dtype = lora.a->weight.scalar_type();
+  auto input = x.scalar_type() == adapter_dtype ? x : x.to(adapter_dtype);
+  if (lora.dropout > 0.0 && training) input = F::dropout(input, F::DropoutFuncOptions().p(lora.dropout).training(true));
+  auto term = lora.b->forward(lora.a->forward(input)) * lora.scaling;
+  return y + (term.scalar_type() == y.scalar_type() ? term : term.to(y.scalar_type()));
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& config)

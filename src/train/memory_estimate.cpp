@@ -64,6 +64,15 @@ MemoryEstimate estimate_sft_memory(const config::RunConfig& config) {
   return tally.done();
 }
 
+// The learner's policy: its base at 4 bytes a parameter (2 when a LoRA base
+// is kept in bf16, learner.lora_base_dtype), plus fp32 adapters.
+double policy_weight_bytes(const model::ModelConfig& model, const algo::LearnerConfig& learner) {
+  const double base_bytes = model.lora.enabled() && learner.lora_base_bf16() ? 2.0 : kFloatBytes;
+  const double adapters =
+      model.lora.enabled() ? static_cast<double>(model.trainable_parameter_count()) * kFloatBytes : 0.0;
+  return static_cast<double>(model.parameter_count()) * base_bytes + adapters;
+}
+
 MemoryEstimate estimate_train_memory(const config::RunConfig& config) {
   const auto& model = config.model;
   const double parameters = static_cast<double>(model.parameter_count()) * kFloatBytes;
@@ -71,7 +80,7 @@ MemoryEstimate estimate_train_memory(const config::RunConfig& config) {
   Tally tally;
   // A LoRA policy keeps gradients and AdamW moments for its adapters only.
   const double trained = static_cast<double>(model.trainable_parameter_count()) * kFloatBytes;
-  tally.add("learner models", models * parameters + (trained < parameters ? trained : 0.0));
+  tally.add("learner models", policy_weight_bytes(model, config.learner) + (models - 1.0) * parameters);
   tally.add("gradients and optimisers", 3 * (trained + (models - 1.0) * parameters));
   const double actors = static_cast<double>(config.rollout.num_actors);
   // A bf16 replica (rollout.weights_dtype) holds its weights and its KV
@@ -101,7 +110,7 @@ MemoryEstimate estimate_learner_rank_memory(const model::ModelConfig& model, boo
   Tally tally;
   const double trained = static_cast<double>(model.trainable_parameter_count()) * kFloatBytes;
   const double trained_total = trained + (models - 1.0) * parameters;  // a LoRA policy trains its adapters only
-  tally.add("weights", models * parameters + (trained < parameters ? trained : 0.0));
+  tally.add("weights", policy_weight_bytes(model, learner) + (models - 1.0) * parameters);
   tally.add("gradients", trained_total);
   tally.add("AdamW moments", 2 * trained_total / (learner.shard_optimizer ? ranks : 1.0));
   if (learner.activation_checkpointing) {
