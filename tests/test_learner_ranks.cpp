@@ -337,6 +337,9 @@ TEST_CASE("2 Gloo ranks end with the weights and AdamW moments of 1 rank on the 
 }
 
 TEST_CASE("LoRA: 2 Gloo ranks end with the adapters and AdamW moments of 1 rank; the base stays where it was") {
+  struct ResetLora {  // even when a check below ends the case: later cases run without adapters
+    ~ResetLora() { g_lora = sao::model::LoraConfig{}; }
+  } reset_lora;
   g_lora.rank = 2;
   g_lora.alpha = 4.0;
   g_lora.targets = {"q_proj", "v_proj", "down_proj"};
@@ -362,7 +365,7 @@ TEST_CASE("LoRA: 2 Gloo ranks end with the adapters and AdamW moments of 1 rank;
     for (const auto& p : models.critic->parameters()) critic_tensors += p.requires_grad() ? 1 : 0;
     CHECK(static_cast<int64_t>(one.moments.size()) == 2 * (3 * 2 + critic_tensors));
   }
-  // A base kept in bf16 (learner.lora_base_dtype): its bits are shared as int16 (Gloo has no bf16).
+  // A base kept in bf16 (learner.lora_base_dtype): its bits are shared as bytes (Gloo has no bf16).
   auto config = sao_config();
   config.lora_base_dtype = "bf16";
   const auto batches = make_batches(config, 5, 6);
@@ -375,7 +378,6 @@ TEST_CASE("LoRA: 2 Gloo ranks end with the adapters and AdamW moments of 1 rank;
   CHECK(relative_difference(one.weights, two.rank0.weights) < 1e-5);
   CHECK(relative_difference(one.moments, two.rank0.moments) < 1e-5);
   CHECK(relative_difference(two.rank0.weights, two.rank1.weights) == 0.0);
-  g_lora = sao::model::LoraConfig{};
 }
 
 TEST_CASE("an N=2 checkpoint resumes on one rank and continues as an uninterrupted run") {

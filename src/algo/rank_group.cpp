@@ -168,8 +168,9 @@ void broadcast_tensors(RankGroup& group, const std::vector<torch::Tensor>& tenso
     std::vector<torch::Tensor> flat;
     for (const auto& tensor : group_tensors) flat.push_back(tensor.detach().reshape({-1}).to(torch::kCPU));
     auto buffer = torch::cat(flat);
-    // Gloo has no bfloat16: its bits travel as int16 (a view, so in place).
-    auto wire = type == torch::kBFloat16 ? buffer.view(torch::kInt16) : buffer;
+    // Gloo in LibTorch 1.13 reduces no bfloat16 (nor int16): its bits travel
+    // as bytes (a view, so in place).
+    auto wire = type == torch::kBFloat16 ? buffer.view(torch::kUInt8) : buffer;
     group.broadcast(wire, root);
     int64_t offset = 0;
     for (auto& tensor : group_tensors) {

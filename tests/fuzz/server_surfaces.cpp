@@ -58,7 +58,19 @@ int loopback_connect(int port) {
   return fd;
 }
 
-// Sends `request` and reads until the server closes or `wait` passes.
+// True once `reply` holds a whole HTTP reply framed by Content-Length (the
+// front keeps connections alive, so a client stops reading there).
+bool reply_complete(const std::string& reply) {
+  const auto head_end = reply.find("\r\n\r\n");
+  if (head_end == std::string::npos) return false;
+  const auto at = reply.find("Content-Length: ");
+  if (at == std::string::npos || at > head_end) return false;
+  const auto length = std::strtoull(reply.c_str() + at + 16, nullptr, 10);
+  return reply.size() >= head_end + 4 + length;
+}
+
+// Sends `request` and reads until a whole reply came, the server closes or
+// `wait` passes.
 // Returns false if the connection could not be made.
 // `half_close`: end the request stream after sending (a truncated request
 // then fails at once instead of waiting for the server's read timeout).
@@ -71,7 +83,9 @@ bool exchange(int port, const std::string& request, std::chrono::seconds wait, s
   [[maybe_unused]] auto sent = ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   if (half_close) ::shutdown(fd, SHUT_WR);
   char buffer[4096];
-  for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;) reply->append(buffer, static_cast<size_t>(n));
+  for (ssize_t n; !reply_complete(*reply) && (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
+    reply->append(buffer, static_cast<size_t>(n));
+  }
   ::close(fd);
   return true;
 }
@@ -168,6 +182,7 @@ bool answered_amid(int port, const std::vector<int>& crowd, std::mt19937_64& rng
     const ssize_t got = ::recv(fd, buffer, sizeof(buffer), 0);
     if (got > 0) {
       reply.append(buffer, static_cast<size_t>(got));
+      if (reply_complete(reply)) break;
       continue;
     }
     if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
