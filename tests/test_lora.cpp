@@ -80,6 +80,25 @@ double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
   return ((got - want).abs().max() / want.abs().max()).item<double>();
 }
 
+// Token ids within the tiny learner model's vocabulary.
+torch::Tensor small_tokens() {
+  return torch::tensor(std::vector<int64_t>{1, 4, 9, 3, 7, 2, 5, 11, 13, 6, 8, 10}).view({2, 6});
+}
+
+// A LoRA learner's batch: 4 one-turn trajectories of 2 actions.
+std::vector<sao::algo::Trajectory> small_batch() {
+  std::mt19937_64 rng(4);
+  std::vector<sao::algo::Trajectory> batch;
+  for (int i = 0; i < 4; ++i) {
+    sao::algo::Turn turn;
+    turn.action_tokens = {static_cast<int64_t>(2 + rng() % 14), static_cast<int64_t>(2 + rng() % 14)};
+    turn.logprobs = {-2.7f, -2.7f};
+    turn.versions = {0, 0};
+    batch.push_back(sao::algo::make_trajectory({1, 3}, {turn}, static_cast<double>(i % 2), true, i));
+  }
+  return batch;
+}
+
 }  // namespace
 
 TEST_CASE("model.lora: read from a run config, written back, refused by name when wrong") {
@@ -303,16 +322,7 @@ TEST_CASE("a learner step on a LoRA policy moves the adapters and leaves the bas
   config.critic_lr = 1e-2;
   config.critic_warmup_steps = 0;
   sao::algo::Learner learner(config, policy, models.critic);
-  std::mt19937_64 rng(4);
-  std::vector<sao::algo::Trajectory> batch;
-  for (int i = 0; i < 4; ++i) {
-    sao::algo::Turn turn;
-    turn.action_tokens = {static_cast<int64_t>(2 + rng() % 14), static_cast<int64_t>(2 + rng() % 14)};
-    turn.logprobs = {-2.7f, -2.7f};
-    turn.versions = {0, 0};
-    auto tr = sao::algo::make_trajectory({1, 3}, {turn}, static_cast<double>(i % 2), true, i);
-    batch.push_back(tr);
-  }
+  const auto batch = small_batch();
   for (int step = 0; step < 2; ++step) CHECK(learner.step(batch).policy_updated);
   int64_t moved = 0;
   for (const auto& item : policy->named_parameters()) {
@@ -330,27 +340,6 @@ TEST_CASE("a learner step on a LoRA policy moves the adapters and leaves the bas
   for (const auto& p : models.critic->parameters()) critic_parameters += p.requires_grad() ? p.numel() : 0;
   CHECK(learner.optimizer_state_bytes() == 2 * 4 * (policy->config().lora_parameter_count() + critic_parameters));
 }
-
-namespace {
-// Token ids within the tiny learner model's vocabulary.
-torch::Tensor small_tokens() {
-  return torch::tensor(std::vector<int64_t>{1, 4, 9, 3, 7, 2, 5, 11, 13, 6, 8, 10}).view({2, 6});
-}
-
-// A LoRA learner's batch: 4 one-turn trajectories of 2 actions.
-std::vector<sao::algo::Trajectory> small_batch() {
-  std::mt19937_64 rng(4);
-  std::vector<sao::algo::Trajectory> batch;
-  for (int i = 0; i < 4; ++i) {
-    sao::algo::Turn turn;
-    turn.action_tokens = {static_cast<int64_t>(2 + rng() % 14), static_cast<int64_t>(2 + rng() % 14)};
-    turn.logprobs = {-2.7f, -2.7f};
-    turn.versions = {0, 0};
-    batch.push_back(sao::algo::make_trajectory({1, 3}, {turn}, static_cast<double>(i % 2), true, i));
-  }
-  return batch;
-}
-}  // namespace
 
 TEST_CASE("learner.lora_base_dtype: a bf16 base trains fp32 adapters like an fp32 base and leaves as exact fp32") {
   sao::algo::LearnerConfig config;
@@ -398,8 +387,8 @@ TEST_CASE("learner.lora_base_dtype: a bf16 base trains fp32 adapters like an fp3
   {
     torch::NoGradGuard no_grad;
     // The same function to bf16's precision.
-    CHECK(relative_error(low.policy->forward(small_tokens()).to(torch::kFloat32), wide.policy->forward(small_tokens())) <
-          1e-2);
+    CHECK(relative_error(low.policy->forward(small_tokens()).to(torch::kFloat32),
+                         wide.policy->forward(small_tokens())) < 1e-2);
   }
 
   const auto batch = small_batch();
@@ -426,8 +415,8 @@ TEST_CASE("learner.lora_base_dtype: a bf16 base trains fp32 adapters like an fp3
   CHECK(cosine > 0.9);
   {
     torch::NoGradGuard no_grad;
-    const double gap = relative_error(low.policy->forward(small_tokens()).to(torch::kFloat32),
-                                      wide.policy->forward(small_tokens()));
+    const double gap =
+        relative_error(low.policy->forward(small_tokens()).to(torch::kFloat32), wide.policy->forward(small_tokens()));
     MESSAGE("bf16 base vs fp32 base after 2 steps: logits relative error " << gap);
     CHECK(gap < 1e-2);
   }
