@@ -30,8 +30,8 @@
 #include "actors/run/weight_sync_actor.hpp"
 #include "actors/system_config.hpp"
 #include "env/environment.hpp"
-#include "report/system_info.hpp"
 #include "model/tensor_blob.hpp"
+#include "report/system_info.hpp"
 #include "tokenizer/load_tokenizer.hpp"
 #include "weights/packet.hpp"
 
@@ -128,6 +128,8 @@ struct Arm {
   double seconds = 0;
   int64_t episodes = 0;
   int64_t tokens = 0;
+  double chat_seconds = 0;    // endpoint: summed over its chat calls, as the clients timed them
+  double reward_seconds = 0;  // endpoint: summed over its reward calls
 };
 
 Arm direct_arm(int64_t sessions, int64_t episodes, int64_t max_new_tokens) {
@@ -156,6 +158,8 @@ Arm endpoint_arm(int64_t sessions, int64_t episodes, int64_t max_new_tokens, boo
   std::atomic<int64_t> answered{0};
   std::atomic<int64_t> sampled{0};
   std::atomic<int64_t> failed{0};
+  std::atomic<int64_t> chat_us{0};
+  std::atomic<int64_t> reward_us{0};
   std::atomic<bool> clients_done{false};
   std::atomic<int64_t> running{sessions};
   const int64_t warm = sessions;
@@ -176,18 +180,24 @@ Arm endpoint_arm(int64_t sessions, int64_t episodes, int64_t max_new_tokens, boo
              {"content", std::to_string(10 + index % 90) + "+" + std::to_string(10 + (index / 90) % 90) + "="}}}}};
       httplib::Headers headers = auth;
       headers.emplace("X-Session-Id", session);
+      const auto chat_start = Clock::now();
       const auto reply = http.Post("/v1/chat/completions", headers, body.dump(), "application/json");
+      const auto chat_end = Clock::now();
       if (!reply || reply->status != 200) {
         ++failed;
         continue;
       }
       const auto ids = nlohmann::json::parse(reply->body)["sao"]["token_ids"].size();
+      const auto reward_start = Clock::now();
       const auto reward =
           http.Post(("/v1/episodes/" + session + "/reward").c_str(), auth, R"({"reward": 0})", "application/json");
+      const auto reward_end = Clock::now();
       if (!reward || reward->status != 200) ++failed;
       if (index >= warm) {
         ++answered;
         sampled += static_cast<int64_t>(ids);
+        chat_us += std::chrono::duration_cast<std::chrono::microseconds>(chat_end - chat_start).count();
+        reward_us += std::chrono::duration_cast<std::chrono::microseconds>(reward_end - reward_start).count();
       }
     }
     if (--running == 0) clients_done = true;
@@ -203,7 +213,8 @@ Arm endpoint_arm(int64_t sessions, int64_t episodes, int64_t max_new_tokens, boo
   server.reset();
   for (const auto& actor : {rollout.address(), agent.address()})
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  return {seconds, answered.load(), sampled.load()};
+  return {seconds, answered.load(), sampled.load(), 1e-6 * static_cast<double>(chat_us.load()),
+          1e-6 * static_cast<double>(reward_us.load())};
 }
 
 }  // namespace
@@ -264,6 +275,8 @@ int main(int argc, char** argv) {
     endpoint.seconds += e.seconds;
     endpoint.episodes += e.episodes;
     endpoint.tokens += e.tokens;
+    endpoint.chat_seconds += e.chat_seconds;
+    endpoint.reward_seconds += e.reward_seconds;
   }
   const double direct_tokens_per_s = static_cast<double>(direct.tokens) / direct.seconds;
   const double endpoint_tokens_per_s = static_cast<double>(endpoint.tokens) / endpoint.seconds;
@@ -274,6 +287,12 @@ int main(int argc, char** argv) {
               direct_tokens_per_s);
   std::printf("  endpoint  requests/s %8.1f  tokens/s %8.1f\n",
               static_cast<double>(endpoint.episodes) / endpoint.seconds, endpoint_tokens_per_s);
+  // Where an episode's time goes at the endpoint, as its client saw it,
+  // beside a direct episode's (per session: sessions run side by side).
+  std::printf("  per episode: direct %.2f ms; endpoint chat call %.2f ms + reward call %.2f ms\n",
+              1e3 * direct.seconds * static_cast<double>(sessions) / static_cast<double>(direct.episodes),
+              1e3 * endpoint.chat_seconds / static_cast<double>(endpoint.episodes),
+              1e3 * endpoint.reward_seconds / static_cast<double>(endpoint.episodes));
   std::printf("  endpoint tokens/s / direct tokens/s = %.3f (overhead %.1f%%)\n",
               endpoint_tokens_per_s / direct_tokens_per_s, 100.0 * (1.0 - endpoint_tokens_per_s / direct_tokens_per_s));
   return 0;
