@@ -82,13 +82,12 @@ bool lists_token(const std::string& value, const std::string& token) {
   return false;
 }
 
-RequestFraming read_request_framing(const std::string& head, const EventHttpLimits& limits) {
-  RequestFraming framing;
-  bool has_length = false;
-  const std::string request_line = head.substr(0, head.find("\r\n"));
-  const bool http10 = request_line.size() >= 8 && request_line.compare(request_line.size() - 8, 8, "HTTP/1.0") == 0;
-  bool asks_close = false;
-  bool asks_keep_alive = false;
+// The header fields of a request's or reply's head (its first line, then
+// "Name: value" lines, each ending in CRLF): names in lower case, values
+// trimmed. A line without a colon is skipped (httplib refuses a request
+// with one itself).
+std::vector<std::pair<std::string, std::string>> header_fields(const std::string& head) {
+  std::vector<std::pair<std::string, std::string>> fields;
   size_t line_start = head.find("\r\n");
   while (line_start != std::string::npos && line_start + 2 < head.size()) {
     line_start += 2;
@@ -96,9 +95,20 @@ RequestFraming read_request_framing(const std::string& head, const EventHttpLimi
     const std::string line = head.substr(line_start, line_end - line_start);
     line_start = line_end;
     const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;  // httplib rejects the malformed line itself
-    const auto name = lower_ascii(trim_http_space(line.substr(0, colon)));
-    const auto value = trim_http_space(line.substr(colon + 1));
+    if (colon == std::string::npos) continue;
+    fields.emplace_back(lower_ascii(trim_http_space(line.substr(0, colon))), trim_http_space(line.substr(colon + 1)));
+  }
+  return fields;
+}
+
+RequestFraming read_request_framing(const std::string& head, const EventHttpLimits& limits) {
+  RequestFraming framing;
+  bool has_length = false;
+  const std::string request_line = head.substr(0, head.find("\r\n"));
+  const bool http10 = request_line.size() >= 8 && request_line.compare(request_line.size() - 8, 8, "HTTP/1.0") == 0;
+  bool asks_close = false;
+  bool asks_keep_alive = false;
+  for (const auto& [name, value] : header_fields(head)) {
     if (name == "connection") {
       asks_close = asks_close || lists_token(value, "close");
       asks_keep_alive = asks_keep_alive || lists_token(value, "keep-alive");
@@ -140,16 +150,8 @@ bool reply_keeps_connection(const std::string& reply) {
   const size_t head_end = reply.find("\r\n\r\n");
   if (head_end == std::string::npos) return false;
   bool has_length = false;
-  size_t line_start = reply.find("\r\n");
-  while (line_start != std::string::npos && line_start < head_end) {
-    line_start += 2;
-    const size_t line_end = reply.find("\r\n", line_start);
-    const std::string line = reply.substr(line_start, line_end - line_start);
-    line_start = line_end;
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const auto name = lower_ascii(trim_http_space(line.substr(0, colon)));
-    if (name == "connection" && lists_token(line.substr(colon + 1), "close")) return false;
+  for (const auto& [name, value] : header_fields(reply.substr(0, head_end + 2))) {
+    if (name == "connection" && lists_token(value, "close")) return false;
     if (name == "content-length") has_length = true;
   }
   return has_length;
@@ -364,20 +366,13 @@ struct EventHttpServer::Impl {
   bool take_request(HttpConnection& connection, size_t scan_from) {
     if (connection.request_bytes == 0) {
       const auto end = connection.data.find("\r\n\r\n", scan_from);
-      if (end == std::string::npos) {
-        if (connection.data.size() > limits.max_header_bytes) {
-          reject(
-              connection, 431,
-              "request line and headers are over the limit of " + std::to_string(limits.max_header_bytes) + " bytes");
-          return true;
-        }
-        return false;
-      }
-      if (end + 4 > limits.max_header_bytes + 4) {
+      // Headers unfinished past the limit, or finished beyond it.
+      if (end == std::string::npos ? connection.data.size() > limits.max_header_bytes : end > limits.max_header_bytes) {
         reject(connection, 431,
                "request line and headers are over the limit of " + std::to_string(limits.max_header_bytes) + " bytes");
         return true;
       }
+      if (end == std::string::npos) return false;
       connection.header_bytes = end + 4;
       const auto framing = read_request_framing(connection.data.substr(0, end + 2), limits);
       if (framing.reject_status != 0) {
